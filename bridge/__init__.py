@@ -1,0 +1,1 @@
+"""dynamo-bridge, the Dynamo side: serve a loaded Triton model repository as Dynamo workers."""

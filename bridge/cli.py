@@ -1,0 +1,91 @@
+"""`dynamo-bridge` command line. Flags keep tritonserver's names where the meaning is the same."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import uvloop
+
+from model_repository_loader.loader import LoaderOptions
+
+from .server import ServerOptions, StartupError, serve
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="dynamo-bridge",
+        description="Serve a Triton Python-backend model repository through NVIDIA Dynamo.",
+    )
+    p.add_argument(
+        "--model-repository", "--model-store", dest="model_repositories", action="append",
+        type=Path, required=True, metavar="PATH",
+        help="model repository folder; repeat for several",
+    )
+    p.add_argument("--grpc-port", type=int, default=8001, help="KServe gRPC port (default 8001)")
+    p.add_argument(
+        "--host", "--grpc-address", dest="host", default="127.0.0.1",
+        help="address to serve on (default 127.0.0.1)",
+    )
+    p.add_argument(
+        "--metrics-port", type=int, default=8002,
+        help="port of the Dynamo frontend's /metrics and /health (default 8002)",
+    )
+    p.add_argument(
+        "--strict-model-config", type=_bool, nargs="?", const=True, default=False,
+        metavar="BOOL", help="require a complete config.pbtxt; disables auto-complete",
+    )
+    p.add_argument(
+        "--disable-auto-complete-config", action="store_true",
+        help="do not call auto_complete_config; a config.pbtxt is required",
+    )
+    p.add_argument("--model-config-name", default=None, help="use <model>/configs/<name>.pbtxt")
+    p.add_argument(
+        "--exit-on-error", type=_bool, nargs="?", const=True, default=False, metavar="BOOL",
+        help="exit at start-up if any model fails to load (tritonserver's default; ours is false)",
+    )
+    p.add_argument(
+        "--log-verbose", type=int, default=0, metavar="LEVEL",
+        help="1 or more shows verbose (debug) lines, pb_utils.Logger.log_verbose included",
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.log_verbose > 0 else logging.INFO,
+        format="%(levelname).1s%(asctime)s %(filename)s:%(lineno)d] %(message)s",
+        datefmt="%m%d %H:%M:%S",
+    )
+    os.environ.setdefault("DYN_LOG", "warn")  # Dynamo's INFO logs ~5 lines per request
+    options = ServerOptions(
+        model_repositories=args.model_repositories,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        host=args.host,
+        exit_on_error=args.exit_on_error,
+        loader=LoaderOptions(
+            auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
+            model_config_name=args.model_config_name,
+        ),
+    )
+    try:
+        uvloop.run(serve(options))
+    except StartupError as exc:
+        print(f"error: creating server: Internal - {exc}", file=sys.stderr)
+        return 1
+    return 0

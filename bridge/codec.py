@@ -1,0 +1,140 @@
+"""Dynamo tensor dicts ⇄ `pb_utils.Tensor`, with the fastest conversion per datatype.
+
+The KServe frontend of ai-dynamo-runtime 1.6 hands a worker every tensor as Python lists:
+numbers as `list[int|float|bool]`, BYTES as one `list[int]` per element, and FP16/BF16 as their
+u16 bit patterns. It accepts the same back, with BYTES also as `bytes` objects (much cheaper).
+numpy arrays and numpy scalars cannot be yielded, hence `tolist()` on the way out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from model_repository_loader.inference import InferRequest
+from model_repository_loader.pb_utils import InferenceResponse, Tensor
+
+# Dynamo's datatype names ⇄ KServe's.
+TO_KSERVE = {
+    "Bool": "BOOL",
+    "Uint8": "UINT8",
+    "Uint16": "UINT16",
+    "Uint32": "UINT32",
+    "Uint64": "UINT64",
+    "Int8": "INT8",
+    "Int16": "INT16",
+    "Int32": "INT32",
+    "Int64": "INT64",
+    "Float16": "FP16",
+    "BFloat16": "BF16",
+    "Float32": "FP32",
+    "Float64": "FP64",
+    "Bytes": "BYTES",
+}
+TO_DYNAMO = {kserve: dynamo for dynamo, kserve in TO_KSERVE.items()}
+
+_NUMERIC = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP32": np.float32,
+    "FP64": np.float64,
+}
+
+
+def _decode_numeric(dtype: type) -> Callable[[list], np.ndarray]:
+    # fromiter with a known count is the fastest list → array path (spec dynamo_runtime §6).
+    return lambda values: np.fromiter(values, dtype, count=len(values))
+
+
+def _decode_bytes(values: list[list[int]]) -> np.ndarray:
+    out = np.empty(len(values), dtype=np.object_)
+    out[:] = [bytes(bytearray(v)) for v in values]
+    return out
+
+
+_DECODERS: dict[str, Callable[[list], np.ndarray]] = {
+    **{name: _decode_numeric(dtype) for name, dtype in _NUMERIC.items()},
+    "BOOL": lambda values: np.array(values, dtype=np.bool_),
+    "FP16": lambda values: np.array(values, dtype=np.uint16).view(np.float16),
+    "BF16": lambda values: np.array(values, dtype=np.uint16),  # bits; pb_utils keeps BF16 raw
+    "BYTES": _decode_bytes,
+}
+
+
+def decode_tensor(tensor: dict[str, Any]) -> Tensor:
+    metadata = tensor["metadata"]
+    datatype = TO_KSERVE[metadata["data_type"]]
+    array = _DECODERS[datatype](tensor["data"]["values"]).reshape(metadata["shape"])
+    return Tensor._from_wire(metadata["name"], array, datatype)
+
+
+def decode_request(request: dict[str, Any]) -> InferRequest:
+    """A Dynamo tensor request → the loader's `InferRequest`."""
+    parameters = request.get("parameters")
+    outputs = request.get("outputs")
+    return InferRequest(
+        inputs=[decode_tensor(t) for t in request.get("tensors", ())],
+        requested_outputs=[o["name"] for o in outputs] if outputs else [],
+        request_id=request.get("id", "") or "",
+        parameters=decode_parameters(parameters) if parameters else {},
+    )
+
+
+def decode_parameters(parameters: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """`{name: {'int64': 3}}` → `{name: 3}` (each value carries one typed field)."""
+    return {name: next(iter(value.values())) for name, value in parameters.items()}
+
+
+def encode_parameters(parameters: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name, value in parameters.items():
+        if isinstance(value, bool):
+            out[name] = {"bool": value}
+        elif isinstance(value, int):
+            out[name] = {"int64": value}
+        elif isinstance(value, float):
+            out[name] = {"double": value}
+        else:
+            out[name] = {"string": str(value)}
+    return out
+
+
+def _values(array: np.ndarray, datatype: str) -> list:
+    flat = array.ravel()
+    if datatype == "FP16":
+        return flat.view(np.uint16).tolist()
+    # BYTES: pb_utils already holds `bytes` objects, which Dynamo takes as they are.
+    return flat.tolist()
+
+
+def encode_tensor(tensor: Tensor) -> dict[str, Any]:
+    array = tensor._array
+    datatype = tensor._datatype
+    dynamo_type = TO_DYNAMO[datatype]
+    return {
+        "metadata": {"name": tensor.name(), "data_type": dynamo_type, "shape": list(array.shape)},
+        "data": {"data_type": dynamo_type, "values": _values(array, datatype)},
+    }
+
+
+def encode_response(model_name: str, response: InferenceResponse | None) -> dict[str, Any]:
+    """A successful `InferenceResponse` → a Dynamo tensor response dict."""
+    out: dict[str, Any] = {
+        "model": model_name,
+        "tensors": [encode_tensor(t) for t in response.output_tensors()] if response else [],
+    }
+    if response is not None:
+        parameters = response.parameters()
+        if parameters and parameters != "{}":
+            out["parameters"] = encode_parameters(json.loads(parameters))
+    return out

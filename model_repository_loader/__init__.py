@@ -1,0 +1,2 @@
+"""dynamo-bridge, the Triton side: a Triton Python backend without Triton.
+"""

@@ -1,0 +1,77 @@
+"""Import a model.py the way Triton's stub does, many times in one process.
+
+Triton imports `<version>/model.py` as the module `"<version>.model"` of a package rooted at the
+version folder, with the version folder and the model folder on `sys.path`, once per instance
+process. Here many models (all with a version "1" and often a `utils.py`) share one interpreter, so
+each import runs with a private view of `sys.modules`: the package and every module loaded from the
+model's folder are removed again afterwards, and live on only through the model module's globals.
+The next model, or the next instance of the same model, gets its own fresh copies. That keeps
+module globals per instance, as separate Triton processes would, and makes a reload pick up edited
+helper modules.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+import types
+from pathlib import Path
+
+from . import pb_utils
+
+# sys.path and sys.modules are process-wide: one import at a time.
+_import_lock = threading.Lock()
+
+
+class ModelImportError(Exception):
+    """model.py could not be imported; str() is the Triton-style reason."""
+
+
+def import_model_module(model_file: Path) -> types.ModuleType:
+    """Import `model_file` as `<version>.<stem>` and return the module object."""
+    pb_utils.install()
+    model_file = model_file.resolve()
+    version_dir = model_file.parent
+    model_dir = version_dir.parent
+    package_name = version_dir.name
+    module_name = f"{package_name}.{model_file.stem}"
+    if not model_file.is_file():
+        raise ModelImportError(f"Python model file not found in '{model_file}'")
+
+    with _import_lock:
+        saved_path = list(sys.path)
+        saved_modules = dict(sys.modules)
+        # Same precedence as the stub: version folder, then model folder.
+        sys.path[:0] = [str(version_dir), str(model_dir)]
+        for name in (package_name, module_name):
+            sys.modules.pop(name, None)
+        try:
+            package = types.ModuleType(package_name)
+            package.__path__ = [str(version_dir)]
+            package.__package__ = package_name
+            sys.modules[package_name] = package
+            spec = importlib.util.spec_from_file_location(module_name, model_file)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+            return module
+        finally:
+            sys.path[:] = saved_path
+            _forget_modules_loaded_from(model_dir, saved_modules)
+
+
+def _forget_modules_loaded_from(model_dir: Path, saved_modules: dict[str, types.ModuleType]) -> None:
+    """Drop what this import added under the model folder, and restore what it shadowed."""
+    prefix = str(model_dir) + "/"
+    for name, module in list(sys.modules.items()):
+        if saved_modules.get(name) is module:
+            continue
+        origin = getattr(module, "__file__", None) or ""
+        paths = getattr(module, "__path__", None) or []
+        if origin.startswith(prefix) or any(str(p).startswith(prefix) for p in paths):
+            del sys.modules[name]
+    for name, module in saved_modules.items():
+        if name not in sys.modules:
+            sys.modules[name] = module

@@ -1,0 +1,281 @@
+"""A loaded model: its served versions, each with its instances and scheduler.
+
+`Model.submit(request, respond)` is the single way in. It picks the version, validates the request
+against that version's config (Triton's texts), turns it into the `pb_utils.InferenceRequest` the
+model sees, and queues it. Every outcome, including a validation error, comes back through
+`respond`, so callers have one path to handle.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from . import pb_utils
+from .errors import ModelLoadError
+from .execution import Pending, run_execute
+from .inference import InferRequest, ParameterValue, Respond
+from .instance import InstanceSpec, ModelInstance
+from .scheduling.default import DefaultScheduler
+from .validation import RequestError, RequestValidator, unknown_model_error
+
+log = logging.getLogger(__name__)
+
+# Request parameters Triton consumes itself; the model never sees them in `parameters()`.
+_RESERVED_PARAMETERS = frozenset(
+    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers",
+     "binary_data_output"}
+)
+
+
+class ModelVersion:
+    """One version of a model: config, instances and the scheduler in front of them."""
+
+    def __init__(
+        self,
+        name: str,
+        version: int,
+        config: mc.ModelConfig,
+        config_json: str,
+        model_file: Path,
+    ) -> None:
+        self.name = name
+        self.version = version
+        self.config = config
+        self.model_file = model_file
+        self.decoupled = config.model_transaction_policy.decoupled
+        self.validator = RequestValidator(config)
+        self.all_outputs = frozenset(o.name for o in config.output)
+        self._input_reshapes = _input_reshapes(config)
+        self._output_reshapes = _output_reshapes(config)
+        self._batching = config.max_batch_size > 0
+        self.instances = [
+            ModelInstance(spec) for spec in _instance_specs(name, version, config, config_json,
+                                                             model_file)
+        ]
+        self._scheduler: DefaultScheduler[Pending] = DefaultScheduler(
+            self.instances, lambda instance, batch: run_execute(instance, batch, self.decoupled)
+        )
+
+    def load(self) -> None:
+        """Initialize every instance; on failure finalize the ones that did initialize."""
+        loaded: list[ModelInstance] = []
+        try:
+            for instance in self.instances:
+                instance.load()
+                loaded.append(instance)
+        except ModelLoadError:
+            for instance in self.instances:
+                if instance in loaded:
+                    instance.finalize()
+                else:
+                    instance.stop()
+            raise
+
+    def submit(self, request: InferRequest, respond: Respond) -> Pending | None:
+        try:
+            self.validator.validate(request.request_id, request.inputs, request.requested_outputs)
+        except RequestError as exc:
+            respond(_error_response(str(exc), exc.code), True)
+            return None
+        requested = (
+            frozenset(request.requested_outputs) if request.requested_outputs else self.all_outputs
+        )
+        pending = Pending(
+            lambda p: self._model_request(request, requested, p),
+            respond,
+            lambda response: self._finish(response, requested),
+        )
+        self._scheduler.enqueue(pending)
+        return pending
+
+    def _model_request(
+        self, request: InferRequest, requested: frozenset[str], pending: Pending
+    ) -> pb_utils.InferenceRequest:
+        params = request.parameters
+        inputs = request.inputs
+        if self._input_reshapes:
+            inputs = [self._reshape_input(t) for t in inputs]
+        sender = pb_utils.InferenceResponseSender(
+            pending.deliver, decoupled=self.decoupled, is_cancelled=pending.is_cancelled
+        )
+        return pb_utils.InferenceRequest._incoming(
+            inputs=inputs,
+            request_id=request.request_id,
+            correlation_id=params.get("sequence_id", 0),
+            flags=_sequence_flags(params),
+            timeout=int(params.get("timeout", 0)),
+            parameters_json=_custom_parameters_json(params),
+            requested_output_names=set(requested),
+            response_sender=sender,
+            is_cancelled=pending.is_cancelled,
+        )
+
+    def _reshape_input(self, tensor: pb_utils.Tensor) -> pb_utils.Tensor:
+        shape = self._input_reshapes.get(tensor.name())
+        if shape is None:
+            return tensor
+        array = tensor._array
+        batch = list(array.shape[:1]) if self._batching else []
+        return pb_utils.Tensor._from_wire(
+            tensor.name(), array.reshape(batch + shape), tensor._datatype
+        )
+
+    def _finish(
+        self, response: pb_utils.InferenceResponse | None, requested: frozenset[str]
+    ) -> pb_utils.InferenceResponse | None:
+        """Keep only the requested outputs and apply output reshape, as Triton does."""
+        if response is None or response.has_error():
+            return response
+        outputs = response.output_tensors()
+        kept = [t for t in outputs if t.name() in requested]
+        if self._output_reshapes:
+            kept = [self._reshape_output(t) for t in kept]
+        if len(kept) == len(outputs) and not self._output_reshapes:
+            return response
+        return pb_utils.InferenceResponse(kept, parameters=_response_parameters(response))
+
+    def _reshape_output(self, tensor: pb_utils.Tensor) -> pb_utils.Tensor:
+        dims = self._output_reshapes.get(tensor.name())
+        if dims is None:
+            return tensor
+        array = tensor._array
+        batch = list(array.shape[:1]) if self._batching else []
+        try:
+            reshaped = array.reshape(batch + dims)
+        except ValueError:
+            return tensor  # Triton passes through what it cannot reshape
+        return pb_utils.Tensor._from_wire(tensor.name(), reshaped, tensor._datatype)
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Let queued and executing requests finish, then finalize every instance."""
+        if not self._scheduler.drain(timeout):
+            log.warning("%s v%d: requests still running after %ss", self.name, self.version,
+                        timeout)
+        for instance in self.instances:
+            instance.finalize()
+
+
+class Model:
+    """A model and the versions of it being served."""
+
+    def __init__(self, name: str, versions: Mapping[int, ModelVersion]) -> None:
+        self.name = name
+        self.versions = dict(versions)
+        self.latest = self.versions[max(self.versions)]
+
+    @property
+    def config(self) -> mc.ModelConfig:
+        return self.latest.config
+
+    def submit(self, request: InferRequest, respond: Respond) -> Pending | None:
+        version = self.latest
+        if request.model_version != -1:
+            version = self.versions.get(request.model_version)
+            if version is None:
+                message = unknown_model_error(self.name, request.model_version)
+                respond(_error_response(message, pb_utils.TritonError.NOT_FOUND), True)
+                return None
+        return version.submit(request, respond)
+
+    def infer(self, request: InferRequest, timeout: float | None = None) -> pb_utils.InferenceResponse:
+        """Run one request and wait for its (single, final) response. For in-process use."""
+        done = threading.Event()
+        responses: list[pb_utils.InferenceResponse] = []
+
+        def respond(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+            if response is not None:
+                responses.append(response)
+            if final:
+                done.set()
+
+        self.submit(request, respond)
+        if not done.wait(timeout):
+            raise TimeoutError(f"model '{self.name}' did not answer within {timeout}s")
+        return responses[-1] if responses else pb_utils.InferenceResponse([])
+
+    def close(self) -> None:
+        for version in self.versions.values():
+            version.close()
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _error_response(message: str, code: pb_utils.TritonError | int) -> pb_utils.InferenceResponse:
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+
+
+def _sequence_flags(params: Mapping[str, ParameterValue]) -> int:
+    flags = 0
+    if params.get("sequence_start"):
+        flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+    if params.get("sequence_end"):
+        flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+    return flags
+
+
+def _custom_parameters_json(params: Mapping[str, ParameterValue]) -> str:
+    if not params:
+        return "{}"
+    custom = {
+        k: v
+        for k, v in params.items()
+        if k not in _RESERVED_PARAMETERS and not k.startswith("triton_")
+    }
+    return json.dumps(custom, separators=(",", ":")) if custom else "{}"
+
+
+def _response_parameters(response: pb_utils.InferenceResponse) -> dict | None:
+    text = response.parameters()
+    return json.loads(text) if text and text != "{}" else None
+
+
+def _input_reshapes(config: mc.ModelConfig) -> dict[str, list[int]]:
+    return {i.name: list(i.reshape.shape) for i in config.input if i.HasField("reshape")}
+
+
+def _output_reshapes(config: mc.ModelConfig) -> dict[str, list[int]]:
+    # The model produces the `reshape` shape; the client receives `dims`.
+    return {o.name: list(o.dims) for o in config.output if o.HasField("reshape")}
+
+
+_KIND_NAMES = {
+    mc.ModelInstanceGroup.KIND_AUTO: "CPU",
+    mc.ModelInstanceGroup.KIND_CPU: "CPU",
+    mc.ModelInstanceGroup.KIND_GPU: "GPU",
+    mc.ModelInstanceGroup.KIND_MODEL: "MODEL",
+}
+
+
+def _instance_specs(
+    name: str, version: int, config: mc.ModelConfig, config_json: str, model_file: Path
+) -> list[InstanceSpec]:
+    """One spec per instance, named `<group name>_<k>` as Triton names them."""
+    specs = []
+    model_dir = str(model_file.parent.parent)
+    for group in config.instance_group:
+        kind = _KIND_NAMES[group.kind]
+        # A GPU group gets `count` instances on each listed device; CPU groups run on device 0.
+        devices = list(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU else []
+        placements = [d for d in devices or [0] for _ in range(group.count)]
+        for k, device_id in enumerate(placements):
+            instance_name = f"{group.name}_{k}"
+            args = {
+                "model_config": config_json,
+                "model_instance_kind": kind,
+                "model_instance_name": instance_name,
+                "model_instance_device_id": str(device_id),
+                "model_repository": model_dir,
+                "model_version": str(version),
+                "model_name": name,
+            }
+            specs.append(
+                InstanceSpec(name, instance_name, kind, device_id, model_file, version, args)
+            )
+    return specs

@@ -1,0 +1,1 @@
+"""Schedulers: which requests an instance's `execute` receives, and when."""

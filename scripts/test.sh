@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs, from this checkout, and run it.
+#   .venv         the product + test tools (numpy 2.x)
+#   .venv-oracle  nvidia-pytriton: the real tritonserver the differential tests compare against.
+#                 It pins numpy < 2, so it lives apart from the product.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -k codec`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+
+if [ ! -x .venv/bin/python ]; then "$PYTHON" -m venv .venv; fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+
+if [ ! -x .venv-oracle/bin/python ]; then "$PYTHON" -m venv .venv-oracle; fi
+.venv-oracle/bin/python -m pip install --quiet --disable-pip-version-check nvidia-pytriton
+export DYNAMO_BRIDGE_ORACLE_PYTHON="$PWD/.venv-oracle/bin/python"
+
+.venv/bin/python -m pytest "$@"
