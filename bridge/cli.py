@@ -31,34 +31,58 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve a Triton Python-backend model repository through NVIDIA Dynamo.",
     )
     p.add_argument(
-        "--model-repository", "--model-store", dest="model_repositories", action="append",
-        type=Path, required=True, metavar="PATH",
+        "--model-repository",
+        "--model-store",
+        dest="model_repositories",
+        action="append",
+        type=Path,
+        required=True,
+        metavar="PATH",
         help="model repository folder; repeat for several",
     )
     p.add_argument("--grpc-port", type=int, default=8001, help="KServe gRPC port (default 8001)")
     p.add_argument(
-        "--host", "--grpc-address", dest="host", default="127.0.0.1",
+        "--host",
+        "--grpc-address",
+        dest="host",
+        default="127.0.0.1",
         help="address to serve on (default 127.0.0.1)",
     )
     p.add_argument(
-        "--metrics-port", type=int, default=8002,
+        "--metrics-port",
+        type=int,
+        default=8002,
         help="port of the Dynamo frontend's /metrics and /health (default 8002)",
     )
     p.add_argument(
-        "--strict-model-config", type=_bool, nargs="?", const=True, default=False,
-        metavar="BOOL", help="require a complete config.pbtxt; disables auto-complete",
+        "--strict-model-config",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="BOOL",
+        help="require a complete config.pbtxt; disables auto-complete",
     )
     p.add_argument(
-        "--disable-auto-complete-config", action="store_true",
+        "--disable-auto-complete-config",
+        action="store_true",
         help="do not call auto_complete_config; a config.pbtxt is required",
     )
-    p.add_argument("--model-config-name", default=None, help="use <model>/configs/<name>.pbtxt")
+    p.add_argument("--model-config-name", default="", help="use <model>/configs/<name>.pbtxt")
     p.add_argument(
-        "--exit-on-error", type=_bool, nargs="?", const=True, default=False, metavar="BOOL",
+        "--exit-on-error",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="BOOL",
         help="exit at start-up if any model fails to load (tritonserver's default; ours is false)",
     )
     p.add_argument(
-        "--log-verbose", type=int, default=0, metavar="LEVEL",
+        "--log-verbose",
+        type=int,
+        default=0,
+        metavar="LEVEL",
         help="1 or more shows verbose (debug) lines, pb_utils.Logger.log_verbose included",
     )
     return p

@@ -20,7 +20,7 @@ def format_status_table(statuses: Iterable[ModelStatus]) -> str:
     rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
     lines = [rule]
     for i, row in enumerate(rows):
-        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |")
+        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
         if i == 0:
             lines.append(rule)
     lines.append(rule)

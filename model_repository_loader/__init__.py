@@ -1,2 +1,1 @@
-"""dynamo-bridge, the Triton side: a Triton Python backend without Triton.
-"""
+"""dynamo-bridge, the Triton side: a Triton Python backend without Triton."""

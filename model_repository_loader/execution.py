@@ -62,7 +62,9 @@ class Pending:
         return True
 
     def fail(self, message: str, code: Any = None) -> None:
-        error = pb_utils.TritonError(message, code if code is not None else pb_utils.TritonError.INTERNAL)
+        error = pb_utils.TritonError(
+            message, code if code is not None else pb_utils.TritonError.INTERNAL
+        )
         self.deliver(pb_utils.InferenceResponse(error=error), True)
 
 

@@ -62,7 +62,9 @@ def import_model_module(model_file: Path) -> types.ModuleType:
             _forget_modules_loaded_from(model_dir, saved_modules)
 
 
-def _forget_modules_loaded_from(model_dir: Path, saved_modules: dict[str, types.ModuleType]) -> None:
+def _forget_modules_loaded_from(
+    model_dir: Path, saved_modules: dict[str, types.ModuleType]
+) -> None:
     """Drop what this import added under the model folder, and restore what it shadowed."""
     prefix = str(model_dir) + "/"
     for name, module in list(sys.modules.items()):

@@ -52,7 +52,7 @@ class ModelInstance:
     # -- lifecycle -------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Import model.py, construct the model and run `initialize(args)` on the instance thread."""
+        """Import model.py, build the model and run `initialize(args)` on the instance thread."""
         self.call(self._load)
 
     def _load(self) -> None:
@@ -66,8 +66,7 @@ class ModelInstance:
         model_class = getattr(module, "TritonPythonModel", None)
         if model_class is None:
             raise ModelLoadError(
-                f"Python model file '{spec.model_file}' does not define a "
-                "'TritonPythonModel' class"
+                f"Python model file '{spec.model_file}' does not define a 'TritonPythonModel' class"
             )
         try:
             self.model = model_class()

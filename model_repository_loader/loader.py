@@ -12,22 +12,26 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import config as model_config
-from . import repository
-from .errors import ModelLoadError, format_python_error
-from .importer import ModelImportError, import_model_module
+from tritonclient.grpc import model_config_pb2 as mc
+
+from . import pb_utils, repository
+from .config import (
+    ConfigError,
+    ConfigOptions,
+    config_file_exists,
+    config_to_args_json,
+    finalize_config,
+    read_model_config,
+)
+from .errors import ModelLoadError
+from .importer import import_model_module
 from .model import Model, ModelVersion
 from .repository import ModelSource
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True, slots=True)
-class LoaderOptions:
-    """The tritonserver flags that change how models load."""
-
-    auto_complete: bool = True  # off with --disable-auto-complete-config / --strict-model-config
-    model_config_name: str | None = None  # --model-config-name
+# The tritonserver flags that change how models load (auto-complete, --model-config-name, ...).
+LoaderOptions = ConfigOptions
 
 
 @dataclass(slots=True)
@@ -59,8 +63,8 @@ class LoadedRepository:
 
 
 def load_repository(
-    paths: Iterable[Path],
-    options: LoaderOptions = LoaderOptions(),
+    paths: Iterable[Path | str],
+    options: ConfigOptions = ConfigOptions(),
     only: Iterable[str] | None = None,
 ) -> LoadedRepository:
     """Load every model under `paths` (or just the names in `only`)."""
@@ -83,38 +87,49 @@ def load_repository(
     return loaded
 
 
-def load_model(source: ModelSource, options: LoaderOptions = LoaderOptions()) -> Model:
+def load_model(source: ModelSource, options: ConfigOptions = ConfigOptions()) -> Model:
     """Load every served version of one model; raises ModelLoadError with Triton's reason."""
-    try:
-        config = model_config.load_config(source, options, _model_class_loader)
-        versions = repository.select_versions(source, config)
-        config_json = model_config.config_to_args_json(config)
-    except model_config.ConfigError as exc:
-        raise ModelLoadError(str(exc)) from None
-
     loaded: dict[int, ModelVersion] = {}
     try:
-        for number in versions:
-            try:
-                model_file = repository.model_file(source, number, config)
-            except model_config.ConfigError as exc:
-                raise ModelLoadError(str(exc)) from None
-            version = ModelVersion(source.name, number, config, config_json, model_file)
+        config = read_model_config(source, options)
+        config_provided = config_file_exists(source, options)
+        for number in repository.select_versions(source, config):
+            final = _version_config(source, number, config, options, config_provided)
+            model_file = repository.model_file(source, number, final)
+            version = ModelVersion(
+                source.name, number, final, config_to_args_json(final), model_file
+            )
             version.load()
             loaded[number] = version
-    except ModelLoadError:
+    except (ConfigError, ModelLoadError) as exc:
         for version in loaded.values():
             version.close()
-        raise
+        raise ModelLoadError(str(exc)) from None
     return Model(source.name, loaded)
 
 
-def _model_class_loader(model_file: Path) -> type | None:
+def _version_config(
+    source: ModelSource,
+    version: int,
+    config: mc.ModelConfig,
+    options: ConfigOptions,
+    config_provided: bool,
+) -> mc.ModelConfig:
+    # auto_complete_config runs with the model's context bound, so pb_utils.get_model_dir()
+    # and Logger work in it, and BLS is refused as Triton refuses it there.
+    with (
+        pb_utils.context.model_context(
+            model_name=source.name,
+            instance_name=source.name,
+            version_dir=str(source.version_path(version)),
+        ),
+        pb_utils.context.phase("auto_complete"),
+    ):
+        return finalize_config(
+            config, source, version, options, _model_class, config_provided=config_provided
+        )
+
+
+def _model_class(model_file: Path) -> type:
     """Import model.py once, only to reach `TritonPythonModel.auto_complete_config`."""
-    try:
-        module = import_model_module(model_file)
-    except ModelImportError as exc:
-        raise ModelLoadError(str(exc)) from None
-    except BaseException as exc:
-        raise ModelLoadError(format_python_error(exc)) from None
-    return getattr(module, "TritonPythonModel", None)
+    return getattr(import_model_module(model_file), "TritonPythonModel", None)

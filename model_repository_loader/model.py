@@ -28,8 +28,15 @@ log = logging.getLogger(__name__)
 
 # Request parameters Triton consumes itself; the model never sees them in `parameters()`.
 _RESERVED_PARAMETERS = frozenset(
-    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers",
-     "binary_data_output"}
+    {
+        "sequence_id",
+        "sequence_start",
+        "sequence_end",
+        "priority",
+        "timeout",
+        "headers",
+        "binary_data_output",
+    }
 )
 
 
@@ -51,12 +58,11 @@ class ModelVersion:
         self.decoupled = config.model_transaction_policy.decoupled
         self.validator = RequestValidator(config)
         self.all_outputs = frozenset(o.name for o in config.output)
-        self._input_reshapes = _input_reshapes(config)
         self._output_reshapes = _output_reshapes(config)
         self._batching = config.max_batch_size > 0
         self.instances = [
-            ModelInstance(spec) for spec in _instance_specs(name, version, config, config_json,
-                                                             model_file)
+            ModelInstance(spec)
+            for spec in _instance_specs(name, version, config, config_json, model_file)
         ]
         self._scheduler: DefaultScheduler[Pending] = DefaultScheduler(
             self.instances, lambda instance, batch: run_execute(instance, batch, self.decoupled)
@@ -98,9 +104,7 @@ class ModelVersion:
         self, request: InferRequest, requested: frozenset[str], pending: Pending
     ) -> pb_utils.InferenceRequest:
         params = request.parameters
-        inputs = request.inputs
-        if self._input_reshapes:
-            inputs = [self._reshape_input(t) for t in inputs]
+        inputs = self.validator.apply_input_reshape(request.inputs)
         sender = pb_utils.InferenceResponseSender(
             pending.deliver, decoupled=self.decoupled, is_cancelled=pending.is_cancelled
         )
@@ -114,16 +118,6 @@ class ModelVersion:
             requested_output_names=set(requested),
             response_sender=sender,
             is_cancelled=pending.is_cancelled,
-        )
-
-    def _reshape_input(self, tensor: pb_utils.Tensor) -> pb_utils.Tensor:
-        shape = self._input_reshapes.get(tensor.name())
-        if shape is None:
-            return tensor
-        array = tensor._array
-        batch = list(array.shape[:1]) if self._batching else []
-        return pb_utils.Tensor._from_wire(
-            tensor.name(), array.reshape(batch + shape), tensor._datatype
         )
 
     def _finish(
@@ -155,8 +149,9 @@ class ModelVersion:
     def close(self, timeout: float | None = 30.0) -> None:
         """Let queued and executing requests finish, then finalize every instance."""
         if not self._scheduler.drain(timeout):
-            log.warning("%s v%d: requests still running after %ss", self.name, self.version,
-                        timeout)
+            log.warning(
+                "%s v%d: requests still running after %ss", self.name, self.version, timeout
+            )
         for instance in self.instances:
             instance.finalize()
 
@@ -183,7 +178,9 @@ class Model:
                 return None
         return version.submit(request, respond)
 
-    def infer(self, request: InferRequest, timeout: float | None = None) -> pb_utils.InferenceResponse:
+    def infer(
+        self, request: InferRequest, timeout: float | None = None
+    ) -> pb_utils.InferenceResponse:
         """Run one request and wait for its (single, final) response. For in-process use."""
         done = threading.Event()
         responses: list[pb_utils.InferenceResponse] = []
@@ -234,10 +231,6 @@ def _custom_parameters_json(params: Mapping[str, ParameterValue]) -> str:
 def _response_parameters(response: pb_utils.InferenceResponse) -> dict | None:
     text = response.parameters()
     return json.loads(text) if text and text != "{}" else None
-
-
-def _input_reshapes(config: mc.ModelConfig) -> dict[str, list[int]]:
-    return {i.name: list(i.reshape.shape) for i in config.input if i.HasField("reshape")}
 
 
 def _output_reshapes(config: mc.ModelConfig) -> dict[str, list[int]]:

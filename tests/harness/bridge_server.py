@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -14,6 +13,7 @@ from pathlib import Path
 import tritonclient.grpc as grpcclient
 
 from .ports import LOCALHOST, free_ports
+from .process import stop_process_group
 
 # The checkout holding bridge/ and model_repository_loader/: the subprocess imports them from
 # here even when the project is not installed in the interpreter.
@@ -94,6 +94,8 @@ class BridgeServer:
                 stdin=subprocess.DEVNULL,
                 env=self.environ(),
                 cwd=self.cwd,
+                # Own process group: stop() can reap the worker processes it spawned too.
+                start_new_session=True,
             )
         try:
             self._wait_live()
@@ -128,20 +130,16 @@ class BridgeServer:
             client.close()
 
     def stop(self, timeout: float | None = None) -> int | None:
-        """SIGTERM, then SIGKILL after the timeout. Returns the exit code (None if never started)."""
+        """SIGTERM, then SIGKILL after the timeout (default `stop_timeout`).
+
+        Returns the exit code, also kept in `returncode` (None if never started)."""
         if self._client is not None:
             self._client.close()
             self._client = None
         proc = self.process
         if proc is None:
             return self.returncode
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(self.stop_timeout if timeout is None else timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process_group(proc, self.stop_timeout if timeout is None else timeout)
         self.returncode = proc.returncode
         self.process = None
         return self.returncode

@@ -15,7 +15,6 @@ import functools
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -27,6 +26,7 @@ from typing import Literal
 import tritonclient.grpc as grpcclient
 
 from .ports import LOCALHOST, free_ports
+from .process import stop_process_group
 
 ORACLE_PYTHON_ENV = "DYNAMO_BRIDGE_ORACLE_PYTHON"
 DEFAULT_ORACLE_PYTHON = "/work/oracle/bin/python"
@@ -90,15 +90,19 @@ def _find_oracle(python: Path) -> OracleEnv:
         python_version=info["version"],
         tritonserver=server_dir / "bin" / "tritonserver",
         backends_dir=server_dir / "backends",
-        stub_source=server_dir / "python_backend_stubs" / info["version"] / "triton_python_backend_stub",
+        stub_source=server_dir
+        / "python_backend_stubs"
+        / info["version"]
+        / "triton_python_backend_stub",
         libs_dir=package.parent / "nvidia_pytriton.libs",
     )
     for required in (env.tritonserver, env.backends_dir / "python"):
         if not required.exists():
             raise OracleUnavailable(f"oracle installation is incomplete: {required} is missing")
     if not env.stub_path.exists() and not env.stub_source.exists():
+        stubs = env.stub_source.parent.parent
         raise OracleUnavailable(
-            f"no python backend stub for Python {env.python_version} in {env.stub_source.parent.parent}"
+            f"no python backend stub for Python {env.python_version} in {stubs}"
         )
     return env
 
@@ -115,6 +119,27 @@ def oracle_unavailable_reason() -> str | None:
     except OracleUnavailable as exc:
         return str(exc)
     return None
+
+
+def in_ci() -> bool:
+    """True when env CI says so (GitHub Actions, GitLab, ... set CI=true)."""
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def require_oracle() -> None:
+    """For tests that need the oracle: return if it can run, else fail in CI, skip elsewhere.
+
+    In CI a missing oracle must not turn differential tests silently into skips.
+    """
+    import pytest
+
+    reason = oracle_unavailable_reason()
+    if reason is None:
+        return
+    message = f"the Triton oracle is unavailable: {reason}"
+    if in_ci():
+        pytest.fail(f"{message} (CI must run oracle tests)", pytrace=False)
+    pytest.skip(message)
 
 
 def install_stub(env: OracleEnv) -> None:
@@ -234,6 +259,8 @@ class TritonOracle:
                     stdin=subprocess.DEVNULL,
                     env=environ,
                     cwd=self.cwd,
+                    # Own process group: stop() can reap the stub processes it spawned too.
+                    start_new_session=True,
                 )
             try:
                 self._wait_started()
@@ -274,20 +301,16 @@ class TritonOracle:
             client.close()
 
     def stop(self, timeout: float = 15.0) -> int | None:
-        """SIGTERM, then SIGKILL after `timeout` s. Returns the exit code (None if never started)."""
+        """SIGTERM, then SIGKILL after `timeout` s.
+
+        Returns the exit code, also kept in `returncode` (None if never started)."""
         if self._client is not None:
             self._client.close()
             self._client = None
         proc = self.process
         if proc is None:
             return self.returncode
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process_group(proc, timeout)
         self.returncode = proc.returncode
         self.process = None
         return self.returncode

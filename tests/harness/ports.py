@@ -39,7 +39,9 @@ def free_port(port_range: Iterable[int] | None = None, host: str = LOCALHOST) ->
     raise RuntimeError(f"no free TCP port on {host} in the given range")
 
 
-def free_ports(count: int, port_range: Iterable[int] | None = None, host: str = LOCALHOST) -> list[int]:
+def free_ports(
+    count: int, port_range: Iterable[int] | None = None, host: str = LOCALHOST
+) -> list[int]:
     """`count` distinct free ports (a server usually needs several at once)."""
     ports: list[int] = []
     attempts = 0

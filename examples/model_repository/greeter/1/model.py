@@ -29,7 +29,8 @@ class TritonPythonModel:
 
             name = _text(request, "NAME")
             title = _text(request, "TITLE")
-            greeting = f"Hello, {title} {name}{punctuation}" if title else f"Hello, {name}{punctuation}"
+            who = f"{title} {name}" if title else name
+            greeting = f"Hello, {who}{punctuation}"
             if params.get("shout") is True:
                 greeting = greeting.upper()
 

@@ -1,0 +1,75 @@
+"""The one exception type of repository scanning and configuration handling."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+# Where in Triton's load sequence an error happens decides what a client sees:
+# - "poll":     reading / normalizing / validating config.pbtxt before any version is chosen.
+#               Triton only logs the reason; an explicit load answers "failed to poll".
+# - "versions": no version directory matches the version policy.
+# - "load":     per version: instance groups, auto-complete, tensor validation, model file.
+Stage = Literal["poll", "versions", "load"]
+
+# Triton status codes (TRITONSERVER_Error_Code names) and the words Triton prints for them
+# in front of a reason, as in "version 1 is at UNAVAILABLE state: Invalid argument: ...".
+_CODE_WORDS = {
+    "UNKNOWN": "Unknown",
+    "INTERNAL": "Internal",
+    "NOT_FOUND": "Not found",
+    "INVALID_ARG": "Invalid argument",
+    "UNAVAILABLE": "Unavailable",
+    "UNSUPPORTED": "Unsupported",
+    "ALREADY_EXISTS": "Already exists",
+    "CANCELLED": "Cancelled",
+}
+
+
+class ConfigError(Exception):
+    """A model that cannot be loaded because of its directory or configuration.
+
+    `str(error)` is Triton's reason text. `code` is the Triton status code name, `stage` where
+    Triton would have failed (see `Stage`), `detail` extra text for logs (e.g. the parser's
+    message for a config.pbtxt syntax error, which Triton logs on a separate line).
+    """
+
+    def __init__(
+        self, reason: str, *, code: str = "INVALID_ARG", stage: Stage = "poll", detail: str = ""
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+        self.stage: Stage = stage
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return self.reason
+
+    @property
+    def status_text(self) -> str:
+        """`<code words>: <reason>`, the form inside Triton's per-version load errors."""
+        return f"{_CODE_WORDS.get(self.code, self.code)}: {self.reason}"
+
+    def load_failure_message(self, model_name: str, version: int | None = None) -> str:
+        """What Triton answers an explicit load request (RepositoryModelLoad) failing here.
+
+        A "poll" failure is INTERNAL for the client; the others are INVALID_ARG.
+        """
+        if self.stage == "poll":
+            return f"failed to load '{model_name}', failed to poll from model repository"
+        if self.stage == "versions" or version is None:
+            return f"load failed for model '{model_name}': {self.reason}\n"
+        return (
+            f"load failed for model '{model_name}': version {version} is at UNAVAILABLE "
+            f"state: {self.status_text};\n"
+        )
+
+    def log_message(self, model_name: str, version: int | None = None) -> str:
+        """The server-log line Triton writes for this failure (plus parser detail if any)."""
+        if self.stage == "poll":
+            text = f"Poll failed for model directory '{model_name}': {self.reason}"
+        elif self.stage == "versions" or version is None:
+            text = f"failed to load model '{model_name}': {self.reason}"
+        else:
+            text = f"failed to load '{model_name}' version {version}: {self.status_text}"
+        return f"{text}\n{self.detail}" if self.detail else text

@@ -1,0 +1,234 @@
+"""The module-level helper functions of `triton_python_backend_utils`.
+
+Lookup helpers and the datatype conversions behave exactly as Triton's (verified on 2.51,
+including the odd corners: `serialize_byte_tensor` of an empty array is `()`, a non-bytes dtype
+gives None). `get_model_dir()` reads the running instance from `context`. The model loading API is
+plugged in with `set_model_control(...)`; until then it raises "not supported yet".
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Protocol
+
+import numpy as np
+
+from . import context
+from .constants import TRITON_STRING_TO_NUMPY
+from .errors import TritonModelException, bind_arguments, pybind_type_error
+
+_LENGTH = struct.Struct("<I")
+
+# Triton int datatype code <-> numpy type, for the two conversion helpers.
+_CODE_TO_NUMPY = {
+    1: np.bool_,
+    2: np.uint8,
+    3: np.uint16,
+    4: np.uint32,
+    5: np.uint64,
+    6: np.int8,
+    7: np.int16,
+    8: np.int32,
+    9: np.int64,
+    10: np.float16,
+    11: np.float32,
+    12: np.float64,
+    13: np.object_,
+}
+
+
+def get_input_tensor_by_name(inference_request: Any, name: str) -> Any:
+    """The input Tensor called `name`, or None."""
+    for tensor in inference_request.inputs():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_output_tensor_by_name(inference_response: Any, name: str) -> Any:
+    """The output Tensor called `name`, or None."""
+    for tensor in inference_response.output_tensors():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The config entry (dict) of input `name`, or None."""
+    for entry in model_config["input"] if "input" in model_config else ():
+        if entry["name"] == name:
+            return entry
+    return None
+
+
+def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The config entry (dict) of output `name`, or None."""
+    for entry in model_config["output"] if "output" in model_config else ():
+        if entry["name"] == name:
+            return entry
+    return None
+
+
+def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
+    if "model_transaction_policy" in model_config:
+        return model_config["model_transaction_policy"]["decoupled"]
+    return False
+
+
+def triton_string_to_numpy(triton_type_string: str) -> Any:
+    """Config data_type string -> numpy type; KeyError for unknown ones (e.g. "TYPE_BF16")."""
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def triton_to_numpy_type(data_type: int) -> Any:
+    """Triton datatype code -> numpy type (1 -> np.bool_ ... 13 -> np.object_); else None."""
+    for code, numpy_type in _CODE_TO_NUMPY.items():
+        if data_type == code:
+            return numpy_type
+    return None
+
+
+def numpy_to_triton_type(data_type: Any) -> int | None:
+    """numpy type or dtype -> Triton datatype code; None when there is none.
+
+    Compared with `==` like Triton, so `np.dtype("float32")` works but `"float32"`, Python's
+    `bool` and `S` dtypes give None [V]; the type `np.bytes_` gives 13.
+    """
+    for code, numpy_type in _CODE_TO_NUMPY.items():
+        if data_type == numpy_type:
+            return code
+    if data_type == np.bytes_:
+        return 13
+    return None
+
+
+def serialize_byte_tensor(input_tensor: np.ndarray) -> bytes | tuple[()] | None:
+    """Object or `S` array -> 4-byte little-endian length + bytes per element, in C order.
+
+    Non-bytes elements of an object array are written as `str(x).encode("utf-8")`.
+    An empty array gives `()` and any other dtype gives None, as in Triton [V].
+    """
+    if input_tensor.size == 0:
+        return ()
+    if input_tensor.dtype == np.object_:
+        parts = []
+        for item in input_tensor.reshape(-1, order="C").tolist():
+            if type(item) is not bytes:
+                item = str(item).encode("utf-8")
+            parts.append(_LENGTH.pack(len(item)))
+            parts.append(item)
+        return b"".join(parts)
+    if input_tensor.dtype.type == np.bytes_:
+        parts = []
+        for item in input_tensor.reshape(-1, order="C").tolist():
+            parts.append(_LENGTH.pack(len(item)))
+            parts.append(item)
+        return b"".join(parts)
+    return None
+
+
+def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
+    """Inverse of `serialize_byte_tensor`: a 1-D object array of `bytes`."""
+    items = []
+    offset = 0
+    view = memoryview(encoded_tensor)
+    end = len(view)
+    while offset < end:
+        (length,) = _LENGTH.unpack_from(view, offset)
+        offset += 4
+        if offset + length > end:
+            raise struct.error(f"truncated bytes tensor: element needs {length} bytes at {offset}")
+        items.append(bytes(view[offset : offset + length]))
+        offset += length
+    array = np.empty(len(items), dtype=np.object_)
+    array[:] = items
+    return array
+
+
+def get_model_dir() -> str:
+    """The version directory of the running model, e.g. "/models/m/1" [V]."""
+    current = context.current_model()
+    if current is None:
+        raise TritonModelException("get_model_dir() is only available inside a loaded model.")
+    return current.version_dir
+
+
+class ModelControl(Protocol):
+    """What the loader provides to back `load_model` / `unload_model` / `is_model_ready`."""
+
+    def load_model(self, model_name: str, config: str, files: dict[str, bytes] | None) -> None: ...
+
+    def unload_model(self, model_name: str, unload_dependents: bool) -> None: ...
+
+    def is_model_ready(self, model_name: str, model_version: str) -> bool: ...
+
+
+_control: ModelControl | None = None
+
+
+def set_model_control(control: ModelControl | None) -> None:
+    """Install (or remove, with None) the implementation of the model loading API."""
+    global _control
+    _control = control
+
+
+def _not_supported(prefix: str, function: str) -> TritonModelException:
+    return TritonModelException(f"{prefix}: {function}() is not supported yet by dynamo-bridge.")
+
+
+def load_model(*args: Any, **kwargs: Any) -> None:
+    """`load_model(model_name, config="", files=None)` (explicit model control)."""
+    params = bind_arguments(("model_name", "config", "files"), args, kwargs)
+    if (
+        params is None
+        or not isinstance(params.get("model_name"), str)
+        or not isinstance(params.setdefault("config", ""), str)
+        or not isinstance(params.setdefault("files", None), (dict, type(None)))
+    ):
+        raise pybind_type_error(
+            "load_model",
+            "(model_name: str, config: str = '', files: object = None) -> None",
+            args,
+            kwargs,
+        )
+    if _control is None:
+        raise _not_supported("Failed to load model", "load_model")
+    _control.load_model(params["model_name"], params["config"], params["files"])
+
+
+def unload_model(*args: Any, **kwargs: Any) -> None:
+    """`unload_model(model_name, unload_dependents=False)`; returns before the unload ends."""
+    params = bind_arguments(("model_name", "unload_dependents"), args, kwargs)
+    if (
+        params is None
+        or not isinstance(params.get("model_name"), str)
+        or params.setdefault("unload_dependents", False) is None
+    ):
+        raise pybind_type_error(
+            "unload_model",
+            "(model_name: str, unload_dependents: bool = False) -> None",
+            args,
+            kwargs,
+        )
+    if _control is None:
+        raise _not_supported("Failed to unload model", "unload_model")
+    _control.unload_model(params["model_name"], bool(params["unload_dependents"]))
+
+
+def is_model_ready(*args: Any, **kwargs: Any) -> bool:
+    """`is_model_ready(model_name, model_version="")`."""
+    params = bind_arguments(("model_name", "model_version"), args, kwargs)
+    if (
+        params is None
+        or not isinstance(params.get("model_name"), str)
+        or not isinstance(params.setdefault("model_version", ""), str)
+    ):
+        raise pybind_type_error(
+            "is_model_ready",
+            "(model_name: str, model_version: str = '') -> bool",
+            args,
+            kwargs,
+        )
+    if _control is None:
+        raise _not_supported("Failed to check model readiness", "is_model_ready")
+    return _control.is_model_ready(params["model_name"], params["model_version"])

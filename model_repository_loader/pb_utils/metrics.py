@@ -1,0 +1,425 @@
+"""Custom metrics: `MetricFamily`, `Metric`, `MetricKind`, held in memory in `REGISTRY`.
+
+Semantics follow Triton (python backend + core + prometheus-cpp), texts verified on 2.51:
+* families are unique by name; asking again with the same kind returns the same family (the
+  first description wins), with another kind is an error;
+* metrics with the same labels share one time series; a series lives while a `Metric` object
+  for it exists, a family while a `MetricFamily` object for it exists;
+* deleting a `MetricFamily` object before its `Metric` objects makes those metrics unusable.
+`render_prometheus()` gives the text exposition format for the bridge's /metrics endpoint.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import operator
+import re
+import threading
+from typing import Any
+
+from . import context
+from .errors import TritonModelException, bind_arguments, pybind_type_error
+
+
+class MetricKind(enum.IntEnum):
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+
+    def __str__(self) -> str:  # pybind11 style: "MetricKind.COUNTER"
+        return f"MetricKind.{self.name}"
+
+    def __repr__(self) -> str:
+        return f"<MetricKind.{self.name}: {self.value}>"
+
+
+COUNTER = MetricKind.COUNTER
+GAUGE = MetricKind.GAUGE
+HISTOGRAM = MetricKind.HISTOGRAM
+
+_KIND_NAMES = {COUNTER: "counter", GAUGE: "gauge", HISTOGRAM: "histogram"}
+_CORE_KIND = {
+    COUNTER: "TRITONSERVER_METRIC_KIND_COUNTER",
+    GAUGE: "TRITONSERVER_METRIC_KIND_GAUGE",
+    HISTOGRAM: "TRITONSERVER_METRIC_KIND_HISTOGRAM",
+}
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
+_FAMILY_SIGNATURE = (
+    "c_python_backend_utils.MetricFamily(name: str, description: str, "
+    "kind: c_python_backend_utils.MetricKind)"
+)
+_DELETED = (
+    "Invalid metric operation as the corresponding 'MetricFamily' has been deleted. "
+    "The 'MetricFamily' object should be deleted AFTER its corresponding 'Metric' objects have "
+    "been deleted."
+)
+
+
+def _request_failed(message: str) -> str:
+    return (
+        f"Failed to process the request for model '{context.instance_name()}', message: {message}"
+    )
+
+
+class _Series:
+    """One time series: a value, or a histogram's per-bucket counts, sum and count."""
+
+    __slots__ = ("value", "bounds", "counts", "sum", "count", "references")
+
+    def __init__(self, bounds: tuple[float, ...] | None) -> None:
+        self.value = 0.0
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1) if bounds is not None else []
+        self.sum = 0.0
+        self.count = 0
+        self.references = 0
+
+
+class _Family:
+    """A registered family: what the exposition shows."""
+
+    __slots__ = ("name", "description", "kind", "series", "handles")
+
+    def __init__(self, name: str, description: str, kind: MetricKind) -> None:
+        self.name = name
+        self.description = description
+        self.kind = kind
+        self.series: dict[tuple[tuple[str, str], ...], _Series] = {}
+        self.handles = 0
+
+
+class _Handle:
+    """Per `MetricFamily` object: its metrics stop working when the object is deleted."""
+
+    __slots__ = ("family", "deleted")
+
+    def __init__(self, family: _Family) -> None:
+        self.family = family
+        self.deleted = False
+
+
+class MetricRegistry:
+    """Every live custom metric family of the process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._families: dict[str, _Family] = {}
+
+    def render_prometheus(self) -> str:
+        """The Prometheus text exposition of all families (empty string when there are none)."""
+        lines: list[str] = []
+        with self._lock:
+            for family in self._families.values():
+                lines.append(f"# HELP {family.name} {_escape_help(family.description)}")
+                lines.append(f"# TYPE {family.name} {_KIND_NAMES[family.kind]}")
+                for labels in sorted(family.series):
+                    _render_series(lines, family, labels, family.series[labels])
+        return "".join(line + "\n" for line in lines)
+
+    def clear(self) -> None:
+        """Forget every family (tests; a fresh process has none)."""
+        with self._lock:
+            self._families.clear()
+
+    # -- used by MetricFamily / Metric ------------------------------------------------------
+
+    def _acquire_family(self, name: str, description: str, kind: MetricKind) -> _Handle:
+        with self._lock:
+            family = self._families.get(name)
+            if family is None:
+                family = self._families[name] = _Family(name, description, kind)
+            elif family.kind != kind:
+                raise TritonModelException(
+                    "Error when creating MetricFamily: "
+                    + _request_failed("Family name already exists with different type")
+                )
+            family.handles += 1
+            return _Handle(family)
+
+    def _release_family(self, handle: _Handle) -> None:
+        with self._lock:
+            handle.deleted = True
+            family = handle.family
+            family.handles -= 1
+            if family.handles <= 0 and self._families.get(family.name) is family:
+                del self._families[family.name]
+
+    def _acquire_series(
+        self, family: _Family, labels: tuple[tuple[str, str], ...], bounds: tuple[float, ...] | None
+    ) -> _Series:
+        with self._lock:
+            series = family.series.get(labels)
+            if series is None:
+                series = family.series[labels] = _Series(bounds)
+            series.references += 1
+            return series
+
+    def _release_series(self, family: _Family, labels: tuple[tuple[str, str], ...]) -> None:
+        with self._lock:
+            series = family.series.get(labels)
+            if series is not None:
+                series.references -= 1
+                if series.references <= 0:
+                    del family.series[labels]
+
+
+REGISTRY = MetricRegistry()
+
+
+def render_prometheus() -> str:
+    """`REGISTRY.render_prometheus()`."""
+    return REGISTRY.render_prometheus()
+
+
+class MetricFamily:
+    """`MetricFamily(name, description, kind)` with kind `MetricFamily.COUNTER|GAUGE|HISTOGRAM`."""
+
+    COUNTER = MetricKind.COUNTER
+    GAUGE = MetricKind.GAUGE
+    HISTOGRAM = MetricKind.HISTOGRAM
+
+    __slots__ = ("_handle", "__weakref__")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._handle: _Handle | None = None
+        params = bind_arguments(("name", "description", "kind"), args, kwargs)
+        if (
+            params is None
+            or not isinstance(params.get("name"), str)
+            or not isinstance(params.get("description"), str)
+            or not isinstance(params.get("kind"), MetricKind)
+        ):
+            raise pybind_type_error("__init__", _FAMILY_SIGNATURE, args, kwargs)
+        name = params["name"]
+        if not _METRIC_NAME.match(name):
+            raise TritonModelException(
+                "Error when creating MetricFamily: " + _request_failed("Invalid metric name")
+            )
+        self._handle = REGISTRY._acquire_family(name, params["description"], params["kind"])
+
+    def Metric(self, labels: Any = None, buckets: Any = None) -> Metric:  # noqa: N802 - Triton's name
+        """A metric of this family with the given labels (and buckets, for histograms)."""
+        handle: _Handle = self._handle  # type: ignore[assignment]  # set by __init__
+        family = handle.family
+        if labels is None:
+            labels = {}
+        elif not isinstance(labels, dict):
+            raise TritonModelException("Failed to create metric. Labels must be a dictionary.")
+        if family.kind == HISTOGRAM:
+            if buckets is None:
+                raise TritonModelException("Failed to create metric. Missing required buckets.")
+            if not isinstance(buckets, list):
+                raise TritonModelException("Failed to create metric. Buckets must be a list.")
+            bounds = tuple(_as_float(b, "Metric", (self, labels, buckets)) for b in buckets)
+        elif buckets is not None:
+            raise TritonModelException("Failed to create metric. Unexpected buckets found.")
+        else:
+            bounds = None
+        key = _label_key(labels)
+        if bounds is not None and any(a >= b for a, b in zip(bounds, bounds[1:], strict=False)):
+            # Triton 2.51's stub dies here (prometheus-cpp throws); we report it instead.
+            raise TritonModelException(
+                "Error when creating Metric: "
+                + _request_failed("Bucket Boundaries must be strictly sorted")
+            )
+        return Metric._create(handle, key, REGISTRY._acquire_series(family, key, bounds))
+
+    def __del__(self) -> None:
+        handle = getattr(self, "_handle", None)
+        if handle is not None and not handle.deleted:
+            try:
+                REGISTRY._release_family(handle)
+            except Exception:  # interpreter shutdown
+                pass
+
+
+class Metric:
+    """One time series of a family: `increment`, `set`, `observe`, `value`."""
+
+    __slots__ = ("_handle", "_labels", "_series", "__weakref__")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("c_python_backend_utils.Metric: No constructor defined!")
+
+    @classmethod
+    def _create(
+        cls, handle: _Handle, labels: tuple[tuple[str, str], ...], series: _Series
+    ) -> Metric:
+        metric = cls.__new__(cls)
+        metric._handle = handle
+        metric._labels = labels
+        metric._series = series
+        return metric
+
+    def increment(self, *args: Any, **kwargs: Any) -> None:
+        value = self._argument("increment", args, kwargs)
+        kind = self._usable("increment")
+        if kind == HISTOGRAM:
+            raise self._unsupported("increment", kind, "Increment")
+        if kind == COUNTER and value < 0.0:
+            raise TritonModelException(
+                "Failed to increment metric value: "
+                + _request_failed(
+                    "TRITONSERVER_METRIC_KIND_COUNTER can only be incremented monotonically by "
+                    "non-negative values."
+                )
+            )
+        with REGISTRY._lock:
+            self._series.value += value
+
+    def set(self, *args: Any, **kwargs: Any) -> None:
+        value = self._argument("set", args, kwargs)
+        kind = self._usable("set")
+        if kind != GAUGE:
+            raise self._unsupported("set", kind, "Set")
+        with REGISTRY._lock:
+            self._series.value = value
+
+    def observe(self, *args: Any, **kwargs: Any) -> None:
+        value = self._argument("observe", args, kwargs)
+        kind = self._usable("observe")
+        if kind != HISTOGRAM:
+            raise self._unsupported("observe", kind, "Observe")
+        series = self._series
+        bounds = series.bounds or ()
+        index = len(bounds)
+        for i, bound in enumerate(bounds):
+            if value <= bound:
+                index = i
+                break
+        with REGISTRY._lock:
+            series.counts[index] += 1
+            series.sum += value
+            series.count += 1
+
+    def value(self, *args: Any, **kwargs: Any) -> float:
+        if args or kwargs:
+            raise pybind_type_error(
+                "value", "(self: c_python_backend_utils.Metric) -> float", (self, *args), kwargs
+            )
+        kind = self._usable("get")
+        if kind == HISTOGRAM:
+            raise self._unsupported("get", kind, "Value")
+        return self._series.value
+
+    def _argument(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
+        if len(args) != 1 or kwargs:
+            raise pybind_type_error(
+                method,
+                "(self: c_python_backend_utils.Metric, arg0: float) -> None",
+                (self, *args),
+                kwargs,
+            )
+        return _as_float(args[0], method, (self, *args))
+
+    def _usable(self, verb: str) -> MetricKind:
+        if self._handle.deleted:
+            raise TritonModelException(f"Failed to {verb} metric value: {_DELETED}")
+        return self._handle.family.kind
+
+    @staticmethod
+    def _unsupported(verb: str, kind: MetricKind, operation: str) -> TritonModelException:
+        return TritonModelException(
+            f"Failed to {verb} metric value: "
+            + _request_failed(f"{_CORE_KIND[kind]} does not support {operation}")
+        )
+
+    def __del__(self) -> None:
+        handle = getattr(self, "_handle", None)
+        if handle is not None:
+            try:
+                REGISTRY._release_series(handle.family, self._labels)
+            except Exception:  # interpreter shutdown
+                pass
+
+
+def _label_key(labels: dict[Any, Any]) -> tuple[tuple[str, str], ...]:
+    # Triton sends labels as JSON: non-str keys become strings, non-str values are refused.
+    pairs = []
+    for name, value in labels.items():
+        if not isinstance(value, str):
+            raise TritonModelException(
+                "Error when creating Metric: "
+                + _request_failed("attempt to access JSON non-string as string")
+            )
+        if not isinstance(name, str):
+            name = _json_key(name)
+        if not _LABEL_NAME.match(name) or name.startswith("__"):
+            raise TritonModelException(
+                "Error when creating Metric: " + _request_failed("Invalid label name")
+            )
+        pairs.append((name, value))
+    return tuple(sorted(pairs))
+
+
+def _json_key(key: Any) -> str:
+    """The text a non-str dict key becomes in JSON (1 -> "1", True -> "true")."""
+    try:
+        return next(iter(json.loads(json.dumps({key: None}))))
+    except TypeError:
+        raise TritonModelException(
+            "Failed to create metric. Labels must be a dictionary."
+        ) from None
+
+
+def _as_float(value: Any, method: str, invoked: tuple[Any, ...]) -> float:
+    # pybind's float caster: numbers and objects with __float__ / __index__, never str.
+    if isinstance(value, (str, bytes)):
+        value = None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        pass
+    try:
+        return float(operator.index(value))
+    except TypeError:
+        raise pybind_type_error(
+            method, "(self: c_python_backend_utils.Metric, arg0: float) -> None", invoked, {}
+        ) from None
+
+
+def _format_value(value: float) -> str:
+    # prometheus-cpp prints doubles with 16 significant digits; Inf/NaN have fixed spellings.
+    if math.isnan(value):
+        return "Nan"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return f"{value:.16g}"
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _escape_label(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels_text(labels: tuple[tuple[str, str], ...], extra: tuple[str, str] | None = None) -> str:
+    pairs = list(labels)
+    if extra is not None:
+        pairs.append(extra)
+    if not pairs:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape_label(v)}"' for k, v in pairs) + "}"
+
+
+def _render_series(
+    lines: list[str], family: _Family, labels: tuple[tuple[str, str], ...], series: _Series
+) -> None:
+    name = family.name
+    if family.kind != HISTOGRAM:
+        lines.append(f"{name}{_labels_text(labels)} {_format_value(series.value)}")
+        return
+    # prometheus-cpp's order: _count, _sum, then cumulative _bucket lines ending at +Inf [V].
+    lines.append(f"{name}_count{_labels_text(labels)} {series.count}")
+    lines.append(f"{name}_sum{_labels_text(labels)} {_format_value(series.sum)}")
+    cumulative = 0
+    for bound, count in zip(series.bounds or (), series.counts, strict=False):
+        cumulative += count
+        le = ("le", _format_value(bound))
+        lines.append(f"{name}_bucket{_labels_text(labels, le)} {cumulative}")
+    lines.append(f"{name}_bucket{_labels_text(labels, ('le', '+Inf'))} {series.count}")

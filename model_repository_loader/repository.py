@@ -1,0 +1,181 @@
+"""Model repositories on disk: model directories, version directories, model files.
+
+Follows Triton's rules: every subdirectory of a repository is a model; a model name found in
+two repositories is an error for that model only; version directories are parsed the way
+Triton parses them (`std::stoll` on the name, so "3_old" is version 3, while "01" and "abc"
+are ignored with a warning); `version_policy` picks which versions load.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from .config.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILENAME = "config.pbtxt"
+DEFAULT_MODEL_FILENAME = "model.py"
+
+# Subdirectories of a model directory Triton never treats as versions.
+_NOT_VERSION_DIRS = {"warmup", "initial_state"}
+# Directory names we skip in a repository although Triton would try (and fail) to load them
+# as models: hidden folders (.git, .ipynb_checkpoints) and Python caches.
+_SKIPPED_MODEL_DIRS = {"__pycache__"}
+# What std::stoll accepts at the start of a string: optional blanks, a sign, digits.
+_STOLL_PREFIX = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
+_INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """One model directory found in a repository.
+
+    `error` is set when the directory cannot be a model at all (today: its name is not unique
+    across the repositories); loading such a source raises it.
+    """
+
+    name: str
+    path: Path
+    repository: Path
+    error: ConfigError | None = None
+
+    def version_path(self, version: int) -> Path:
+        return self.path / str(version)
+
+
+def scan(repository_paths: Iterable[Path | str]) -> list[ModelSource]:
+    """Every model directory of the given repositories, sorted by name.
+
+    A name present in more than one repository comes back once, with `error` set, as Triton
+    refuses to load it ("not unique across all model repositories") but loads the others.
+    """
+    found: dict[str, list[ModelSource]] = {}
+    for repository in repository_paths:
+        repository = Path(repository).absolute()
+        if not repository.is_dir():
+            raise FileNotFoundError(f"model repository '{repository}' does not exist")
+        for child in repository.iterdir():
+            if (
+                not child.is_dir()
+                or child.name.startswith(".")
+                or child.name in _SKIPPED_MODEL_DIRS
+            ):
+                continue
+            found.setdefault(child.name, []).append(ModelSource(child.name, child, repository))
+
+    sources = []
+    for name in sorted(found):
+        first, *others = found[name]
+        if others:
+            error = ConfigError(
+                f"failed to poll model '{name}': not unique across all model repositories",
+                code="INVALID_ARG",
+                stage="poll",
+            )
+            first = ModelSource(first.name, first.path, first.repository, error)
+        sources.append(first)
+    return sources
+
+
+def parse_version(directory_name: str) -> int | None:
+    """The version number Triton reads from a version directory name, or None to skip it."""
+    if directory_name in _NOT_VERSION_DIRS:
+        return None
+    if len(directory_name) > 1 and directory_name.startswith("0"):
+        logger.warning(
+            "ignore version directory '%s' which contains leading zeros in its directory name",
+            directory_name,
+        )
+        return None
+    match = _STOLL_PREFIX.match(directory_name)
+    if match is None:
+        logger.warning(
+            "ignore version directory '%s' which fails to convert to integral number",
+            directory_name,
+        )
+        return None
+    version = int(match.group(1))
+    if abs(version) > _INT64_MAX:
+        logger.warning(
+            "ignore version directory '%s' which fails to convert to integral number",
+            directory_name,
+        )
+        return None
+    return version
+
+
+def list_versions(source: ModelSource) -> list[int]:
+    """All versions present in the model directory, ascending."""
+    versions = set()
+    for child in source.path.iterdir():
+        if child.is_dir():
+            version = parse_version(child.name)
+            if version is not None:
+                versions.add(version)
+    return sorted(versions)
+
+
+def select_versions(source: ModelSource, config: mc.ModelConfig) -> list[int]:
+    """The versions `config.version_policy` loads, ascending.
+
+    Raises ConfigError (stage "versions") when none is available, with Triton's text.
+    """
+    available = list_versions(source)
+    policy = config.version_policy
+    which = policy.WhichOneof("policy_choice")
+    if which == "specific":
+        selected = set()
+        for version in policy.specific.versions:
+            if version in available:
+                selected.add(version)
+            else:
+                logger.error(
+                    "version %d is specified for model '%s', but the version directory is not "
+                    "present",
+                    version,
+                    source.name,
+                )
+        chosen = sorted(selected)
+    elif which == "all":
+        chosen = available
+    else:
+        # latest (also the default when no policy is set)
+        count = policy.latest.num_versions if which == "latest" else 1
+        chosen = available[max(0, len(available) - count) :] if count > 0 else []
+    if not chosen:
+        raise ConfigError(
+            "at least one version must be available under the version policy of model "
+            f"'{source.name}'",
+            code="INVALID_ARG",
+            stage="versions",
+        )
+    return chosen
+
+
+def model_file(source: ModelSource, version: int, config: mc.ModelConfig) -> Path:
+    """`<model dir>/<version>/<default_model_filename>`; a missing file is a load error."""
+    filename = config.default_model_filename or DEFAULT_MODEL_FILENAME
+    path = source.version_path(version) / filename
+    if not path.exists():
+        raise ConfigError(
+            f"Failed to preinitialize Python stub: Python model file not found in '{path}'",
+            code="INTERNAL",
+            stage="load",
+        )
+    return path
+
+
+def config_path(source: ModelSource, model_config_name: str = "") -> Path:
+    """The configuration file Triton reads: configs/<name>.pbtxt when asked for and present."""
+    if model_config_name:
+        custom = source.path / "configs" / f"{model_config_name}.pbtxt"
+        if custom.is_file():
+            return custom
+    return source.path / CONFIG_FILENAME

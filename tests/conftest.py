@@ -1,0 +1,109 @@
+"""Shared pytest plumbing: the `oracle` marker and server factories (see tests/harness/).
+
+Fixtures
+--------
+oracle_server(repo, *extra_args, wait_for="ready") -> TritonOracle
+    Session-scoped factory: the real tritonserver on `repo`, started once per distinct
+    (repo, extra_args, wait_for) and stopped at the end of the session.
+bridge_server(repo, *extra_args, env=None, startup_timeout=60.0) -> BridgeServer
+    Function-scoped factory: a fresh `python -m bridge` process, stopped after the test
+    (its `returncode` and `log_text` stay readable).
+shared_bridge_server(repo, *extra_args, env=None) -> BridgeServer
+    Session-scoped, cached like oracle_server, for read-only tests that can share a process.
+
+Tests marked `oracle` fail in CI (env CI=true) and are skipped elsewhere when the oracle
+environment (DYNAMO_BRIDGE_ORACLE_PYTHON, default /work/oracle/bin/python) is missing.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # the packages under test, when not installed
+
+from tests.harness.bridge_server import BridgeServer  # noqa: E402
+from tests.harness.oracle import TritonOracle, require_oracle  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "oracle: needs the real Triton server from nvidia-pytriton (tests/harness)"
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("oracle") is not None:
+        require_oracle()
+
+
+@pytest.fixture(scope="session")
+def oracle_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., TritonOracle]]:
+    servers: dict[tuple, TritonOracle] = {}
+
+    def start(repo: str | Path, *extra_args: str, wait_for: str = "ready") -> TritonOracle:
+        require_oracle()
+        key = (str(Path(repo).resolve()), extra_args, wait_for)
+        server = servers.get(key)
+        if server is None or not server.running:
+            log_path = tmp_path_factory.mktemp("oracle") / "tritonserver.log"
+            server = TritonOracle(repo, *extra_args, wait_for=wait_for, log_path=log_path)
+            server.start()
+            servers[key] = server
+        return server
+
+    yield start
+    for server in servers.values():
+        server.stop()
+
+
+@pytest.fixture
+def bridge_server(tmp_path: Path) -> Iterator[Callable[..., BridgeServer]]:
+    started: list[BridgeServer] = []
+
+    def start(
+        repo: str | Path,
+        *extra_args: str,
+        env: Mapping[str, str] | None = None,
+        startup_timeout: float = 60.0,
+    ) -> BridgeServer:
+        log_path = tmp_path / f"bridge-{len(started)}.log"
+        server = BridgeServer(
+            repo, *extra_args, env=env, startup_timeout=startup_timeout, log_path=log_path
+        )
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_bridge_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., BridgeServer]]:
+    servers: dict[tuple, BridgeServer] = {}
+
+    def start(
+        repo: str | Path, *extra_args: str, env: Mapping[str, str] | None = None
+    ) -> BridgeServer:
+        key = (str(Path(repo).resolve()), extra_args, tuple(sorted((env or {}).items())))
+        server = servers.get(key)
+        if server is None or not server.running:
+            log_path = tmp_path_factory.mktemp("bridge") / "bridge.log"
+            server = BridgeServer(repo, *extra_args, env=env, log_path=log_path)
+            server.start()
+            servers[key] = server
+        return server
+
+    yield start
+    for server in servers.values():
+        server.stop()

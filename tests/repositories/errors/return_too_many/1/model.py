@@ -1,0 +1,13 @@
+"""Returns two responses per request."""
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            value = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            response = pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", value)])
+            responses.extend([response, response])
+        return responses

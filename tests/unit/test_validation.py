@@ -1,0 +1,188 @@
+"""Request validation against what real Triton 2.51 answered to the same requests.
+
+Every expected message, status and model-side shape comes from fixtures/validation_oracle.json,
+captured from the real server by fixtures/capture_validation.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from model_repository_loader import pb_utils
+from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
+from model_repository_loader.validation import (
+    RequestError,
+    RequestValidator,
+    config_datatype_name,
+    no_available_versions_error,
+    parse_model_version,
+    select_version,
+    triton_input_order,
+    unknown_model_error,
+    version_not_ready_error,
+)
+
+FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "validation_oracle.json").read_text())
+CASES = FIXTURE["cases"]
+
+
+def _validator(model: str) -> RequestValidator:
+    config = text_format.Parse(FIXTURE["models"][model], mc.ModelConfig())
+    return RequestValidator(config)
+
+
+VALIDATORS = {name: _validator(name) for name in FIXTURE["models"]}
+
+
+def _tensor(name: str, datatype: str, shape: list[int]) -> pb_utils.Tensor:
+    """A request tensor as the bridge's codec builds it (stored form of the datatype)."""
+    if datatype == "BYTES":
+        array = np.full(shape, b"ab", dtype=np.object_)
+    else:
+        array = np.zeros(shape, dtype=DATATYPE_TO_NUMPY[datatype])
+    return pb_utils.Tensor._from_wire(name, array, datatype)
+
+
+def _inputs(case: dict) -> list[pb_utils.Tensor]:
+    return [_tensor(name, datatype, shape) for name, datatype, shape in case["inputs"]]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_validator_matches_triton(case: dict) -> None:
+    validator = VALIDATORS[case["model"]]
+    expected = case["expected"]
+    inputs = _inputs(case)
+    request_id = case.get("request_id", "")
+    if expected["status"] != "OK":
+        with pytest.raises(RequestError) as info:
+            validator.validate(request_id, inputs, case["outputs"])
+        assert str(info.value) == expected["message"]
+        assert info.value.grpc_status == expected["status"]
+        return
+    batch = validator.validate(request_id, inputs, case["outputs"])
+    if validator.batching:
+        assert batch == case["inputs"][0][2][0]
+    else:
+        assert batch == 1
+    if "model_shapes" in expected:
+        seen = {t.name(): t.shape() for t in validator.apply_input_reshape(inputs)}
+        assert seen == expected["model_shapes"]
+        shapes = {name: validator.model_shape(name, shape) for name, _, shape in case["inputs"]}
+        assert shapes == expected["model_shapes"]
+
+
+def test_fixture_covers_every_rule() -> None:
+    """The capture must keep exercising each rule; a shrunken fixture would hide regressions."""
+    messages = " ".join(c["expected"].get("message", "") for c in CASES)
+    for fragment in (
+        "but missing required input(s) ['",
+        "but missing required input(s) ]",
+        "expected number of inputs between",
+        "unexpected inference input",
+        "already exists in request",
+        "data-type is",
+        "unexpected shape for input",
+        "NOTE: Setting a non-zero max_batch_size",
+        "batch-size must be <=",
+        "batch size does not match",
+        "has no shape but model requires batch dimension",
+        "input byte size mismatch",
+        "string elements for inference input",
+        "unexpected inference output",
+    ):
+        assert fragment in messages, fragment
+    assert any("model_shapes" in c["expected"] for c in CASES)
+
+
+@pytest.mark.parametrize("lookup", FIXTURE["lookups"], ids=[c["id"] for c in FIXTURE["lookups"]])
+def test_model_lookup_matches_triton(lookup: dict) -> None:
+    """What a server holding "two_in" (version 1 ready) and "broken" (version 1 failed to load)
+    answers, built from the lookup helpers the bridge and BLS use."""
+    served = {"two_in": ({1}, set()), "broken": (set(), {1})}
+    expected = lookup["expected"]
+
+    def resolve() -> None:
+        version = parse_model_version(lookup["version"])
+        if lookup["model"] not in served:
+            raise RequestError(unknown_model_error(lookup["model"]), pb_utils.TritonError.NOT_FOUND)
+        ready, not_ready = served[lookup["model"]]
+        select_version(lookup["model"], version, ready, not_ready)
+
+    if expected["status"] == "OK":
+        resolve()
+        return
+    with pytest.raises(RequestError) as info:
+        resolve()
+    assert str(info.value) == expected["message"]
+    assert info.value.grpc_status == expected["status"]
+
+
+# -- behaviour that needs no oracle -------------------------------------------------------------
+
+
+def test_request_error_code_builds_a_triton_error() -> None:
+    error = RequestError("boom")
+    triton_error = pb_utils.TritonError(str(error), error.code)
+    assert triton_error.code() == pb_utils.TritonError.INVALID_ARG
+    assert error.grpc_status == "INVALID_ARGUMENT"
+
+
+def test_message_helpers() -> None:
+    # Texts from spec §3.4 [V] (also in the oracle fixture's lookups).
+    assert unknown_model_error("m") == "Request for unknown model: 'm' is not found"
+    assert unknown_model_error("m", -1) == "Request for unknown model: 'm' is not found"
+    assert unknown_model_error("m", 4) == "Request for unknown model: 'm' version 4 is not found"
+    assert (
+        no_available_versions_error("m")
+        == "Request for unknown model: 'm' has no available versions"
+    )
+    assert version_not_ready_error("m", 2).endswith("version 2 is not at ready state")
+
+
+@pytest.mark.parametrize(
+    ("text", "version"), [("", -1), ("1", 1), (" 12", 12), ("3abc", 3), ("+2", 2), ("0", 0)]
+)
+def test_parse_model_version_like_stol(text: str, version: int) -> None:
+    assert parse_model_version(text) == version
+
+
+def test_select_version_picks_highest_ready() -> None:
+    assert select_version("m", -1, {1, 3, 2}) == 3
+    assert select_version("m", 2, {1, 2}) == 2
+
+
+def test_config_datatype_names() -> None:
+    assert config_datatype_name(mc.TYPE_STRING) == "BYTES"
+    assert config_datatype_name(mc.TYPE_BF16) == "BF16"
+    assert config_datatype_name(mc.TYPE_FP32) == "FP32"
+
+
+def test_input_order_is_reverse_insertion_for_distinct_buckets() -> None:
+    # From the oracle: inputs sent as INPUT0, INPUT1, INPUT9 are listed INPUT9, INPUT1, INPUT0.
+    assert triton_input_order(("INPUT0", "INPUT1", "INPUT9")) == ("INPUT9", "INPUT1", "INPUT0")
+    assert triton_input_order(()) == ()
+
+
+def test_valid_request_has_no_side_effects_on_inputs() -> None:
+    validator = VALIDATORS["reshape"]
+    inputs = [_tensor("A", "FP32", [2, 2, 2]), _tensor("B", "FP32", [2, 1])]
+    inputs.append(_tensor("C", "FP32", [2, 3, 4]))
+    before = [t.shape() for t in inputs]
+    assert validator.validate("", inputs) == 2
+    reshaped = validator.apply_input_reshape(inputs)
+    assert [t.shape() for t in inputs] == before
+    assert [t.shape() for t in reshaped] == [[2, 4], [2], [2, 3, 2, 2]]
+    # A view: no copy of the request data.
+    assert np.shares_memory(reshaped[0].as_numpy(), inputs[0].as_numpy())
+
+
+def test_no_reshape_returns_same_list() -> None:
+    validator = VALIDATORS["two_in"]
+    inputs = [_tensor("INPUT0", "FP32", [4]), _tensor("INPUT1", "FP32", [4])]
+    assert validator.apply_input_reshape(inputs) is inputs
