@@ -11,9 +11,7 @@ from pathlib import Path
 
 import uvloop
 
-from model_repository_loader.loader import LoaderOptions
-
-from .server import ServerOptions, StartupError, serve
+from model_repository_loader.config import ConfigOptions
 
 
 def _bool(text: str) -> bool:
@@ -95,14 +93,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname).1s%(asctime)s %(filename)s:%(lineno)d] %(message)s",
         datefmt="%m%d %H:%M:%S",
     )
-    os.environ.setdefault("DYN_LOG", "warn")  # Dynamo's INFO logs ~5 lines per request
+    # Dynamo reads DYN_LOG when it is first imported; its INFO level logs ~5 lines per request.
+    os.environ.setdefault("DYN_LOG", "warn")
+    # A failed request is a normal outcome here, not a crash: no Rust backtrace for each one.
+    os.environ.setdefault("RUST_LIB_BACKTRACE", "0")
+    from .server import ServerOptions, StartupError, serve
+
     options = ServerOptions(
         model_repositories=args.model_repositories,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
         host=args.host,
         exit_on_error=args.exit_on_error,
-        loader=LoaderOptions(
+        loader=ConfigOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             model_config_name=args.model_config_name,
         ),

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from dynamo.runtime import DistributedRuntime
 
-from model_repository_loader.loader import LoadedRepository, LoaderOptions, load_repository
+from model_repository_loader.config import ConfigOptions
+from model_repository_loader.loader import LoadedRepository, load_repository
 
 from .frontend import run_grpc_frontend
 from .status_table import format_status_table
@@ -34,7 +35,7 @@ class ServerOptions:
     host: str = "127.0.0.1"
     namespace: str = "dynamo_bridge"
     exit_on_error: bool = False
-    loader: LoaderOptions = field(default_factory=LoaderOptions)
+    loader: ConfigOptions = field(default_factory=ConfigOptions)
 
 
 class StartupError(Exception):

@@ -5,27 +5,39 @@ from __future__ import annotations
 import traceback
 from pathlib import Path
 
-_LOADER_DIR = str(Path(__file__).resolve().parent)
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_PB_UTILS_DIR = _PACKAGE_DIR / "pb_utils"
 
 
 class ModelLoadError(Exception):
     """A model (version) failed to load; str() is the reason Triton would report."""
 
 
-def format_python_error(exc: BaseException) -> str:
-    """`<Type>: <message>` plus the model's frames, as Triton renders a Python exception.
+def _is_ours(filename: str) -> bool:
+    # The loader's own frames are hidden, as Triton's C++ frames are; pb_utils frames stay, as
+    # Triton shows those of triton_python_backend_utils.py.
+    if filename.startswith("<frozen "):
+        return True
+    try:
+        path = Path(filename).resolve()
+    except (OSError, ValueError):
+        return False
+    return path.is_relative_to(_PACKAGE_DIR) and not path.is_relative_to(_PB_UTILS_DIR)
 
-    Triton's stub lists the frames from the one that raised up to the model's entry point
-    (`execute`, `initialize`, ...), innermost first, one `  <file>(<line>): <function>` a line.
-    Our own frames (the loader calling into the model) are left out, as the stub's C++ ones are.
+
+def format_python_error(exc: BaseException) -> str:
+    """A Python exception as Triton's Python backend reports it.
+
+    `"<Type>: <message>"`, then `"\n\nAt:\n"` and one `"  <file>(<line>): <function>\n"` per
+    frame, innermost first, from the raising frame up to the model's entry point (`execute`,
+    `initialize`, ...), when the exception went through user code.
     """
     text = f"{type(exc).__name__}: {exc}"
     frames = [
         frame
-        for frame in traceback.extract_tb(exc.__traceback__)
-        if not frame.filename.startswith(_LOADER_DIR)
+        for frame in reversed(traceback.extract_tb(exc.__traceback__))
+        if not _is_ours(frame.filename)
     ]
-    if not frames:
-        return text
-    lines = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
-    return f"{text}\n\nAt:\n{lines}"
+    if frames:
+        text += "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in frames)
+    return text

@@ -30,10 +30,6 @@ from .repository import ModelSource
 
 log = logging.getLogger(__name__)
 
-# The tritonserver flags that change how models load (auto-complete, --model-config-name, ...).
-LoaderOptions = ConfigOptions
-
-
 @dataclass(slots=True)
 class ModelStatus:
     """One row of the start-up table: a model's versions and whether they are serving."""

@@ -4,7 +4,7 @@ Pure functions over `tritonclient.grpc.model_config_pb2.ModelConfig`; nothing he
 model (the caller passes a class loader).
 """
 
-from .auto_complete import apply_auto_complete, render_exception
+from .auto_complete import apply_auto_complete
 from .errors import ConfigError
 from .json import config_from_json, config_to_args_json, config_to_dict
 from .load import (
@@ -36,7 +36,6 @@ __all__ = [
     "parse_config_text",
     "read_config_file",
     "read_model_config",
-    "render_exception",
     "validate_instance_groups",
     "validate_io_config",
     "validate_model_config",

@@ -10,49 +10,16 @@ from __future__ import annotations
 
 import json
 import logging
-import traceback
-from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from ..errors import format_python_error
 from ..pb_utils.model_config import ModelConfig
 from .errors import ConfigError
 from .json import ConfigJsonError, config_from_json, config_to_args_json
 from .normalize import normalize_model_config
 
 logger = logging.getLogger(__name__)
-
-_PACKAGE_DIR = Path(__file__).resolve().parent.parent
-_PB_UTILS_DIR = _PACKAGE_DIR / "pb_utils"
-
-
-def _is_ours(filename: str) -> bool:
-    # Frames of this package's machinery are hidden, as Triton's own C++ frames are; frames of
-    # the pb_utils module stay, as Triton shows those of triton_python_backend_utils.py.
-    if filename.startswith("<frozen "):
-        return True
-    try:
-        path = Path(filename).resolve()
-    except (OSError, ValueError):
-        return False
-    return path.is_relative_to(_PACKAGE_DIR) and not path.is_relative_to(_PB_UTILS_DIR)
-
-
-def render_exception(exc: BaseException) -> str:
-    """A Python exception as the Python backend reports it: type, message, user frames.
-
-    `"<Type>: <message>"`, then `"\\n\\nAt:\\n"` and one `"  <file>(<line>): <function>\\n"` per
-    frame, innermost first, when the exception went through user code.
-    """
-    text = f"{type(exc).__name__}: {exc}"
-    frames = [
-        frame
-        for frame in reversed(traceback.extract_tb(exc.__traceback__))
-        if not _is_ours(frame.filename)
-    ]
-    if frames:
-        text += "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in frames)
-    return text
 
 
 def _merge(current: mc.ModelConfig, updated: mc.ModelConfig) -> mc.ModelConfig:
@@ -106,7 +73,7 @@ def apply_auto_complete(
     try:
         result = hook(ModelConfig(config_to_args_json(config)))
     except (Exception, SystemExit) as exc:  # sys.exit() in model code fails the load too
-        raise ConfigError(render_exception(exc), code="INTERNAL", stage="load") from exc
+        raise ConfigError(format_python_error(exc), code="INTERNAL", stage="load") from exc
     if not isinstance(result, ModelConfig):
         raise ConfigError(
             f"auto_complete_config function in model '{model_name}' must return a valid "
@@ -118,7 +85,7 @@ def apply_auto_complete(
     try:
         returned = json.dumps(result.as_dict())
     except (TypeError, ValueError) as exc:
-        raise ConfigError(render_exception(exc), code="INTERNAL", stage="load") from exc
+        raise ConfigError(format_python_error(exc), code="INTERNAL", stage="load") from exc
     try:
         updated = config_from_json(returned)
     except ConfigJsonError as exc:

@@ -18,7 +18,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 # Module import (not names): repository imports config.errors, so names may not exist yet here.
 from .. import repository
-from .auto_complete import apply_auto_complete, render_exception
+from ..errors import format_python_error
+from .auto_complete import apply_auto_complete
 from .errors import ConfigError
 from .normalize import (
     ENSEMBLE_PLATFORM,
@@ -128,7 +129,7 @@ def finalize_config(
             except ConfigError:
                 raise
             except (Exception, SystemExit) as exc:
-                raise ConfigError(render_exception(exc), code="INTERNAL", stage="load") from exc
+                raise ConfigError(format_python_error(exc), code="INTERNAL", stage="load") from exc
             final = apply_auto_complete(
                 final, model_class, source.name, config_provided=config_provided
             )

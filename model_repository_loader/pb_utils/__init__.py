@@ -74,9 +74,20 @@ MODULE_NAMES = ("triton_python_backend_utils", "c_python_backend_utils")
 
 # In Triton these classes come from the C++ extension, and models see it in type names, e.g.
 # "found type '<class 'c_python_backend_utils.InferenceResponse'>'" in execute's return checks.
-for _cls in (InferenceRequest, InferenceResponse, InferenceResponseSender, ResponseIterator,
-             Tensor, TritonError, TritonModelException, Logger, MetricFamily, Metric,
-             PreferredMemory, InferenceTrace):
+for _cls in (
+    InferenceRequest,
+    InferenceResponse,
+    InferenceResponseSender,
+    ResponseIterator,
+    Tensor,
+    TritonError,
+    TritonModelException,
+    Logger,
+    MetricFamily,
+    Metric,
+    PreferredMemory,
+    InferenceTrace,
+):
     _cls.__module__ = "c_python_backend_utils"
 
 

@@ -26,11 +26,11 @@ from model_repository_loader.config import (
     config_to_dict,
     load_config,
     normalize_instance_groups,
-    render_exception,
     validate_instance_groups,
     validate_io_config,
     validate_model_config,
 )
+from model_repository_loader.errors import format_python_error
 from model_repository_loader.pb_utils import ModelConfig
 
 KIND = mc.ModelInstanceGroup
@@ -352,7 +352,7 @@ def test_class_loader_errors_become_load_errors(tmp_path):
     assert load_config(source, ConfigOptions(auto_complete=False), loader).name == "m"
 
 
-def test_render_exception_lists_user_frames_innermost_first(tmp_path):
+def test_format_python_error_lists_user_frames_innermost_first(tmp_path):
     helper = tmp_path / "user_code.py"
     helper.write_text("def inner():\n    raise KeyError('x')\n\ndef outer():\n    inner()\n")
     sys.path.insert(0, str(tmp_path))
@@ -362,7 +362,7 @@ def test_render_exception_lists_user_frames_innermost_first(tmp_path):
         try:
             user_code.outer()
         except KeyError as exc:
-            text = render_exception(exc)
+            text = format_python_error(exc)
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("user_code", None)
