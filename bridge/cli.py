@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -12,6 +11,8 @@ from pathlib import Path
 import uvloop
 
 from model_repository_loader.config import ConfigOptions
+
+from .logs import configure_logging
 
 
 def _bool(text: str) -> bool:
@@ -88,11 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.log_verbose > 0 else logging.INFO,
-        format="%(levelname).1s%(asctime)s %(filename)s:%(lineno)d] %(message)s",
-        datefmt="%m%d %H:%M:%S",
-    )
+    configure_logging(args.log_verbose)
     # Dynamo reads DYN_LOG when it is first imported; its INFO level logs ~5 lines per request.
     os.environ.setdefault("DYN_LOG", "warn")
     # A failed request is a normal outcome here, not a crash: no Rust backtrace for each one.
