@@ -20,8 +20,10 @@ class TritonFormatter(logging.Formatter):
         message = record.getMessage()
         if record.name == LOGGER_NAME:
             message = f'"{message}"'
+        # Triton has no debug letter: its verbose lines print as `I` [V].
+        letter = "I" if record.levelno < logging.WARNING else record.levelname[0]
         line = (
-            f"{record.levelname[0]}{stamp}.{micros:06d} {os.getpid()} "
+            f"{letter}{stamp}.{micros:06d} {os.getpid()} "
             f"{record.filename}:{record.lineno}] {message}"
         )
         if record.exc_info:

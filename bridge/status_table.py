@@ -13,9 +13,11 @@ def format_status_table(statuses: Iterable[ModelStatus]) -> str:
         if status.ready:
             rows += [(status.name, str(v), "READY") for v in status.versions]
         else:
-            # The first line of the reason; the full text is in the log above.
+            # Unlike Triton, a model that failed before any version (a bad config.pbtxt) is
+            # listed too, with "-". The reason's first line; the full text is logged above.
             reason = status.reason.strip().splitlines()[0] if status.reason else ""
-            rows.append((status.name, "-", f"UNAVAILABLE: {reason}"))
+            version = ",".join(map(str, status.versions)) or "-"
+            rows.append((status.name, version, f"UNAVAILABLE: {reason}"))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
     lines = [rule]

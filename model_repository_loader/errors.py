@@ -10,7 +10,15 @@ _PB_UTILS_DIR = _PACKAGE_DIR / "pb_utils"
 
 
 class ModelLoadError(Exception):
-    """A model (version) failed to load; str() is the reason Triton would report."""
+    """A model (version) failed to load; str() is the reason Triton would report.
+
+    `version` is the version that failed, or None when the model failed before any version
+    (its config, or the repository scan).
+    """
+
+    def __init__(self, reason: str, version: int | None = None) -> None:
+        super().__init__(reason)
+        self.version = version
 
 
 def _is_ours(filename: str) -> bool:

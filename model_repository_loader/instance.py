@@ -62,11 +62,13 @@ class ModelInstance:
         except ModelImportError as exc:
             raise ModelLoadError(str(exc)) from None
         except BaseException as exc:  # SyntaxError, ImportError, SystemExit ...
-            raise ModelLoadError(format_python_error(exc)) from None
+            raise ModelLoadError(f"Internal: {format_python_error(exc)}") from None
         model_class = getattr(module, "TritonPythonModel", None)
         if model_class is None:
+            # The stub's attribute lookup fails; Triton reports that AttributeError [V].
             raise ModelLoadError(
-                f"Python model file '{spec.model_file}' does not define a 'TritonPythonModel' class"
+                f"Internal: AttributeError: module '{module.__name__}' has no attribute "
+                "'TritonPythonModel'"
             )
         try:
             self.model = model_class()

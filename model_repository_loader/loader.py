@@ -30,6 +30,7 @@ from .repository import ModelSource
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(slots=True)
 class ModelStatus:
     """One row of the start-up table: a model's versions and whether they are serving."""
@@ -75,6 +76,7 @@ def load_repository(
             model = load_model(source, options)
         except ModelLoadError as exc:
             status.reason = str(exc)
+            status.versions = [exc.version] if exc.version is not None else []
             log.error("failed to load '%s': %s", source.name, exc)
             continue
         loaded.models[source.name] = model
@@ -86,6 +88,7 @@ def load_repository(
 def load_model(source: ModelSource, options: ConfigOptions = ConfigOptions()) -> Model:
     """Load every served version of one model; raises ModelLoadError with Triton's reason."""
     loaded: dict[int, ModelVersion] = {}
+    number: int | None = None
     try:
         config = read_model_config(source, options)
         config_provided = config_file_exists(source, options)
@@ -100,7 +103,10 @@ def load_model(source: ModelSource, options: ConfigOptions = ConfigOptions()) ->
     except (ConfigError, ModelLoadError) as exc:
         for version in loaded.values():
             version.close()
-        raise ModelLoadError(str(exc)) from None
+        # A per-version failure reads "<code words>: <reason>" in Triton ("Internal: ..."),
+        # as instance failures already do; poll and version-policy failures are bare.
+        reason = exc.status_text if isinstance(exc, ConfigError) and exc.stage == "load" else exc
+        raise ModelLoadError(str(reason), version=number) from None
     return Model(source.name, loaded)
 
 

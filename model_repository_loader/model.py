@@ -225,7 +225,8 @@ def _custom_parameters_json(params: Mapping[str, ParameterValue]) -> str:
         for k, v in params.items()
         if k not in _RESERVED_PARAMETERS and not k.startswith("triton_")
     }
-    return json.dumps(custom, separators=(",", ":")) if custom else "{}"
+    # Triton's text is compact and keeps non-ASCII characters as they are [V].
+    return json.dumps(custom, separators=(",", ":"), ensure_ascii=False) if custom else "{}"
 
 
 def _response_parameters(response: pb_utils.InferenceResponse) -> dict | None:

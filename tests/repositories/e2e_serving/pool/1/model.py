@@ -25,6 +25,12 @@ def wait_for(path):
         time.sleep(0.01)
 
 
+def write_atomically(path, text):
+    # The test polls for the file: it must never see it empty.
+    Path(f"{path}.tmp").write_text(text)
+    os.replace(f"{path}.tmp", path)
+
+
 class TritonPythonModel:
     def initialize(self, args):
         self.instance_name = args["model_instance_name"]
@@ -34,7 +40,7 @@ class TritonPythonModel:
         for request in requests:
             params = json.loads(request.parameters())
             if "started" in params:
-                Path(params["started"]).write_text(self.instance_name)
+                write_atomically(params["started"], self.instance_name)
             if "gate" in params:
                 wait_for(params["gate"])
             values = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()

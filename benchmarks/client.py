@@ -1,0 +1,197 @@
+"""The load generator: grpc.aio, prebuilt raw requests, a fixed number of requests in flight.
+
+One cell is one workload against one server at one concurrency: `concurrency` coroutines each
+send a request, wait for its whole answer, check it and send the next, until `max_requests`
+were sent or `max_seconds` passed. The client is the same for every server, so its own cost
+(about the same per request) is part of every number alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+
+import grpc
+import numpy as np
+from tritonclient.grpc import service_pb2
+
+from .workloads import Workload
+
+_INFER = "/inference.GRPCInferenceService/ModelInfer"
+_STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
+# Responses of 1M FP32 are 4 MB; gRPC's default receive cap is 4 MiB.
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.max_send_message_length", 64 << 20),
+]
+
+
+@dataclass
+class CellResult:
+    """What one server did in one cell. Latencies are in seconds, per request."""
+
+    latencies: list[float] = field(default_factory=list)
+    errors: int = 0
+    first_error: str = ""
+    elapsed: float = 0.0  # wall time of the measured window
+    drained: int = 0  # requests finished after the measured window (checked, not measured)
+    drain_max: float = 0.0  # the slowest of those, in seconds
+
+    def error(self, reason: str) -> None:
+        self.errors += 1
+        if not self.first_error:
+            self.first_error = reason
+
+    def merge(self, other: CellResult) -> None:
+        self.latencies.extend(other.latencies)
+        self.elapsed += other.elapsed
+        self.errors += other.errors
+        self.first_error = self.first_error or other.first_error
+        self.drained += other.drained
+        self.drain_max = max(self.drain_max, other.drain_max)
+
+    def summary(self) -> dict[str, float | int | str | None]:
+        """p50 / p99 in ms and requests per second (None when nothing succeeded)."""
+        ok = len(self.latencies)
+        lat = np.asarray(self.latencies) * 1000.0
+        return {
+            "requests": ok,
+            "errors": self.errors,
+            "first_error": self.first_error,
+            "p50_ms": float(np.percentile(lat, 50)) if ok else None,
+            "p99_ms": float(np.percentile(lat, 99)) if ok else None,
+            "mean_ms": float(lat.mean()) if ok else None,
+            "rps": ok / self.elapsed if ok and self.elapsed > 0 else None,
+            "seconds": self.elapsed,
+            "drained": self.drained,
+            "drain_max_ms": self.drain_max * 1000.0,
+        }
+
+
+class _WrongAnswer(Exception):
+    pass
+
+
+class _Caller:
+    """Sends the workload's request once and checks the answer; raises on a wrong one."""
+
+    def __init__(self, channel: grpc.aio.Channel, workload: Workload, timeout: float) -> None:
+        self.workload = workload
+        self.timeout = timeout
+        # No request serializer: the request is already bytes.
+        self._unary = channel.unary_unary(
+            _INFER, response_deserializer=service_pb2.ModelInferResponse.FromString
+        )
+        self._stream = channel.stream_stream(
+            _STREAM_INFER, response_deserializer=service_pb2.ModelStreamInferResponse.FromString
+        )
+
+    async def __call__(self) -> None:
+        workload = self.workload
+        if not workload.streaming:
+            problem = workload.check(await self._unary(workload.request, timeout=self.timeout))
+            if problem:
+                raise _WrongAnswer(problem)
+            return
+        # One stream per request: Dynamo 1.6 serves the requests of one stream one at a time.
+        call = self._stream(iter((workload.request,)), timeout=self.timeout)
+        received = 0
+        async for message in call:
+            if message.error_message:
+                raise _WrongAnswer(message.error_message)
+            problem = workload.check_stream(received, message.infer_response)
+            if problem:
+                raise _WrongAnswer(problem)
+            received += 1
+        if received != workload.stream_responses:
+            raise _WrongAnswer(f"{received} responses, expected {workload.stream_responses}")
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timed out"
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def run_cell(
+    url: str,
+    workload: Workload,
+    concurrency: int,
+    max_requests: int,
+    max_seconds: float,
+    warmup: int = 3,
+    request_timeout: float = 30.0,
+) -> CellResult:
+    """Measure one cell against the server at `url` (host:port).
+
+    Up to `warmup` waves of `concurrency` requests go first, unmeasured (waves after the first
+    only while the warm-up has taken less than `max_seconds`). If one fails the cell stops
+    there with that error, so a server that cannot run the workload costs one wave, not
+    the whole budget. In-flight requests still running `request_timeout` s after the deadline
+    are cancelled and counted as errors.
+
+    Only the steady state is measured: requests that finished while `concurrency` were in
+    flight. The drain after the first coroutine runs out of budget runs at falling concurrency
+    (and showed ~40 ms stalls on Dynamo 1.6); those answers are still checked, and counted in
+    `drained`, but not in the latencies, unless the window held less than one wave.
+    """
+    result = CellResult()
+    async with grpc.aio.insecure_channel(url, options=_CHANNEL_OPTIONS) as channel:
+        call = _Caller(channel, workload, request_timeout)
+        # Warm up at the cell's concurrency: Dynamo opens request-plane connections as
+        # concurrent requests first need them, which costs tens of ms the first time.
+        warm_start = time.perf_counter()
+        for wave in range(warmup):
+            if wave and time.perf_counter() - warm_start > max_seconds:
+                break  # large tensors at high concurrency: one wave has opened everything
+            outcomes = await asyncio.gather(
+                *(call() for _ in range(concurrency)), return_exceptions=True
+            )
+            failures = [o for o in outcomes if isinstance(o, BaseException)]
+            if failures:
+                result.error(_reason(failures[0]))
+                return result
+
+        remaining = max_requests
+        start = time.perf_counter()
+        deadline = start + max_seconds
+        window_end = math.inf  # when the first coroutine ran out of budget
+        completions: list[tuple[float, float]] = []  # (finished at, latency)
+
+        async def worker() -> None:
+            nonlocal remaining, window_end
+            while remaining > 0 and time.perf_counter() < deadline:
+                remaining -= 1
+                sent = time.perf_counter()
+                try:
+                    await call()
+                except Exception as exc:
+                    result.error(_reason(exc))
+                    continue
+                finished = time.perf_counter()
+                completions.append((finished, finished - sent))
+            window_end = min(window_end, time.perf_counter())
+
+        tasks = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
+        _, pending = await asyncio.wait(tasks, timeout=max_seconds + request_timeout)
+        for task in pending:
+            task.cancel()
+            result.error("cancelled: still running after the cell's deadline")
+        await asyncio.gather(*pending, return_exceptions=True)
+        end = time.perf_counter()
+
+    steady = [lat for finished, lat in completions if finished <= window_end]
+    if len(steady) >= concurrency and window_end > start:
+        drained = [lat for finished, lat in completions if finished > window_end]
+        result.latencies = steady
+        result.elapsed = window_end - start
+        result.drained = len(drained)
+        result.drain_max = max(drained, default=0.0)
+    else:
+        result.latencies = [lat for _, lat in completions]
+        result.elapsed = end - start
+    return result

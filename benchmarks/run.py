@@ -1,0 +1,277 @@
+"""Benchmark the bridge side by side with real Triton and a bare Dynamo echo worker.
+
+    python -m benchmarks.run                      # everything, default bounds
+    python -m benchmarks.run --workloads fp32_4,fp32_1k --concurrency 1 --servers bridge,echo
+
+All servers run at once on this machine, each on its own loopback ports, serving a copy of the
+benchmark models (benchmarks/repository). For every cell (workload × concurrency) the servers
+take turns with the same client load. Output: a table per cell on the console, then
+results.json, results.md (the table) and plot.png in --output-dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import importlib.metadata
+import itertools
+import math
+import os
+import platform
+import shlex
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import report
+from .client import CellResult, run_cell
+from .servers import SERVER_NAMES, Target, start_targets, stop_targets
+from .workloads import WORKLOAD_NAMES, Workload, build_workload
+
+HERE = Path(__file__).resolve().parent
+REPOSITORY = HERE / "repository"
+DEFAULT_OUTPUT = HERE / "results"
+
+
+def _names(known: Sequence[str]):  # an argparse type: "a,b" → ["a", "b"], each one known
+    def parse(text: str) -> list[str]:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        unknown = [n for n in names if n not in known]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(
+                f"unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(known)}"
+            )
+        return names
+
+    return parse
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(n) for n in text.split(",") if n.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers like 1,8,32, got '{text}'")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.run",
+        description="Benchmark dynamo-bridge against real Triton and a bare Dynamo echo worker.",
+    )
+    p.add_argument(
+        "--workloads",
+        type=_names(WORKLOAD_NAMES),
+        default=list(WORKLOAD_NAMES),
+        help=f"comma-separated (default all: {','.join(WORKLOAD_NAMES)})",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=_ints,
+        default=[1, 8, 32],
+        help="requests in flight, comma-separated (default 1,8,32)",
+    )
+    p.add_argument(
+        "--servers",
+        type=_names(SERVER_NAMES),
+        default=list(SERVER_NAMES),
+        help="comma-separated (default triton,bridge,echo); triton needs the oracle env "
+        "(DYNAMO_BRIDGE_ORACLE_PYTHON) and is n/a without it",
+    )
+    p.add_argument(
+        "--max-requests", type=int, default=300, help="per server per cell (default 300)"
+    )
+    p.add_argument("--max-seconds", type=float, default=4.0, help="per server per cell (default 4)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="split each cell's budget into this many turns per server, interleaved, so a "
+        "burst of load from elsewhere hits every server alike (default 2)",
+    )
+    p.add_argument("--warmup", type=int, default=3, help="unmeasured requests per turn (default 3)")
+    p.add_argument(
+        "--request-timeout", type=float, default=30.0, help="per request, seconds (default 30)"
+    )
+    p.add_argument(
+        "--output-dir",
+        type=Path,
+        default=DEFAULT_OUTPUT,
+        help="where results.json, results.md, plot.png and the server logs go "
+        "(default benchmarks/results/)",
+    )
+    p.add_argument("--no-plot", action="store_true", help="do not write plot.png")
+    return p
+
+
+def _copy_models(models: Sequence[str], destination: Path) -> Path:
+    # Only the models the chosen workloads need: every server starts faster.
+    for model in models:
+        shutil.copytree(
+            REPOSITORY / model, destination / model, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    return destination
+
+
+async def _measure_cell(
+    targets: Sequence[Target], workload: Workload, concurrency: int, args: argparse.Namespace
+) -> dict[str, CellResult]:
+    live = [t for t in targets if t.server is not None]
+    results = {t.name: CellResult() for t in live}
+    requests = math.ceil(args.max_requests / args.rounds)
+    seconds = args.max_seconds / args.rounds
+    for _ in range(args.rounds):
+        for target in live:
+            if results[target.name].errors and not results[target.name].latencies:
+                continue  # it could not run this workload at all; don't wait for it again
+            turn = await run_cell(
+                target.url,
+                workload,
+                concurrency,
+                requests,
+                seconds,
+                warmup=args.warmup,
+                request_timeout=args.request_timeout,
+            )
+            results[target.name].merge(turn)
+    return results
+
+
+async def _measure_all(
+    targets: list[Target],
+    workloads: Sequence[Workload],
+    args: argparse.Namespace,
+    servers: Sequence[str],
+) -> list[dict[str, Any]]:
+    cells = []
+    for index, (workload, concurrency) in enumerate(itertools.product(workloads, args.concurrency)):
+        # Rotate who goes first, so no server always runs right after the same other one.
+        shift = index % len(targets)
+        order = targets[shift:] + targets[:shift]
+        load = os.getloadavg()[0]
+        measured = await _measure_cell(order, workload, concurrency, args)
+        results = {
+            t.name: (measured[t.name].summary() if t.name in measured else None) for t in targets
+        }
+        cell = {
+            "workload": workload.name,
+            "description": workload.description,
+            "model": workload.model,
+            "concurrency": concurrency,
+            "loadavg_1m_before": round(load, 2),
+            "results": results,
+            "ratios": report.cell_ratios(results),
+        }
+        print(report.format_cell_line(cell, servers), flush=True)
+        cells.append(cell)
+    return cells
+
+
+def _versions(targets: Sequence[Target]) -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for package in ("ai-dynamo-runtime", "tritonclient", "grpcio", "numpy"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    for target in targets:
+        if target.name == "triton" and target.server is not None:
+            try:
+                versions["tritonserver"] = target.server.client().get_server_metadata().version
+            except Exception:  # only informative
+                pass
+    return versions
+
+
+def _machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "cpu": cpu, "platform": platform.platform()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.max_requests < 1 or args.max_seconds <= 0 or args.rounds < 1:
+        print("error: --max-requests, --max-seconds and --rounds must be positive", file=sys.stderr)
+        return 2
+    workloads = [build_workload(name) for name in args.workloads]
+    models = list(dict.fromkeys(w.model for w in workloads))
+    servers = [s for s in SERVER_NAMES if s in args.servers]
+    output = args.output_dir.absolute()
+    output.mkdir(parents=True, exist_ok=True)
+    started = datetime.datetime.now(datetime.timezone.utc)
+
+    with tempfile.TemporaryDirectory(prefix="dynamo-bridge-bench-") as tmp:
+        repository = _copy_models(models, Path(tmp) / "repository")
+        print(f"starting {', '.join(servers)} on {', '.join(models)} ...", flush=True)
+        targets = start_targets(servers, repository, models, output / "logs")
+        available = {
+            t.name: {"available": t.server is not None, "reason": t.reason} for t in targets
+        }
+        try:
+            for target in targets:
+                state = target.url if target.server else f"{report.NA}: {target.reason}"
+                print(f"  {target.name:<7} {state}", flush=True)
+            if not any(t.server for t in targets):
+                print("error: no server could be started", file=sys.stderr)
+                return 1
+            load_before = os.getloadavg()
+            cells = asyncio.run(_measure_all(targets, workloads, args, servers))
+            load_after = os.getloadavg()
+            versions = _versions(targets)
+        finally:
+            stop_targets(targets)
+
+    table = report.format_table(cells, servers)
+    results = {
+        "date": started.isoformat(timespec="seconds"),
+        "command": shlex.join(
+            [Path(sys.executable).name, "-m", "benchmarks.run", *(argv or sys.argv[1:])]
+        ),
+        "client": "grpc.aio, one channel per server and turn, prebuilt raw ModelInferRequest, "
+        "every response checked",
+        "machine": _machine(),
+        "versions": versions,
+        "loadavg_before": [round(v, 2) for v in load_before],
+        "loadavg_after": [round(v, 2) for v in load_after],
+        "settings": {
+            "workloads": args.workloads,
+            "concurrency": args.concurrency,
+            "max_requests": args.max_requests,
+            "max_seconds": args.max_seconds,
+            "rounds": args.rounds,
+            "warmup": args.warmup,
+        },
+        "servers": available,
+        "cells": cells,
+        "table": table,
+    }
+    print()
+    print(table)
+    report.write_json(output / "results.json", results)
+    (output / "results.md").write_text(table + "\n")
+    written = [output / "results.json", output / "results.md"]
+    if not args.no_plot:
+        problem = report.write_plot(output / "plot.png", cells, servers)
+        if problem:
+            print(f"plot skipped: {problem}")
+        else:
+            written.append(output / "plot.png")
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

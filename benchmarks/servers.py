@@ -1,0 +1,128 @@
+"""The three servers under test, each a subprocess on its own loopback ports.
+
+* triton: the real tritonserver from nvidia-pytriton (the test oracle's environment).
+* bridge: `python -m bridge`, the product.
+* echo: `python -m benchmarks.echo_worker`, bare Dynamo with the smallest handler: the floor.
+
+They are started with the test harness (tests/harness), which finds free ports, waits until a
+server answers, and stops its whole process group. A server that cannot start is reported as
+unavailable with the reason; the benchmark goes on without it.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from tests.harness.bridge_server import BridgeServer
+from tests.harness.oracle import TritonOracle, oracle_unavailable_reason
+
+SERVER_NAMES: tuple[str, ...] = ("triton", "bridge", "echo")
+_STARTUP_TIMEOUT = 120.0
+
+
+class _Server(Protocol):
+    grpc_url: str
+
+    def start(self) -> object: ...
+
+    def stop(self) -> object: ...
+
+    def wait_model_ready(
+        self, model_name: str, version: str = "", timeout: float = 60.0
+    ) -> None: ...
+
+
+class EchoServer(BridgeServer):
+    """The bare Dynamo echo worker, started and stopped exactly like the bridge."""
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "benchmarks.echo_worker",
+            "--model-repository",
+            str(self.model_repository),
+            "--grpc-port",
+            str(self.grpc_port),
+            "--metrics-port",
+            str(self.metrics_port),
+        ]
+
+
+@dataclass
+class Target:
+    """One server of the run: running (`server` set) or unavailable (`reason` says why)."""
+
+    name: str
+    server: _Server | None = None
+    reason: str = ""
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return self.server.grpc_url
+
+
+def _create(name: str, repository: Path, log_path: Path) -> _Server:
+    if name == "triton":
+        reason = oracle_unavailable_reason()
+        if reason is not None:
+            raise RuntimeError(reason)
+        return TritonOracle(repository, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT)
+    if name == "bridge":
+        return BridgeServer(repository, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT)
+    if name == "echo":
+        return EchoServer(repository, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT)
+    raise ValueError(f"unknown server '{name}'; known: {', '.join(SERVER_NAMES)}")
+
+
+def _start(target: Target, repository: Path, models: Sequence[str]) -> None:
+    assert target.log_path is not None
+    try:
+        server = _create(target.name, repository, target.log_path)
+    except Exception as exc:
+        target.reason = str(exc)
+        return
+    # Set before starting, so stop_targets() reaches a server still starting (e.g. on Ctrl-C).
+    target.server = server
+    try:
+        server.start()
+        for model in models:
+            server.wait_model_ready(model, timeout=_STARTUP_TIMEOUT)
+    except Exception as exc:
+        target.server = None
+        server.stop()
+        first_line = (str(exc).splitlines() or [""])[0]
+        target.reason = f"{type(exc).__name__}: {first_line} (log {target.log_path})"
+
+
+def start_targets(
+    names: Sequence[str], repository: Path, models: Sequence[str], log_dir: Path
+) -> list[Target]:
+    """Start the named servers on `repository`, all at once, and wait until `models` are ready.
+
+    Always returns one Target per name; check `server` (running) or `reason` (why not).
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    targets = [Target(name, log_path=log_dir / f"{name}.log") for name in names]
+    threads = [
+        threading.Thread(target=_start, args=(t, repository, models), daemon=True) for t in targets
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return targets
+
+
+def stop_targets(targets: Sequence[Target]) -> None:
+    for target in targets:
+        if target.server is not None:
+            target.server.stop()
+            target.server = None

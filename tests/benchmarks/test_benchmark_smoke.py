@@ -1,0 +1,95 @@
+"""`python -m benchmarks.run` works end to end with tiny settings, so it cannot rot.
+
+Only the shape and sanity of the output are checked, never how fast anything was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness.oracle import ORACLE_PYTHON_ENV, oracle_unavailable_reason
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_benchmark(
+    output: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    environ = dict(os.environ)
+    environ.update(env or {})
+    command = [sys.executable, "-m", "benchmarks.run", "--output-dir", str(output), *args]
+    return subprocess.run(
+        command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=150
+    )
+
+
+@pytest.mark.timeout(180)
+def test_tiny_run_writes_table_and_results(tmp_path: Path) -> None:
+    servers = ["bridge", "echo"]
+    if oracle_unavailable_reason() is None:
+        servers.insert(0, "triton")
+    done = run_benchmark(
+        tmp_path,
+        "--workloads=fp32_4",
+        "--concurrency=1",
+        "--max-requests=20",
+        "--max-seconds=60",  # a bound, not a measurement: 20 requests finish long before
+        "--rounds=1",
+        "--warmup=1",
+        f"--servers={','.join(servers)}",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    # The table: one column per server, the ratios, and a row for the cell.
+    assert "| workload | conc. |" in done.stdout
+    assert "bridge ÷ echo (p50)" in done.stdout
+    assert "| fp32_4 | 1 |" in done.stdout
+    assert (tmp_path / "results.md").read_text().startswith("| workload | conc. |")
+    # The plot is optional (matplotlib is the `bench` extra); without it, the run says so.
+    assert (tmp_path / "plot.png").exists() or "plot skipped: matplotlib" in done.stdout
+
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["settings"]["max_requests"] == 20
+    assert all(results["servers"][name]["available"] for name in servers)
+    (cell,) = results["cells"]
+    assert (cell["workload"], cell["concurrency"]) == ("fp32_4", 1)
+    for name in servers:
+        result = cell["results"][name]
+        assert result["errors"] == 0, result["first_error"]
+        assert result["requests"] == 20  # every answer arrived and was checked correct
+        assert 0 < result["p50_ms"] <= result["p99_ms"]
+        assert result["rps"] > 0
+    assert cell["ratios"]["bridge/echo"]["p50_ms"] > 0
+
+
+@pytest.mark.timeout(180)
+def test_missing_oracle_is_reported_not_fatal(tmp_path: Path) -> None:
+    # Triton cannot start without the oracle env: its column is n/a and the run goes on.
+    # The streaming workload also shows that a decoupled model is measured end to end.
+    done = run_benchmark(
+        tmp_path,
+        "--workloads=stream_100",
+        "--concurrency=1",
+        "--max-requests=5",
+        "--rounds=1",
+        "--warmup=1",
+        "--servers=triton,echo",
+        "--no-plot",
+        env={ORACLE_PYTHON_ENV: str(tmp_path / "no-such-venv" / "bin" / "python")},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["servers"]["triton"]["available"] is False
+    assert ORACLE_PYTHON_ENV in results["servers"]["triton"]["reason"]
+    (cell,) = results["cells"]
+    assert cell["results"]["triton"] is None
+    assert cell["results"]["echo"]["requests"] == 5
+    assert cell["results"]["echo"]["errors"] == 0
+    assert "| stream_100 | 1 | n/a |" in done.stdout
+    assert not (tmp_path / "plot.png").exists()

@@ -1,0 +1,53 @@
+"""One oracle and one bridge per repository for the whole session (see tests/conftest.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.differential.support import EXAMPLES, REPOSITORIES, Pair
+
+
+@pytest.fixture(scope="session")
+def pair_for(oracle_server, shared_bridge_server) -> Callable[..., Pair]:
+    """`pair_for(root, expect_failures=False)`: Triton and the bridge on `root`, started once.
+
+    A repository with models that must fail to load runs the oracle with
+    `--exit-on-error=false` and waits only for ServerLive (ServerReady stays false there).
+    """
+
+    def start(root: Path, *, expect_failures: bool = False) -> Pair:
+        if expect_failures:
+            oracle = oracle_server(root, "--exit-on-error=false", wait_for="live")
+        else:
+            oracle = oracle_server(root)
+        return Pair(oracle, shared_bridge_server(root), root)
+
+    return start
+
+
+@pytest.fixture(scope="session")
+def dtypes(pair_for) -> Pair:
+    return pair_for(REPOSITORIES / "dtypes")
+
+
+@pytest.fixture(scope="session")
+def errors(pair_for) -> Pair:
+    return pair_for(REPOSITORIES / "errors")
+
+
+@pytest.fixture(scope="session")
+def introspect(pair_for) -> Pair:
+    return pair_for(REPOSITORIES / "introspect")
+
+
+@pytest.fixture(scope="session")
+def examples(pair_for) -> Pair:
+    return pair_for(EXAMPLES)
+
+
+@pytest.fixture(scope="session")
+def load_failures(pair_for) -> Pair:
+    return pair_for(REPOSITORIES / "load_failures", expect_failures=True)

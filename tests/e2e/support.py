@@ -1,0 +1,139 @@
+"""Helpers for the end-to-end tests: repositories, inputs, background requests, bounded waits."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+
+REPOSITORIES = Path(__file__).resolve().parents[1] / "repositories"
+SERVING = REPOSITORIES / "e2e_serving"
+LOAD_FAILURES = REPOSITORIES / "e2e_load_failures"
+MULTI_A = REPOSITORIES / "e2e_multi_a"
+MULTI_B = REPOSITORIES / "e2e_multi_b"
+NO_CONFIG = REPOSITORIES / "e2e_no_config"
+
+# Upper bound of every wait: generous for a loaded 2-core CI machine; never a latency assertion.
+WAIT_S = 30.0
+
+
+def wait_until(predicate: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.01)
+
+
+def fp32_input(values: list[float], name: str = "INPUT0") -> grpcclient.InferInput:
+    array = np.array(values, dtype=np.float32)
+    tensor = grpcclient.InferInput(name, list(array.shape), "FP32")
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+def int32_input(values: list[int], name: str = "INPUT0") -> grpcclient.InferInput:
+    array = np.array(values, dtype=np.int32)
+    tensor = grpcclient.InferInput(name, list(array.shape), "INT32")
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+class BackgroundInfer:
+    """One `async_infer` call whose outcome the test can poll and then collect."""
+
+    def __init__(
+        self, client: grpcclient.InferenceServerClient, model: str, inputs: list, **kwargs: Any
+    ) -> None:
+        self._done = threading.Event()
+        self._result: grpcclient.InferResult | None = None
+        self._error: Exception | None = None
+        client.async_infer(model, inputs, callback=self._callback, **kwargs)
+
+    def _callback(self, result: grpcclient.InferResult | None, error: Exception | None) -> None:
+        self._result, self._error = result, error
+        self._done.set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self, timeout: float = WAIT_S) -> grpcclient.InferResult:
+        if not self._done.wait(timeout):
+            raise AssertionError(f"no answer within {timeout:.0f} s")
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+
+class Gate:
+    """Files in a test's tmp folder through which the test holds the `pool` model's execute.
+
+    `pool` writes `started` (its instance name inside) when execute begins and returns only once
+    `gate` exists, so a test can tell "running" from "finished" without timing anything.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.gate = folder / "gate"
+
+    def params(self, tag: str) -> dict[str, str]:
+        return {"started": str(self.started_path(tag)), "gate": str(self.gate)}
+
+    def started_path(self, tag: str) -> Path:
+        return self.folder / f"started-{tag}"
+
+    def started(self, tag: str) -> bool:
+        return self.started_path(tag).exists()
+
+    def instance_of(self, tag: str) -> str:
+        return self.started_path(tag).read_text()
+
+    def open(self) -> None:
+        self.gate.write_text("open")
+
+
+_ROW = re.compile(r"^\|\s*(\S*)\s*\|\s*(\S*)\s*\|\s*(.*?)\s*\|$")
+
+
+def status_rows(log_text: str) -> dict[str, list[tuple[str, str]]]:
+    """The start-up table `| Model | Version | Status |` as {model: [(version, status), ...]}.
+
+    Only the first line of a status is kept (Triton continues a long reason on rows with empty
+    Model and Version cells).
+    """
+    lines = log_text.splitlines()
+    header = next((i for i, line in enumerate(lines) if _ROW.match(line) and "Model" in line), None)
+    assert header is not None, f"no status table in the log:\n{log_text}"
+    cells = _ROW.match(lines[header])
+    assert cells is not None and cells.groups() == ("Model", "Version", "Status")
+    rows: dict[str, list[tuple[str, str]]] = {}
+    for line in lines[header + 1 :]:
+        if line.startswith("+"):
+            if rows:
+                break  # the closing rule
+            continue
+        match = _ROW.match(line)
+        if match is None:
+            break
+        if not match.group(1):
+            continue  # a continuation line of the previous row's status
+        rows.setdefault(match.group(1), []).append((match.group(2), match.group(3)))
+    return rows
+
+
+def line_of(model_file: Path, text: str) -> int:
+    """The 1-based line number of the only line of `model_file` containing `text`."""
+    hits = [n for n, line in enumerate(model_file.read_text().splitlines(), 1) if text in line]
+    assert len(hits) == 1, f"{text!r} is on lines {hits} of {model_file}"
+    return hits[0]

@@ -1,0 +1,97 @@
+"""SIGTERM / SIGINT: in-flight requests finish, every instance's finalize() runs, exit code 0."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+
+import numpy as np
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from tests.e2e.support import (
+    SERVING,
+    WAIT_S,
+    BackgroundInfer,
+    Gate,
+    fp32_input,
+    wait_until,
+)
+
+# Every instance of the models in e2e_serving that leave a marker in finalize(), named as Triton
+# names instances: `<model>_0` for the default group, `<model>_0_<k>` for `count: 2`.
+FINALIZED = {"echo_0.finalized", "pool_0_0.finalized", "pool_0_1.finalized"}
+
+SIGNALS = [pytest.param(signal.SIGTERM, id="SIGTERM"), pytest.param(signal.SIGINT, id="SIGINT")]
+
+
+@pytest.fixture
+def markers(tmp_path):
+    folder = tmp_path / "markers"
+    folder.mkdir()
+    return folder
+
+
+def wait_for_exit(server) -> int:
+    try:
+        return server.process.wait(WAIT_S)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(
+            f"bridge still running after the signal:\n{server.log_tail()}"
+        ) from None
+
+
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_idle_server_stops_cleanly(bridge_server, markers, signum) -> None:
+    server = bridge_server(SERVING, env={"E2E_MARKER_DIR": str(markers)})
+    server.process.send_signal(signum)
+    assert wait_for_exit(server) == 0
+    assert {p.name for p in markers.iterdir()} == FINALIZED
+    assert "chatty-finalize-info" in server.log_text  # pb_utils.Logger works in finalize()
+
+
+def shutdown_started(client) -> bool:
+    # Triton reports the server not ready (or refuses health checks) once shutdown has begun.
+    try:
+        return not client.is_server_ready()
+    except InferenceServerException:
+        return True
+
+
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_in_flight_requests_finish(bridge_server, markers, tmp_path, signum) -> None:
+    # Seen on Triton 2.51 with the same repository: after SIGTERM the two executing requests
+    # and the one queued behind them all succeed, every finalize() runs, exit code 0.
+    server = bridge_server(SERVING, env={"E2E_MARKER_DIR": str(markers)})
+    client = server.client()
+    gate = Gate(tmp_path)
+    tags = ["r0", "r1", "r2"]  # two run (one per instance), one waits in the queue
+    calls = [
+        BackgroundInfer(client, "pool", [fp32_input([float(i)])], parameters=gate.params(tag))
+        for i, tag in enumerate(tags)
+    ]
+    wait_until(lambda: sum(map(gate.started, tags)) == 2, "both instances to be busy")
+
+    server.process.send_signal(signum)
+    wait_until(lambda: shutdown_started(client), "the server to begin shutting down")
+    assert not any(call.done() for call in calls)
+    assert server.process.poll() is None
+    # Other models may finalize already; pool's instances wait for their requests.
+    assert not list(markers.glob("pool_*")), "finalize() ran before the requests finished"
+
+    gate.open()
+    for i, call in enumerate(calls):
+        result = call.result()
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.array([i], np.float32))
+    assert wait_for_exit(server) == 0
+    assert {p.name for p in markers.iterdir()} == FINALIZED
+
+
+def test_stop_after_failed_requests_still_finalizes(bridge_server, markers) -> None:
+    server = bridge_server(SERVING, env={"E2E_MARKER_DIR": str(markers)})
+    client = server.client()
+    with pytest.raises(Exception, match="flaky refuses negative values"):
+        client.infer("flaky", [fp32_input([-1.0])])
+    server.process.send_signal(signal.SIGTERM)
+    assert wait_for_exit(server) == 0
+    assert {p.name for p in markers.iterdir()} == FINALIZED
