@@ -8,10 +8,18 @@ model's folder are removed again afterwards, and live on only through the model 
 The next model, or the next instance of the same model, gets its own fresh copies. That keeps
 module globals per instance, as separate Triton processes would, and makes a reload pick up edited
 helper modules.
+
+Imports that run later, inside `initialize` or `execute` (a lazy `import helper`), are served by
+`ModelFolderFinder`: on a thread bound to a model it searches that model's folders, last, as the
+stub's appended `sys.path` entries are searched last. Such a module stays in `sys.modules` under
+its plain name, so two in-process models that lazily import *different* files of the *same* name
+share the first one loaded; top-level imports never do.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 import threading
@@ -22,6 +30,8 @@ from . import pb_utils
 
 # sys.path and sys.modules are process-wide: one import at a time.
 _import_lock = threading.Lock()
+# The folders of the model bound to this thread (see `bind_model_folders`).
+_bound = threading.local()
 
 
 class ModelImportError(Exception):
@@ -42,8 +52,8 @@ def import_model_module(model_file: Path) -> types.ModuleType:
     with _import_lock:
         saved_path = list(sys.path)
         saved_modules = dict(sys.modules)
-        # Same precedence as the stub: version folder, then model folder.
-        sys.path[:0] = [str(version_dir), str(model_dir)]
+        # As the stub does: the version folder, then the model folder, after everything else.
+        sys.path.extend([str(version_dir), str(model_dir)])
         for name in (package_name, module_name):
             sys.modules.pop(name, None)
         try:
@@ -77,3 +87,30 @@ def _forget_modules_loaded_from(
     for name, module in saved_modules.items():
         if name not in sys.modules:
             sys.modules[name] = module
+
+
+def bind_model_folders(model_file: Path) -> None:
+    """Let lazy imports on this thread find modules in `model_file`'s folders."""
+    version_dir = model_file.resolve().parent
+    _bound.folders = [str(version_dir), str(version_dir.parent)]
+    _install_finder()
+
+
+class ModelFolderFinder(importlib.abc.MetaPathFinder):
+    """Finds top-level modules in the folders of the model bound to the importing thread."""
+
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        folders = getattr(_bound, "folders", None)
+        if folders is None or path is not None:
+            return None
+        return importlib.machinery.PathFinder.find_spec(fullname, folders)
+
+
+_finder = ModelFolderFinder()
+
+
+def _install_finder() -> None:
+    if _finder not in sys.meta_path:
+        sys.meta_path.append(_finder)  # last: the stub appends its folders to sys.path

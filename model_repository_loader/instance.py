@@ -18,7 +18,7 @@ from typing import Any
 
 from . import pb_utils
 from .errors import ModelLoadError, format_python_error
-from .importer import ModelImportError, import_model_module
+from .importer import ModelImportError, bind_model_folders, import_model_module
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +128,7 @@ class ModelInstance:
         return outcome.get("value")
 
     def _run(self) -> None:
+        bind_model_folders(self.spec.model_file)
         with pb_utils.context.model_context(
             model_name=self.spec.model_name,
             instance_name=self.name,

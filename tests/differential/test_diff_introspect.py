@@ -138,9 +138,9 @@ def test_imports_are_isolated_per_model(introspect: Pair, model: str):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="difference: the model's folders are on sys.path only while model.py is imported "
-    "(one interpreter shared by all models), so initialize()/execute() see none of them and a "
-    "lazy `import helper` there fails; Triton keeps them for the stub's lifetime",
+    reason="difference: one interpreter serves every in-process model, so a model's folders are "
+    "on sys.path only while its model.py is imported; lazy imports inside initialize/execute "
+    "still find them (importer.ModelFolderFinder, test_imports_are_isolated_per_model)",
 )
 @pytest.mark.parametrize("model", ["imports", "imports_twin"])
 def test_model_folders_stay_on_sys_path(introspect: Pair, model: str):

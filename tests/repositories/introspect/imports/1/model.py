@@ -30,7 +30,10 @@ def paths_in_repository():
 
 class TritonPythonModel:
     def initialize(self, args):
+        # A lazy import inside initialize: Triton keeps the model's folders importable.
+        lazy = __import__(f"lazy_{args['model_name']}")
         info = {
+            "lazy": module_info(lazy),
             "__name__": __name__,
             "__package__": __package__,
             "helper_x": module_info(helper_x),
