@@ -101,7 +101,13 @@ def test_request_fields_and_typed_parameters():
     assert request.request_id == "req-7"
     assert [t.name() for t in request.inputs] == ["X"]
     assert request.requested_outputs == ["Y"]
-    assert request.parameters == {"flag": True, "count": 3, "name": "s", "ratio": 0.5, "priority": 2}
+    assert request.parameters == {
+        "flag": True,
+        "count": 3,
+        "name": "s",
+        "ratio": 0.5,
+        "priority": 2,
+    }
 
 
 def test_request_without_optional_keys():
