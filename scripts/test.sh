@@ -3,6 +3,7 @@
 #   .venv         the product + test tools (numpy 2.x)
 #   .venv-oracle  nvidia-pytriton: the real tritonserver the differential tests compare against.
 #                 It pins numpy < 2, so it lives apart from the product.
+#   .venv-numpy1  the product with numpy 1.x, for the unit tests.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -k codec`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,3 +17,11 @@ if [ ! -x .venv-oracle/bin/python ]; then "$PYTHON" -m venv .venv-oracle; fi
 export DYNAMO_BRIDGE_ORACLE_PYTHON="$PWD/.venv-oracle/bin/python"
 
 .venv/bin/python -m pytest "$@"
+
+# The product must work with numpy 1.x too (a repository's models may pin it): the in-process
+# unit tests once more against numpy < 2. Skipped when pytest was given a selection.
+if [ "$#" -eq 0 ] || [ "$*" = "-p no:cacheprovider" ]; then
+  if [ ! -x .venv-numpy1/bin/python ]; then "$PYTHON" -m venv .venv-numpy1; fi
+  .venv-numpy1/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]" "numpy<2"
+  .venv-numpy1/bin/python -m pytest "$@" tests/unit
+fi

@@ -17,9 +17,11 @@ environment (DYNAMO_BRIDGE_ORACLE_PYTHON, default /work/oracle/bin/python) is mi
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -29,6 +31,9 @@ if str(ROOT) not in sys.path:
 
 from tests.harness.bridge_server import BridgeServer  # noqa: E402
 from tests.harness.oracle import TritonOracle, require_oracle  # noqa: E402
+from tests.harness.process import ServerProcess  # noqa: E402
+
+Server = TypeVar("Server", bound=ServerProcess)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -42,26 +47,47 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         require_oracle()
 
 
+@contextlib.contextmanager
+def _session_servers() -> Iterator[Callable[[tuple, Callable[[], Server]], Server]]:
+    """Servers shared by the session, one per key: get(key, create) returns the running one or
+    starts create() (again, if the last one died); all are stopped on exit."""
+    servers: dict[tuple, Server] = {}
+
+    def get(key: tuple, create: Callable[[], Server]) -> Server:
+        server = servers.get(key)
+        if server is not None and server.running:
+            return server
+        if server is not None:
+            server.stop()  # reap what the dead server left in its process group
+        server = servers[key] = create().start()
+        return server
+
+    try:
+        yield get
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
 @pytest.fixture(scope="session")
 def oracle_server(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Callable[..., TritonOracle]]:
-    servers: dict[tuple, TritonOracle] = {}
+    with _session_servers() as get:
 
-    def start(repo: str | Path, *extra_args: str, wait_for: str = "ready") -> TritonOracle:
-        require_oracle()
-        key = (str(Path(repo).resolve()), extra_args, wait_for)
-        server = servers.get(key)
-        if server is None or not server.running:
-            log_path = tmp_path_factory.mktemp("oracle") / "tritonserver.log"
-            server = TritonOracle(repo, *extra_args, wait_for=wait_for, log_path=log_path)
-            server.start()
-            servers[key] = server
-        return server
+        def start(repo: str | Path, *extra_args: str, wait_for: str = "ready") -> TritonOracle:
+            require_oracle()
+            return get(
+                (str(Path(repo).resolve()), extra_args, wait_for),
+                lambda: TritonOracle(
+                    repo,
+                    *extra_args,
+                    wait_for=wait_for,
+                    log_path=tmp_path_factory.mktemp("oracle") / "tritonserver.log",
+                ),
+            )
 
-    yield start
-    for server in servers.values():
-        server.stop()
+        yield start
 
 
 @pytest.fixture
@@ -90,20 +116,19 @@ def bridge_server(tmp_path: Path) -> Iterator[Callable[..., BridgeServer]]:
 def shared_bridge_server(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Callable[..., BridgeServer]]:
-    servers: dict[tuple, BridgeServer] = {}
+    with _session_servers() as get:
 
-    def start(
-        repo: str | Path, *extra_args: str, env: Mapping[str, str] | None = None
-    ) -> BridgeServer:
-        key = (str(Path(repo).resolve()), extra_args, tuple(sorted((env or {}).items())))
-        server = servers.get(key)
-        if server is None or not server.running:
-            log_path = tmp_path_factory.mktemp("bridge") / "bridge.log"
-            server = BridgeServer(repo, *extra_args, env=env, log_path=log_path)
-            server.start()
-            servers[key] = server
-        return server
+        def start(
+            repo: str | Path, *extra_args: str, env: Mapping[str, str] | None = None
+        ) -> BridgeServer:
+            return get(
+                (str(Path(repo).resolve()), extra_args, tuple(sorted((env or {}).items()))),
+                lambda: BridgeServer(
+                    repo,
+                    *extra_args,
+                    env=env,
+                    log_path=tmp_path_factory.mktemp("bridge") / "bridge.log",
+                ),
+            )
 
-    yield start
-    for server in servers.values():
-        server.stop()
+        yield start

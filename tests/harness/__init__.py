@@ -12,12 +12,13 @@ from .oracle import (
     require_oracle,
 )
 from .ports import free_port, free_ports, port_is_open, wait_for_port
-from .process import stop_process_group
+from .process import ServerProcess, stop_process_group
 
 __all__ = [
     "BridgeServer",
     "OracleEnv",
     "OracleUnavailable",
+    "ServerProcess",
     "TritonOracle",
     "find_oracle",
     "free_port",

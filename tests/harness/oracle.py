@@ -17,16 +17,13 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import tritonclient.grpc as grpcclient
-
 from .ports import LOCALHOST, free_ports
-from .process import stop_process_group
+from .process import ServerProcess
 
 ORACLE_PYTHON_ENV = "DYNAMO_BRIDGE_ORACLE_PYTHON"
 DEFAULT_ORACLE_PYTHON = "/work/oracle/bin/python"
@@ -173,7 +170,7 @@ def oracle_environ(env: OracleEnv, base: Mapping[str, str] | None = None) -> dic
     return environ
 
 
-class TritonOracle:
+class TritonOracle(ServerProcess):
     """A real tritonserver on `model_repository`, on free loopback ports.
 
     Use as a context manager, or call start() / stop(). Extra command-line flags (e.g.
@@ -181,6 +178,9 @@ class TritonOracle:
     `wait_for="ready"` waits for ServerReady (every model loaded); "live" only for ServerLive,
     for repositories where a model is expected to fail loading.
     """
+
+    program = "tritonserver"
+    log_name = "tritonserver.log"
 
     def __init__(
         self,
@@ -193,38 +193,22 @@ class TritonOracle:
         env: Mapping[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
     ) -> None:
-        self.model_repository = Path(model_repository).absolute()
-        self.extra_args = list(extra_args)
+        super().__init__(
+            model_repository,
+            extra_args,
+            log_path=log_path,
+            startup_timeout=startup_timeout,
+            env=env,
+            cwd=cwd,
+        )
         self.wait_for = wait_for
-        self.startup_timeout = startup_timeout
         self.port_range = list(port_range) if port_range is not None else None
-        self._extra_env = dict(env or {})
-        self.cwd = Path(cwd) if cwd is not None else None
-        if log_path is None:
-            log_path = Path(tempfile.mkdtemp(prefix="triton-oracle-")) / "tritonserver.log"
-        self.log_path = Path(log_path)
-        self.grpc_port = self.http_port = self.metrics_port = 0
-        self.process: subprocess.Popen[bytes] | None = None
-        self.returncode: int | None = None
-        self._client = None
-
-    # -- addresses -------------------------------------------------------------------------
-
-    @property
-    def grpc_url(self) -> str:
-        """host:port, as tritonclient.grpc.InferenceServerClient(url=...) expects."""
-        return f"{LOCALHOST}:{self.grpc_port}"
+        self.http_port = 0
 
     @property
     def http_url(self) -> str:
         """host:port, as tritonclient.http.InferenceServerClient(url=...) expects."""
         return f"{LOCALHOST}:{self.http_port}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://{LOCALHOST}:{self.metrics_port}/metrics"
-
-    # -- lifecycle -------------------------------------------------------------------------
 
     def command(self) -> list[str]:
         env = find_oracle()
@@ -242,111 +226,14 @@ class TritonOracle:
             *self.extra_args,
         ]
 
-    def start(self) -> TritonOracle:
-        env = find_oracle()
-        install_stub(env)
-        environ = oracle_environ(env)
+    def environ(self) -> dict[str, str]:
+        environ = oracle_environ(find_oracle())
         environ.update(self._extra_env)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        # A port picked as free can be taken before the server binds it; retry with new ports.
-        for attempt in range(3):
-            self.grpc_port, self.http_port, self.metrics_port = free_ports(3, self.port_range)
-            with open(self.log_path, "ab") as log:
-                self.process = subprocess.Popen(
-                    self.command(),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=environ,
-                    cwd=self.cwd,
-                    # Own process group: stop() can reap the stub processes it spawned too.
-                    start_new_session=True,
-                )
-            try:
-                self._wait_started()
-                return self
-            except RuntimeError:
-                self.stop()
-                if attempt < 2 and "already in use" in self.log_text:
-                    continue
-                raise
-        raise AssertionError("unreachable")
+        return environ
 
-    def _wait_started(self) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + self.startup_timeout
-        client = grpcclient.InferenceServerClient(self.grpc_url)
-        try:
-            while True:
-                if self.process.poll() is not None:
-                    raise RuntimeError(
-                        f"tritonserver exited with code {self.process.returncode} during start-up; "
-                        f"log {self.log_path}:\n{self.log_tail()}"
-                    )
-                try:
-                    if self.wait_for == "live":
-                        if client.is_server_live():
-                            return
-                    elif client.is_server_ready():
-                        return
-                except Exception:  # not listening yet
-                    pass
-                if time.monotonic() >= deadline:
-                    raise RuntimeError(
-                        f"tritonserver not {self.wait_for} after {self.startup_timeout:.0f} s; "
-                        f"log {self.log_path}:\n{self.log_tail()}"
-                    )
-                time.sleep(0.1)
-        finally:
-            client.close()
+    def _pick_ports(self) -> None:
+        self.grpc_port, self.http_port, self.metrics_port = free_ports(3, self.port_range)
 
-    def stop(self, timeout: float = 15.0) -> int | None:
-        """SIGTERM, then SIGKILL after `timeout` s.
-
-        Returns the exit code, also kept in `returncode` (None if never started)."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        proc = self.process
-        if proc is None:
-            return self.returncode
-        stop_process_group(proc, timeout)
-        self.returncode = proc.returncode
-        self.process = None
-        return self.returncode
-
-    def __enter__(self) -> TritonOracle:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    # -- helpers for tests -----------------------------------------------------------------
-
-    def client(self) -> grpcclient.InferenceServerClient:
-        """A gRPC client for this server, shared and closed on stop()."""
-        if self._client is None:
-            self._client = grpcclient.InferenceServerClient(self.grpc_url)
-        return self._client
-
-    def wait_model_ready(self, model_name: str, version: str = "", timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.client().is_model_ready(model_name, version):
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"model {model_name!r} not ready after {timeout:.0f} s")
-            time.sleep(0.1)
-
-    @property
-    def log_text(self) -> str:
-        """Everything the server wrote to stdout/stderr so far."""
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log_text.splitlines()[-lines:])
+    def start(self) -> TritonOracle:
+        install_stub(find_oracle())
+        return super().start()
