@@ -36,14 +36,7 @@ class BridgeServer(ServerProcess):
         log_path: str | os.PathLike[str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
     ) -> None:
-        super().__init__(
-            model_repository,
-            extra_args,
-            log_path=log_path,
-            startup_timeout=startup_timeout,
-            env=env,
-            cwd=cwd,
-        )
+        super().__init__(model_repository, extra_args, log_path, startup_timeout, env, cwd)
         self.stop_timeout = stop_timeout
 
     def command(self) -> list[str]:

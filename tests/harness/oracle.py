@@ -193,14 +193,7 @@ class TritonOracle(ServerProcess):
         env: Mapping[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
     ) -> None:
-        super().__init__(
-            model_repository,
-            extra_args,
-            log_path=log_path,
-            startup_timeout=startup_timeout,
-            env=env,
-            cwd=cwd,
-        )
+        super().__init__(model_repository, extra_args, log_path, startup_timeout, env, cwd)
         self.wait_for = wait_for
         self.port_range = list(port_range) if port_range is not None else None
         self.http_port = 0

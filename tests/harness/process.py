@@ -64,7 +64,6 @@ class ServerProcess:
         self,
         model_repository: str | os.PathLike[str],
         extra_args: Iterable[str],
-        *,
         log_path: str | os.PathLike[str] | None,
         startup_timeout: float,
         env: Mapping[str, str] | None,
