@@ -89,3 +89,18 @@ def test_output_values_round_trip(client) -> None:
     tensor.set_data_from_numpy(values)
     result = client.infer("echo", [tensor])
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), values)
+
+
+def test_response_parameters_reach_the_client_with_their_types(client) -> None:
+    # InferenceResponse(parameters=...) (Triton 25.02+) -> the response's typed parameters.
+    result = client.infer(
+        "reply_params",
+        [fp32_input([1.0, 2.0, 3.0])],
+        parameters={"label": "héllo", "flag": True, "limit": 7},
+    )
+    parameters = result.get_response().parameters
+    assert parameters["label"].string_param == "héllo"
+    assert parameters["flag"].bool_param is True
+    assert parameters["limit"].int64_param == 7
+    assert parameters["element_count"].int64_param == 3
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), [1.0, 2.0, 3.0])
