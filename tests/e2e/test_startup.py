@@ -6,7 +6,7 @@ import numpy as np
 
 from tests.e2e.support import SERVING, fp32_input, status_rows
 
-SERVING_MODELS = ["chatty", "echo", "flaky", "pool"]
+SERVING_MODELS = ["chatty", "echo", "flaky", "pool", "reply_params"]
 
 
 def test_status_table_lists_every_model_ready(shared_bridge_server) -> None:
