@@ -29,7 +29,7 @@ from typing import Any
 
 from . import report
 from .client import CellResult, run_cell
-from .servers import SERVER_NAMES, Target, start_targets, stop_targets
+from .servers import SERVER_NAMES, Target, make_targets, start_targets, stop_targets
 from .workloads import WORKLOAD_NAMES, Workload, build_workload
 
 HERE = Path(__file__).resolve().parent
@@ -216,11 +216,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="dynamo-bridge-bench-") as tmp:
         repository = _copy_models(models, Path(tmp) / "repository")
         print(f"starting {', '.join(servers)} on {', '.join(models)} ...", flush=True)
-        targets = start_targets(servers, repository, models, output / "logs")
-        available = {
-            t.name: {"available": t.server is not None, "reason": t.reason} for t in targets
-        }
+        targets = make_targets(servers, output / "logs")
         try:
+            start_targets(targets, repository, models)
+            available = {
+                t.name: {"available": t.server is not None, "reason": t.reason} for t in targets
+            }
             for target in targets:
                 state = target.url if target.server else f"{report.NA}: {target.reason}"
                 print(f"  {target.name:<7} {state}", flush=True)

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from tests.harness.bridge_server import BridgeServer
 from tests.harness.oracle import TritonOracle, oracle_unavailable_reason
@@ -35,6 +35,8 @@ class _Server(Protocol):
     def wait_model_ready(
         self, model_name: str, version: str = "", timeout: float = 60.0
     ) -> None: ...
+
+    def client(self) -> Any: ...  # a tritonclient.grpc.InferenceServerClient
 
 
 class EchoServer(BridgeServer):
@@ -102,15 +104,18 @@ def _start(target: Target, repository: Path, models: Sequence[str]) -> None:
         target.reason = f"{type(exc).__name__}: {first_line} (log {target.log_path})"
 
 
-def start_targets(
-    names: Sequence[str], repository: Path, models: Sequence[str], log_dir: Path
-) -> list[Target]:
-    """Start the named servers on `repository`, all at once, and wait until `models` are ready.
-
-    Always returns one Target per name; check `server` (running) or `reason` (why not).
-    """
+def make_targets(names: Sequence[str], log_dir: Path) -> list[Target]:
+    """One not yet started Target per server name, logging to `log_dir/<name>.log`."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    targets = [Target(name, log_path=log_dir / f"{name}.log") for name in names]
+    return [Target(name, log_path=log_dir / f"{name}.log") for name in names]
+
+
+def start_targets(targets: Sequence[Target], repository: Path, models: Sequence[str]) -> None:
+    """Start the servers on `repository`, all at once, and wait until `models` are ready.
+
+    Afterwards each target has `server` (running) or `reason` (why not). Call stop_targets()
+    in any case, also when this is interrupted.
+    """
     threads = [
         threading.Thread(target=_start, args=(t, repository, models), daemon=True) for t in targets
     ]
@@ -118,7 +123,6 @@ def start_targets(
         thread.start()
     for thread in threads:
         thread.join()
-    return targets
 
 
 def stop_targets(targets: Sequence[Target]) -> None:

@@ -69,7 +69,7 @@ def line_of(model_file: Path, text: str) -> int:
 
 
 def test_every_model_loads(serving: LoadedRepository) -> None:
-    assert sorted(serving.models) == ["chatty", "echo", "flaky", "pool"]
+    assert sorted(serving.models) == ["chatty", "echo", "flaky", "pool", "reply_params"]
     assert serving.failures == {}
     for status in serving.statuses.values():
         assert (status.ready, status.versions, status.state) == (True, [1], "READY")
