@@ -78,6 +78,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit at start-up if any model fails to load (tritonserver's default; ours is false)",
     )
     p.add_argument(
+        "--model-control-mode",
+        choices=("poll", "none", "explicit"),
+        default="poll",
+        help="poll (default): watch the repositories and reload changed models with no gap; "
+        "none: load once; explicit: load only --load-model, then load/unload through "
+        "--control-port or pb_utils.load_model",
+    )
+    p.add_argument(
+        "--load-model",
+        dest="load_models",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="explicit mode: a model to load at start-up; repeat for several, '*' for all",
+    )
+    p.add_argument(
+        "--control-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Triton's HTTP model repository API (index, load, unload) on "
+        "127.0.0.1:PORT; load/unload are accepted in explicit mode only",
+    )
+    p.add_argument(
+        "--reload-debounce-secs",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="poll mode: wait until the repository has been quiet this long before reloading "
+        "(default 0.5)",
+    )
+    p.add_argument(
         "--log-verbose",
         type=int,
         default=0,
@@ -102,6 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics_port=args.metrics_port,
         host=args.host,
         exit_on_error=args.exit_on_error,
+        model_control_mode=args.model_control_mode,
+        load_models=tuple(args.load_models),
+        control_port=args.control_port,
+        reload_debounce=args.reload_debounce_secs,
         loader=ConfigOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             model_config_name=args.model_config_name,

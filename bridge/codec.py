@@ -109,32 +109,60 @@ def encode_parameters(parameters: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _values(array: np.ndarray, datatype: str) -> list:
-    flat = array.ravel()
-    if datatype == "FP16":
-        return flat.view(np.uint16).tolist()
-    # BYTES: pb_utils already holds `bytes` objects, which Dynamo takes as they are.
-    return flat.tolist()
-
-
 def encode_tensor(tensor: Tensor) -> dict[str, Any]:
+    # Reads the tensor's fields directly: this runs for every output of every response.
     array = tensor._array
     datatype = tensor._datatype
     dynamo_type = TO_DYNAMO[datatype]
+    flat = array.ravel()
+    # BYTES: pb_utils already holds `bytes` objects, which Dynamo takes as they are.
+    values = flat.view(np.uint16).tolist() if datatype == "FP16" else flat.tolist()
     return {
-        "metadata": {"name": tensor.name(), "data_type": dynamo_type, "shape": list(array.shape)},
-        "data": {"data_type": dynamo_type, "values": _values(array, datatype)},
+        "metadata": {"name": tensor._name, "data_type": dynamo_type, "shape": list(array.shape)},
+        "data": {"data_type": dynamo_type, "values": values},
     }
 
 
-def encode_response(model_name: str, response: InferenceResponse | None) -> dict[str, Any]:
-    """A successful `InferenceResponse` → a Dynamo tensor response dict."""
-    out: dict[str, Any] = {
-        "model": model_name,
-        "tensors": [encode_tensor(t) for t in response.output_tensors()] if response else [],
-    }
-    if response is not None:
-        parameters = response.parameters()
-        if parameters and parameters != "{}":
-            out["parameters"] = encode_parameters(json.loads(parameters))
+def encode_response(
+    model_name: str, response: InferenceResponse | None, final: bool | None = None
+) -> dict[str, Any]:
+    """A successful `InferenceResponse` → a Dynamo tensor response dict.
+
+    `final` (when given) becomes the `triton_final_response` parameter Triton puts on every
+    streamed response: true only on the response sent together with FINAL.
+    """
+    if response is None:
+        out: dict[str, Any] = {"model": model_name, "tensors": []}
+        text = ""
+    else:
+        out = {"model": model_name, "tensors": [encode_tensor(t) for t in response._output_tensors]}
+        text = response._parameters
+    parameters = encode_parameters(json.loads(text)) if text and text != "{}" else {}
+    if final is not None:
+        parameters[FINAL_RESPONSE_PARAMETER] = {"bool": final}
+    if parameters:
+        out["parameters"] = parameters
     return out
+
+
+FINAL_RESPONSE_PARAMETER = "triton_final_response"
+_EMPTY_FINAL_PARAMETER = "triton_enable_empty_final_response"
+
+
+def wants_empty_final_response(request: dict[str, Any]) -> bool:
+    """Did the client ask for an empty response marking a flag-only FINAL?
+
+    tritonclient's `enable_empty_final_response=True` sends the request parameter
+    `triton_enable_empty_final_response`; without it Triton transmits no flag-only FINAL.
+    """
+    value = (request.get("parameters") or {}).get(_EMPTY_FINAL_PARAMETER)
+    return bool(value and value.get("bool"))
+
+
+def empty_final_response(model_name: str) -> dict[str, Any]:
+    """The response Triton sends for a flag-only FINAL when the client asked for it."""
+    return {
+        "model": model_name,
+        "tensors": [],
+        "parameters": {FINAL_RESPONSE_PARAMETER: {"bool": True}},
+    }

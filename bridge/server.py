@@ -1,9 +1,12 @@
 """Composition root: load the repository, start the runtime, the workers and the frontend.
 
-Start-up follows Triton: every model is loaded first and a status table is printed; a model that
-fails to load is reported and skipped unless `--exit-on-error`. Shutdown (SIGINT/SIGTERM) stops
-advertising every model, lets in-flight requests finish, runs every instance's `finalize()`, and
-only then stops the runtime.
+Start-up follows Triton: the models of the start-up set (all of them, or the `--load-model` ones
+in explicit mode) are loaded first and a status table is printed; a model that fails to load is
+reported and skipped unless `--exit-on-error`. Then, by `--model-control-mode`: `poll` watches the
+repositories and swaps changed models with no gap (reload.py, manager.py), `explicit` takes
+load/unload from `--control-port` and `pb_utils.load_model`, `none` serves what loaded.
+Shutdown (SIGINT/SIGTERM) stops advertising every model, lets in-flight requests finish, runs
+every instance's `finalize()`, and only then stops the runtime.
 """
 
 from __future__ import annotations
@@ -12,17 +15,21 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dynamo.runtime import DistributedRuntime
 
+from model_repository_loader import pb_utils, repository
 from model_repository_loader.config import ConfigOptions
-from model_repository_loader.loader import LoadedRepository, load_repository
+from model_repository_loader.loader import LoadedRepository, ModelStatus, load_repository
 
+from .control import ControlServer
 from .frontend import run_grpc_frontend
+from .manager import ManagerOptions, ModelControl, ModelManager, digests_of
+from .reload import RepositoryWatcher
 from .status_table import format_status_table
-from .worker import ModelWorker
 
 log = logging.getLogger("dynamo_bridge")
 
@@ -36,6 +43,10 @@ class ServerOptions:
     namespace: str = "dynamo_bridge"
     exit_on_error: bool = False
     loader: ConfigOptions = field(default_factory=ConfigOptions)
+    model_control_mode: str = "poll"
+    load_models: tuple[str, ...] = ()  # explicit mode's start-up set; "*" = all
+    control_port: int | None = None
+    reload_debounce: float = 0.5
 
 
 class StartupError(Exception):
@@ -49,24 +60,89 @@ def _pin_request_plane_to_loopback() -> None:
     os.environ.setdefault("DYN_TCP_RESPONSE_STREAM_HOST", "127.0.0.1")
 
 
+def _startup_set(options: ServerOptions) -> set[str] | None:
+    """The models to load at start-up; None = all."""
+    if options.model_control_mode != "explicit":
+        if options.load_models:
+            log.warning("--load-model is only used with --model-control-mode=explicit")
+        return None
+    if "*" in options.load_models:
+        return None
+    return set(options.load_models)
+
+
+def _initial_load(
+    options: ServerOptions, only: set[str] | None
+) -> tuple[dict[str, str], LoadedRepository]:
+    # Digests first: a file saved while the models load then differs from its digest, and the
+    # refresh after start-up picks it up.
+    digests = digests_of(options.model_repositories)
+    loaded = load_repository(options.model_repositories, options.loader, only)
+    for name in sorted((only or set()) - set(loaded.statuses)):
+        reason = f"failed to load '{name}', failed to poll from model repository"
+        log.error("%s", reason)
+        loaded.statuses[name] = ModelStatus(name, [], False, reason)
+    return digests, loaded
+
+
 async def serve(options: ServerOptions) -> None:
     """Run the embedded default: one process, `mem` discovery, `tcp` request plane."""
     loop = asyncio.get_running_loop()
-    repository: LoadedRepository = await loop.run_in_executor(
-        None, load_repository, options.model_repositories, options.loader
+    mode = options.model_control_mode
+    if mode == "poll":
+        # A .pyc written now and an edit of the same size within the same second would make the
+        # next import run the old code; without caches every reload compiles what is on disk.
+        sys.dont_write_bytecode = True
+    control = ModelControl(mode)
+    pb_utils.set_model_control(control)  # "Server not ready" until start-up is over, as Triton
+    digests, loaded = await loop.run_in_executor(
+        None, _initial_load, options, _startup_set(options)
     )
-    print(format_status_table(repository.statuses.values()), flush=True)
-    if options.exit_on_error and repository.failures:
-        repository.close()
+    print(format_status_table(loaded.statuses.values()), flush=True)
+    if options.exit_on_error and loaded.failures:
+        loaded.close()
+        pb_utils.set_model_control(None)
         raise StartupError("failed to load all models")
 
     _pin_request_plane_to_loopback()
     runtime = DistributedRuntime(loop, "mem", "tcp")
-    workers = [
-        ModelWorker(runtime, options.namespace, model) for model in repository.models.values()
-    ]
-    for worker in workers:
-        await worker.start()
+    manager = ModelManager(
+        runtime,
+        ManagerOptions(
+            repositories=list(options.model_repositories),
+            loader=options.loader,
+            namespace=options.namespace,
+            mode=mode,
+            frontend_metrics_port=options.metrics_port,
+        ),
+        loaded,
+    )
+    control.manager = manager
+    await manager.start(digests)
+
+    watcher: RepositoryWatcher | None = None
+    if mode == "poll":
+        watcher = RepositoryWatcher(
+            options.model_repositories, manager.refresh, debounce=options.reload_debounce
+        )
+        try:
+            watcher.start()
+        except OSError as exc:  # e.g. the inotify instance limit: serve on, without reloads
+            log.error("cannot watch the model repositories, hot reload is off: %s", exc)
+            watcher = None
+        else:
+            # Anything changed while the models were loading (digests were read before).
+            names = set(digests) | {s.name for s in repository.scan(options.model_repositories)}
+            asyncio.ensure_future(manager.refresh(names))
+    control_server: ControlServer | None = None
+    if options.control_port is not None:
+        control_server = ControlServer(manager, options.control_port, explicit=mode == "explicit")
+        await control_server.start()
+    elif mode == "explicit":
+        log.warning(
+            "explicit model control without --control-port: models load at run time only "
+            "through pb_utils.load_model"
+        )
 
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -80,20 +156,14 @@ async def serve(options: ServerOptions) -> None:
     if frontend.done() and frontend.exception() is not None:
         log.error("gRPC frontend stopped: %s", frontend.exception())
 
-    await _shutdown(runtime, workers, repository)
-    stopped.cancel()
-
-
-async def _shutdown(
-    runtime: DistributedRuntime, workers: list[ModelWorker], repository: LoadedRepository
-) -> None:
     log.info("shutting down: draining in-flight requests")
-    for worker in workers:
-        try:
-            await worker.stop()
-        except Exception as exc:  # keep shutting the rest down
-            log.warning("unregistering '%s' failed: %s", worker.name, exc)
-    # Drain and finalize on a thread: finalize() is model code and may block.
-    await asyncio.get_running_loop().run_in_executor(None, repository.close)
+    if watcher is not None:
+        await watcher.stop()
+    if control_server is not None:
+        await control_server.stop()
+    await manager.close()
+    pb_utils.set_model_control(None)
     await asyncio.sleep(0.2)  # let the last responses leave through the frontend
     runtime.shutdown()
+    await manager.wait_served(timeout=2.0)
+    stopped.cancel()

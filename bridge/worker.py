@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import re
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,8 +23,16 @@ from tritonclient.grpc import model_config_pb2 as mc
 from model_repository_loader.model import Model
 from model_repository_loader.pb_utils import InferenceResponse, TritonError
 
-from .codec import TO_DYNAMO, decode_request, encode_response
+from .codec import (
+    TO_DYNAMO,
+    decode_request,
+    empty_final_response,
+    encode_response,
+    wants_empty_final_response,
+)
 from .errors import to_dynamo_exception
+
+log = logging.getLogger(__name__)
 
 _CONFIG_DTYPE_TO_KSERVE = {
     name: ("BYTES" if name == "TYPE_STRING" else name.removeprefix("TYPE_"))
@@ -31,14 +41,19 @@ _CONFIG_DTYPE_TO_KSERVE = {
 }
 
 
-def component_name(model_name: str) -> str:
+def component_name(model_name: str, generation: int = 1) -> str:
     """A Dynamo-safe component name for a model: `[a-z0-9_-]`, unique per model name.
 
     Discovery matches endpoint paths by prefix, so a short hash of the exact name keeps `m` and
-    `m_2` (or `M` and `m`) apart.
+    `m_2` (or `M` and `m`) apart. Every reload serves the model on a new component
+    (`<slug>-g2-<hash>`, ...): Dynamo refuses a changed config on a registered endpoint, and a
+    new endpoint lets the old and new generations overlap with no gap (bridge/reload.py). The
+    hash stays last so that no generation's name is a prefix of another's.
     """
     slug = re.sub(r"[^a-z0-9_-]+", "-", model_name.lower()).strip("-")[:40] or "model"
     digest = hashlib.sha1(model_name.encode()).hexdigest()[:8]
+    if generation > 1:
+        slug = f"{slug}-g{generation}"
     return f"{slug}-{digest}"
 
 
@@ -67,13 +82,18 @@ def tensor_model_config(model_name: str, config: mc.ModelConfig) -> dict[str, An
 class ModelWorker:
     """Registers a model with Dynamo and answers its requests."""
 
-    def __init__(self, runtime: DistributedRuntime, namespace: str, model: Model) -> None:
+    def __init__(
+        self, runtime: DistributedRuntime, namespace: str, model: Model, generation: int = 1
+    ) -> None:
         self.model = model
         self.name = model.name
+        self.generation = generation
         self.endpoint: Endpoint = runtime.endpoint(
-            f"{namespace}.{component_name(model.name)}.generate"
+            f"{namespace}.{component_name(model.name, generation)}.generate"
         )
         self._serving: asyncio.Future[Any] | None = None
+        self._decoupled = model.config.model_transaction_policy.decoupled
+        self._cancellations = _CancellationPoller()
 
     async def start(self) -> None:
         # Serve first, then advertise: a request routed here finds a handler.
@@ -92,25 +112,158 @@ class ModelWorker:
         """Stop advertising the model; requests already routed here still finish."""
         await unregister_model(self.endpoint)
 
+    async def withdraw(self) -> None:
+        """After stop() and the drain: remove the endpoint's instance record too.
+
+        The endpoint keeps being served (Dynamo 1.6 has no per-endpoint stop); without its
+        instance record nothing can route to it. Not done in stop(): requests routed just
+        before would fail with "Worker disconnected before response stream was established".
+        """
+        try:
+            await self.endpoint.unregister_endpoint_instance()
+        except Exception:  # best effort: the model card is already gone
+            pass
+
     async def generate(self, request: dict[str, Any], context: Any) -> AsyncIterator[dict]:
+        """Answer one request: every response the model sends, in order, as it is sent.
+
+        The worker cannot tell ModelStreamInfer from ModelInfer (the request is the same), so
+        every response carries `triton_final_response` as Triton sets it on streams, and a
+        decoupled model's flag-only FINAL becomes an empty response when the client asked for
+        one. When the client goes away (cancel, deadline, disconnect) the request is cancelled
+        for the model and its later responses are dropped.
+        """
         loop = asyncio.get_running_loop()
-        responses: asyncio.Queue[tuple[dict | TritonError | None, bool]] = asyncio.Queue()
-        name = self.name
+        # Triton sends the empty final response only for decoupled models [V].
+        empty_final = self._decoupled and wants_empty_final_response(request)
+        responses = _Responses(loop, self.name)
+        pending = self.model.submit(decode_request(request), responses.respond)
+        watching = context is not None and pending is not None
+        if watching:
+            self._cancellations.watch(loop, responses, context)
+        finished = False
+        try:
+            while True:
+                item, final = await responses.next()
+                if item is _GONE:
+                    return
+                if isinstance(item, TritonError):
+                    # Dynamo ends the request at an error, even one the model sent mid-stream
+                    # (stream_error_ends_request): the model is told by cancellation below.
+                    finished = final
+                    raise to_dynamo_exception(item)
+                if item is not None:
+                    yield item
+                elif final and empty_final:
+                    yield empty_final_response(self.name)
+                if final:
+                    finished = True
+                    return
+        finally:
+            if watching:
+                self._cancellations.unwatch(responses)
+            if not finished:
+                responses.gone = True
+                if pending is not None:
+                    pending.cancel()
 
-        def respond(response: InferenceResponse | None, final: bool) -> None:
-            # Runs on the model's thread: encode there, so the event loop only hands over.
-            if response is not None and response.has_error():
-                item: dict | TritonError | None = response.error()
-            else:
-                item = encode_response(name, response) if response is not None else None
-            loop.call_soon_threadsafe(responses.put_nowait, (item, final))
 
-        self.model.submit(decode_request(request), respond)
-        while True:
-            item, final = await responses.get()
-            if isinstance(item, TritonError):
-                raise to_dynamo_exception(item)
-            if item is not None:
-                yield item
-            if final:
-                return
+# Put in a request's responses when the client is gone.
+_GONE: Any = object()
+
+
+class _Responses:
+    """One request's responses, handed from the model's threads to the event loop in order.
+
+    The model's thread appends to a deque and wakes the loop with `call_soon_threadsafe` only
+    when no wake-up is already on its way, so a burst of streamed responses costs the loop one
+    wake-up, not one per response. Every flag here is a plain attribute: reads and writes of
+    one attribute are atomic under the GIL, and the loop only clears `_wake_pending` before it
+    looks at the deque again, so no response can be left behind without a wake-up.
+    """
+
+    __slots__ = ("_loop", "_name", "_items", "_waiter", "_wake_pending", "gone")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, name: str) -> None:
+        self._loop = loop
+        self._name = name
+        self._items: deque[tuple[Any, bool]] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._wake_pending = False
+        self.gone = False  # nobody listens any more: drop what the model sends
+
+    def respond(self, response: InferenceResponse | None, final: bool) -> None:
+        """The loader's `Respond`: runs on the model's thread (or the loop, for early errors)."""
+        if self.gone:
+            return
+        # Encode here, so the event loop only hands the dict over.
+        if response is None:
+            item: dict | TritonError | None = None
+        elif response.has_error():
+            item = response.error()
+        else:
+            item = encode_response(self._name, response, final)
+        self._items.append((item, final))
+        if not self._wake_pending:
+            self._wake_pending = True
+            self._loop.call_soon_threadsafe(self._wake)
+
+    def client_gone(self) -> None:
+        """On the loop: the client cancelled, timed out or disconnected."""
+        self._items.append((_GONE, True))
+        self._wake()
+
+    def _wake(self) -> None:
+        self._wake_pending = False
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def next(self) -> tuple[Any, bool]:
+        items = self._items
+        while not items:
+            self._waiter = waiter = self._loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        return items.popleft()
+
+
+class _CancellationPoller:
+    """Tells a request's `_Responses` when Dynamo says its client is gone.
+
+    Dynamo does not cancel the handler when the client cancels, times out or disconnects; it
+    stops the request's context within ~15 ms. One timer polls `is_stopped()` of every request
+    in flight every POLL_SECONDS, and runs only while requests are in flight: a timer per
+    worker costs a request two dict operations, where an `async_killed_or_stopped()` task per
+    request cost a task, a Rust future and two loop wake-ups.
+    """
+
+    POLL_SECONDS = 0.01
+
+    def __init__(self) -> None:
+        self._watched: dict[_Responses, Any] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def watch(self, loop: asyncio.AbstractEventLoop, responses: _Responses, context: Any) -> None:
+        self._watched[responses] = context
+        if self._timer is None:
+            self._timer = loop.call_later(self.POLL_SECONDS, self._poll, loop)
+
+    def unwatch(self, responses: _Responses) -> None:
+        self._watched.pop(responses, None)
+
+    def _poll(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        for responses, context in list(self._watched.items()):
+            try:
+                stopped = context.is_stopped() or context.is_killed()
+            except Exception as exc:  # never fail the request over the watcher
+                log.debug("cancellation check failed: %r", exc)
+                stopped = False
+            if stopped:
+                del self._watched[responses]
+                responses.client_gone()
+        if self._watched:
+            self._timer = loop.call_later(self.POLL_SECONDS, self._poll, loop)

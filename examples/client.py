@@ -7,11 +7,21 @@ Works against dynamo-bridge and against a real Triton server alike:
 
 tritonclient.grpc sends tensor data as raw bytes (raw_input_contents), so no JSON encoding
 of the values happens on the way.
+
+Decoupled (streaming) models are called over a gRPC stream (`start_stream` /
+`async_stream_infer`). Each request in flight gets a stream of its own: Dynamo's frontend runs
+the requests of one stream one after another, so requests meant to run at the same time must
+not share a stream (one stream per request also works the same on Triton).
 """
 
 from __future__ import annotations
 
 import argparse
+import queue
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -85,6 +95,130 @@ def call_auto_shape(client: grpcclient.InferenceServerClient) -> None:
     print("auto_shape   Y:", result.as_numpy("Y").tolist())
 
 
+# -- streaming -------------------------------------------------------------------------------------
+
+# Upper bound on the wait for any one streamed response.
+STREAM_WAIT_S = 30.0
+
+
+def is_final(result: grpcclient.InferResult) -> bool:
+    """True on the last response of a request: Triton flags it `triton_final_response`."""
+    parameters = result.get_response().parameters
+    return "triton_final_response" in parameters and parameters["triton_final_response"].bool_param
+
+
+def stream(
+    url: str,
+    model: str,
+    inputs: list[grpcclient.InferInput],
+    stream_timeout: float | None = None,
+    **kwargs: Any,
+) -> Iterator[grpcclient.InferResult]:
+    """Send one request on a stream of its own and yield its responses as they arrive.
+
+    Ends after the response flagged final. Leaving the loop early (break, an exception)
+    cancels the request: `stop_stream(cancel_requests=True)` tells the server, and the model
+    sees `request.is_cancelled()`. `stream_timeout` is a deadline for the whole stream.
+    """
+    answers: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(url=url)
+    client.start_stream(
+        callback=lambda result, error: answers.put((result, error)), stream_timeout=stream_timeout
+    )
+    finished = False
+    try:
+        client.async_stream_infer(model, inputs, **kwargs)
+        while not finished:
+            result, error = answers.get(timeout=STREAM_WAIT_S)
+            if error is not None:
+                raise error
+            finished = is_final(result)
+            yield result
+    finally:
+        client.stop_stream(cancel_requests=not finished)
+        client.close()
+
+
+def text_input(name: str, text: str) -> grpcclient.InferInput:
+    return make_input(name, np.array([text.encode("utf-8")], dtype=np.object_), "BYTES")
+
+
+def stream_tokens(url: str, prompt: str) -> list[str]:
+    # The model ends with a flag-only FINAL; enable_empty_final_response turns it into an empty
+    # response flagged final, which is how this client knows the stream is over.
+    tokens = []
+    for result in stream(
+        url, "token_streamer", [text_input("PROMPT", prompt)], enable_empty_final_response=True
+    ):
+        if result.get_response().outputs:
+            tokens.append(result.as_numpy("TOKEN")[0].decode("utf-8"))
+    return tokens
+
+
+def call_token_streamer(url: str) -> None:
+    tokens = stream_tokens(url, "Streams arrive one token at a time.")
+    print("token_streamer TOKENS:", tokens)
+    # Two prompts at the same time: one stream each.
+    prompts = ["first prompt, streamed", "second prompt, streamed too"]
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        streamed = list(pool.map(lambda prompt: stream_tokens(url, prompt), prompts))
+    for tokens in streamed:
+        print(f"token_streamer {len(tokens)} tokens, joined: {''.join(tokens)!r}")
+
+
+def call_repeat(url: str) -> None:
+    values = make_input("VALUES", np.array([10, 20, 30], dtype=np.int32), "INT32")
+    count = make_input("COUNT", np.array([5], dtype=np.int32), "INT32")
+    answers = [
+        (int(r.as_numpy("VALUE")[0]), int(r.as_numpy("INDEX")[0]))
+        for r in stream(url, "repeat", [values, count])
+    ]
+    print("repeat       (VALUE, INDEX):", answers)
+
+
+def call_async_fetch(client: grpcclient.InferenceServerClient) -> None:
+    keys = ["apple", "banana", "cherry", "durian"]
+    answers: queue.Queue = queue.Queue()
+    start = time.monotonic()
+    # Four requests in flight at once: the model's coroutines await their I/O together.
+    for index, key in enumerate(keys):
+        client.async_infer(
+            "async_fetch",
+            [make_input("KEY", np.array([[key.encode()]], dtype=np.object_), "BYTES")],
+            callback=lambda result, error, index=index: answers.put((index, result, error)),
+        )
+    values = [""] * len(keys)
+    for _ in keys:
+        index, result, error = answers.get(timeout=STREAM_WAIT_S)
+        if error is not None:
+            raise error
+        values[index] = result.as_numpy("VALUE")[0][0].decode("utf-8")
+    elapsed = time.monotonic() - start
+    print("async_fetch  VALUES:", dict(zip(keys, values, strict=True)))
+    print(f"async_fetch  {len(keys)} concurrent requests took {elapsed:.2f} s")
+
+
+def call_slow_cancellable(url: str) -> None:
+    steps = make_input("STEPS", np.array([1000], dtype=np.int32), "INT32")  # 50 s of work
+    # Cancel: stop reading after three progress reports; leaving the loop cancels the request.
+    progress = []
+    for result in stream(url, "slow_cancellable", [steps]):
+        progress.append(int(result.as_numpy("PROGRESS")[0]))
+        if len(progress) == 3:
+            break
+    print("slow_cancellable progress, then cancelled:", progress)
+    # Deadline: the stream's timeout passes while the model works; the server cancels it too.
+    try:
+        for _ in stream(url, "slow_cancellable", [steps], stream_timeout=0.5):
+            pass
+    except InferenceServerException as error:
+        print("slow_cancellable stream_timeout:", error.status())
+    # The model stopped both jobs early, so a short one runs at once.
+    short = make_input("STEPS", np.array([3], dtype=np.int32), "INT32")
+    progress = [int(r.as_numpy("PROGRESS")[0]) for r in stream(url, "slow_cancellable", [short])]
+    print("slow_cancellable STEPS=3:", progress)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="localhost:8001", help="gRPC address of the server")
@@ -102,6 +236,10 @@ def main() -> None:
         call_auto_shape,
     ):
         call(client)
+    call_token_streamer(args.url)
+    call_repeat(args.url)
+    call_async_fetch(client)
+    call_slow_cancellable(args.url)
 
 
 if __name__ == "__main__":

@@ -3,15 +3,20 @@
 `Pending` is one validated request on its way through a model: the `pb_utils.InferenceRequest` the
 model sees, and the one path by which its responses leave (`deliver`), whether they come from the
 list `execute` returns, from a response sender on any thread, or from an error.
+
+`async def execute` coroutines run on the instance's own event loop (instance.py), for default and
+decoupled models alike, and the instance thread is free for the next batch while they await.
+Triton serializes default-mode coroutines; overlapping them is the point of writing one.
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import threading
+import traceback
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from . import pb_utils
@@ -22,12 +27,38 @@ from .instance import ModelInstance
 log = logging.getLogger(__name__)
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+RESCHEDULE = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+
+# Triton's text when a model asks for RESCHEDULE without `sequence_batching { iterative_sequence }`
+# [V]. Triton only logs it and leaves the request open; the bridge also closes the request with it.
+RESCHEDULE_UNSUPPORTED = (
+    "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not "
+    "configured to handle such a flag."
+)
 
 
 class Pending:
-    """One request in flight: what the model sees and where its responses go."""
+    """One request in flight: what the model sees and where its responses go.
 
-    __slots__ = ("request", "_respond", "_finish", "_closed", "_lock", "_cancelled")
+    `requeue` is the scheduler hook for request rescheduling: set it (to the scheduler's
+    enqueue, or its own re-entry point) when the model may release the request with
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE; None means the model is not configured for it.
+
+    Built once per request on the caller's event loop, so it stays small: cancellation is a
+    plain flag (one attribute write is atomic under the GIL) rather than a `threading.Event`,
+    and the list of cancellation callbacks exists only once someone registers one.
+    """
+
+    __slots__ = (
+        "request",
+        "requeue",
+        "_respond",
+        "_finish",
+        "_closed",
+        "_lock",
+        "_cancelled",
+        "_cancel_callbacks",
+    )
 
     def __init__(
         self,
@@ -39,7 +70,9 @@ class Pending:
         self._finish = finish
         self._closed = False
         self._lock = threading.Lock()
-        self._cancelled = threading.Event()
+        self._cancelled = False
+        self._cancel_callbacks: list[Callable[[], None]] | None = None
+        self.requeue: Callable[[Pending], None] | None = None
         self.request = build_request(self)
 
     @property
@@ -47,10 +80,35 @@ class Pending:
         return self._closed
 
     def is_cancelled(self) -> bool:
-        return self._cancelled.is_set()
+        return self._cancelled
 
     def cancel(self) -> None:
-        self._cancelled.set()
+        """The caller gave up (client cancel, deadline, disconnect).
+
+        From now on `request.is_cancelled()` and `sender.is_cancelled()` are true; sends still
+        succeed (as in Triton) and the caller is free to drop what arrives. Callbacks given to
+        `on_cancel` run here, once, on the caller's thread.
+        """
+        with self._lock:
+            if self._cancelled:
+                return
+            self._cancelled = True
+            callbacks, self._cancel_callbacks = self._cancel_callbacks, None
+        for callback in callbacks or ():
+            try:
+                callback()
+            except Exception:  # one listener's failure must not stop the others
+                log.exception("a cancellation callback failed")
+
+    def on_cancel(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` when the request is cancelled (at once if it already is)."""
+        with self._lock:
+            if not self._cancelled:
+                if self._cancel_callbacks is None:
+                    self._cancel_callbacks = []
+                self._cancel_callbacks.append(callback)
+                return
+        callback()
 
     def deliver(self, response: pb_utils.InferenceResponse | None, final: bool) -> bool:
         """Send one response to the caller; False if the request was already closed."""
@@ -67,43 +125,104 @@ class Pending:
         )
         self.deliver(pb_utils.InferenceResponse(error=error), True)
 
+    def fail_cancelled(self) -> None:
+        """Close a request cancelled before it reached `execute`, as Triton's schedulers do.
+
+        Triton answers it with a bare CANCELLED status (no message) and never executes it; a
+        gRPC client sees its own "Locally cancelled by application!" instead.
+        """
+        self.fail("", pb_utils.TritonError.CANCELLED)
+
 
 def run_execute(instance: ModelInstance, batch: list[Pending], decoupled: bool) -> None:
     """Run `execute` for one batch on the instance thread and route what comes back."""
-    prefix = f"Failed to process the request(s) for model '{instance.name}', message: "
+    for pending in batch:
+        if pending.is_cancelled():
+            batch = _drop_cancelled(batch)
+            if not batch:
+                return
+            break
     execute = getattr(instance.model, "execute", None)
     if execute is None:
         _fail_open(
             batch,
-            prefix
+            _failure_prefix(instance)
             + f"Python model {instance.spec.model_file} does not implement `execute` method.",
         )
         return
     try:
         with pb_utils.context.phase("execute"):
             result = execute([p.request for p in batch])
-            if inspect.iscoroutine(result):
-                result = _instance_loop(instance).run_until_complete(result)
+            if type(result) is not list and inspect.iscoroutine(result):
+                # Submitted inside the phase: the coroutine's task copies this context.
+                instance.run_coroutine(
+                    result, lambda outcome: _coroutine_done(instance, batch, decoupled, outcome)
+                )
+                return
     except BaseException as exc:  # the model's failure goes to its callers, never up
-        message = prefix + format_python_error(exc)
+        message = _failure_prefix(instance) + format_python_error(exc)
         log.error("%s", message)
         _fail_open(batch, message)
         return
+    _route_result(instance, batch, decoupled, result)
 
+
+def _failure_prefix(instance: ModelInstance) -> str:
+    # Built only when something failed: run_execute is on every request's path.
+    return f"Failed to process the request(s) for model '{instance.name}', message: "
+
+
+def _drop_cancelled(batch: list[Pending]) -> list[Pending]:
+    """Requests cancelled while they waited never reach execute (Triton's scheduler check)."""
+    if not any(p.is_cancelled() for p in batch):
+        return batch
+    live = []
+    for pending in batch:
+        if pending.is_cancelled():
+            pending.fail_cancelled()
+        else:
+            live.append(pending)
+    return live
+
+
+def _coroutine_done(
+    instance: ModelInstance, batch: list[Pending], decoupled: bool, outcome: Future[Any]
+) -> None:
+    """Route what an `async def execute` coroutine returned (runs on the instance's loop)."""
+    exc = outcome.exception()
+    if exc is None:
+        _route_result(instance, batch, decoupled, outcome.result())
+        return
+    message = _failure_prefix(instance) + format_python_error(exc)
+    if decoupled:
+        # Triton logs the traceback and sends nothing, leaving every open request hanging; the
+        # bridge also closes them with the error so that clients are not left waiting.
+        log.error("%s", "".join(traceback.format_exception(exc)).rstrip())
+    else:
+        log.error("%s", message)
+    _fail_open(batch, message)
+
+
+def _route_result(
+    instance: ModelInstance, batch: list[Pending], decoupled: bool, result: Any
+) -> None:
     if decoupled:
         if result is not None:
             _fail_open(
                 batch,
-                prefix
+                _failure_prefix(instance)
                 + f"Python model '{instance.name}' is using the decoupled mode and the execute "
                 "function must return None.",
             )
+            return
+        _release(instance, batch)
         return
 
     problem = _check_returned_list(result, len(batch))
     if problem is not None:
-        log.error("%s", prefix + problem)
-        _fail_open(batch, prefix + problem)
+        message = _failure_prefix(instance) + problem
+        log.error("%s", message)
+        _fail_open(batch, message)
         return
     for pending, response in zip(batch, result, strict=True):
         if response is None:
@@ -114,6 +233,23 @@ def run_execute(instance: ModelInstance, batch: list[Pending], decoupled: bool) 
                 "the response returned from execute was dropped",
                 instance.name,
             )
+    _release(instance, batch)
+
+
+def _release(instance: ModelInstance, batch: list[Pending]) -> None:
+    """Put requests the model released with RESCHEDULE back through their scheduler."""
+    for pending in batch:
+        request = pending.request
+        if not request._release_flags & RESCHEDULE:
+            continue
+        request._release_flags = pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
+        if pending.closed:
+            continue  # nothing left to answer
+        if pending.requeue is None:
+            log.error("%s: Failed to release request: %s", instance.name, RESCHEDULE_UNSUPPORTED)
+            pending.fail(RESCHEDULE_UNSUPPORTED)
+            continue
+        pending.requeue(pending)
 
 
 def _check_returned_list(result: Any, expected: int) -> str | None:
@@ -137,10 +273,3 @@ def _check_returned_list(result: Any, expected: int) -> str | None:
 def _fail_open(batch: list[Pending], message: str) -> None:
     for pending in batch:
         pending.fail(message)
-
-
-def _instance_loop(instance: ModelInstance) -> asyncio.AbstractEventLoop:
-    """The event loop that runs this instance's `async def execute` coroutines."""
-    if instance.event_loop is None:
-        instance.event_loop = asyncio.new_event_loop()
-    return instance.event_loop

@@ -3,6 +3,10 @@
 Every call into the model (`initialize`, `execute`, `finalize`) runs on the instance's own thread,
 never on the caller's: one slow model cannot stall the server's event loop or another model, and a
 model sees the thread affinity it would see in Triton's one-process-per-instance stub.
+
+`async def execute` coroutines run on a second thread of the instance, which runs the instance's
+own event loop (started on first use, as Triton's stub starts its loop). Coroutines of one instance
+interleave there; another model's loop is another thread, so a slow coroutine stalls nobody else.
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ import asyncio
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,8 +48,12 @@ class ModelInstance:
         self.spec = spec
         self.name = spec.instance_name
         self.model: Any = None
-        # Created on first use by `async def execute` models (see execution.py).
+        # Created on first use by `async def execute` models (see run_coroutine).
         self.event_loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._coroutines = 0
+        self._coroutines_done = threading.Condition()
+        self._bound_context: pb_utils.context.ModelContext | None = None
         self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=f"instance:{self.name}", daemon=True)
         self._thread.start()
@@ -92,15 +101,69 @@ class ModelInstance:
             except BaseException as exc:
                 log.error("%s: finalize failed: %s", self.name, format_python_error(exc))
 
+        self.wait_coroutines(timeout=30)
         try:
             self.call(_finalize)
         finally:
             self.stop()
 
     def stop(self) -> None:
-        """End the instance thread once the calls already queued have run."""
+        """End the instance thread (and its event loop) once the calls already queued have run."""
         self._calls.put(None)
         self._thread.join(timeout=30)
+        loop, thread = self.event_loop, self._loop_thread
+        if loop is not None and thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=30)
+            if not thread.is_alive():
+                loop.close()
+
+    # -- coroutines (`async def execute`) ----------------------------------------------------
+
+    def run_coroutine(
+        self, coroutine: Coroutine[Any, Any, Any], done: Callable[[Future[Any]], None]
+    ) -> None:
+        """Schedule `coroutine` on the instance's event loop; `done(future)` runs there after.
+
+        The coroutine's task copies the caller's context (model binding and phase).
+        """
+        loop = self._coroutine_loop()
+        with self._coroutines_done:
+            self._coroutines += 1
+
+        def finished(future: Future[Any]) -> None:
+            try:
+                done(future)
+            except BaseException as exc:  # a bug in routing must not kill the loop
+                log.error("%s: routing a coroutine's result failed: %r", self.name, exc)
+            finally:
+                with self._coroutines_done:
+                    self._coroutines -= 1
+                    self._coroutines_done.notify_all()
+
+        asyncio.run_coroutine_threadsafe(coroutine, loop).add_done_callback(finished)
+
+    def wait_coroutines(self, timeout: float | None = None) -> bool:
+        """Wait until no coroutine of this instance is running. False on timeout."""
+        with self._coroutines_done:
+            return self._coroutines_done.wait_for(lambda: self._coroutines == 0, timeout)
+
+    def _coroutine_loop(self) -> asyncio.AbstractEventLoop:
+        # Only the instance thread calls this (from execute), so no lock is needed.
+        if self.event_loop is None:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(
+                target=self._run_loop, args=(loop,), name=f"instance-loop:{self.name}", daemon=True
+            )
+            self.event_loop, self._loop_thread = loop, thread
+            thread.start()
+        return self.event_loop
+
+    def _run_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        asyncio.set_event_loop(loop)
+        bind_model_folders(self.spec.model_file)
+        with pb_utils.context.model_context(context=self._bound_context):
+            loop.run_forever()
 
     # -- running calls on the instance thread -----------------------------------------------
 
@@ -133,6 +196,7 @@ class ModelInstance:
             model_name=self.spec.model_name,
             instance_name=self.name,
             version_dir=str(self.spec.model_file.parent),
-        ):
+        ) as bound:
+            self._bound_context = bound
             while (fn := self._calls.get()) is not None:
                 fn()

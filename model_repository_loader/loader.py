@@ -14,14 +14,20 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from . import pb_utils, repository
+from . import composition, pb_utils, repository
+from .composition import EnsembleModel
 from .config import (
     ConfigError,
     ConfigOptions,
+    autofill_backend_fields,
     config_file_exists,
+    config_from_json,
     config_to_args_json,
     finalize_config,
+    normalize_model_config,
     read_model_config,
+    validate_io_config,
+    validate_model_config,
 )
 from .errors import ModelLoadError
 from .importer import import_model_module
@@ -54,9 +60,14 @@ class LoadedRepository:
     def failures(self) -> dict[str, str]:
         return {n: s.reason for n, s in self.statuses.items() if not s.ready}
 
+    def __post_init__(self) -> None:
+        # BLS calls and ensemble steps look models up in this very dict, at call time.
+        composition.install(self.models, self.statuses)
+
     def close(self) -> None:
         for model in self.models.values():
             model.close()
+        composition.uninstall(self.models)
 
 
 def load_repository(
@@ -67,11 +78,18 @@ def load_repository(
     """Load every model under `paths` (or just the names in `only`)."""
     wanted = set(only) if only is not None else None
     loaded = LoadedRepository()
-    for source in repository.scan([Path(p) for p in paths]):
-        if wanted is not None and source.name not in wanted:
-            continue
-        status = ModelStatus(source.name)
-        loaded.statuses[source.name] = status
+    sources = [
+        s for s in repository.scan([Path(p) for p in paths]) if wanted is None or s.name in wanted
+    ]
+    for source in sources:
+        loaded.statuses[source.name] = ModelStatus(source.name)
+    # Ensembles load after the models they use; cycles and unknown steps fail up front.
+    ordered, early_failures = composition.load_order(sources, options)
+    for name, reason in early_failures.items():
+        loaded.statuses[name].reason = reason
+        log.error("failed to load '%s': %s", name, reason)
+    for source in ordered:
+        status = loaded.statuses[source.name]
         try:
             model = load_model(source, options)
         except ModelLoadError as exc:
@@ -85,13 +103,25 @@ def load_repository(
     return loaded
 
 
-def load_model(source: ModelSource, options: ConfigOptions = ConfigOptions()) -> Model:
+def load_model(
+    source: ModelSource, options: ConfigOptions = ConfigOptions()
+) -> Model | EnsembleModel:
     """Load every served version of one model; raises ModelLoadError with Triton's reason."""
+    if _is_ensemble(source, options):
+        return composition.load_ensemble(source, options)
+    try:
+        config = read_model_config(source, options)
+    except ConfigError as exc:
+        raise ModelLoadError(str(_reason(exc))) from None
+    return _load_versions(source, config, options, config_file_exists(source, options))
+
+
+def _load_versions(
+    source: ModelSource, config: mc.ModelConfig, options: ConfigOptions, config_provided: bool
+) -> Model:
     loaded: dict[int, ModelVersion] = {}
     number: int | None = None
     try:
-        config = read_model_config(source, options)
-        config_provided = config_file_exists(source, options)
         for number in repository.select_versions(source, config):
             final = _version_config(source, number, config, options, config_provided)
             model_file = repository.model_file(source, number, final)
@@ -103,11 +133,22 @@ def load_model(source: ModelSource, options: ConfigOptions = ConfigOptions()) ->
     except (ConfigError, ModelLoadError) as exc:
         for version in loaded.values():
             version.close()
-        # A per-version failure reads "<code words>: <reason>" in Triton ("Internal: ..."),
-        # as instance failures already do; poll and version-policy failures are bare.
-        reason = exc.status_text if isinstance(exc, ConfigError) and exc.stage == "load" else exc
-        raise ModelLoadError(str(reason), version=number) from None
+        raise ModelLoadError(str(_reason(exc)), version=number) from None
     return Model(source.name, loaded)
+
+
+def _reason(exc: ConfigError | ModelLoadError) -> object:
+    # A per-version failure reads "<code words>: <reason>" in Triton ("Internal: ..."), as
+    # instance failures already do; poll and version-policy failures are bare.
+    return exc.status_text if isinstance(exc, ConfigError) and exc.stage == "load" else exc
+
+
+def _is_ensemble(source: ModelSource, options: ConfigOptions) -> bool:
+    """`platform: "ensemble"`: no model.py, its steps are other models (composition/)."""
+    try:
+        return read_model_config(source, options).platform == "ensemble"
+    except ConfigError:
+        return False  # the normal path reports it
 
 
 def _version_config(
@@ -135,3 +176,57 @@ def _version_config(
 def _model_class(model_file: Path) -> type:
     """Import model.py once, only to reach `TritonPythonModel.auto_complete_config`."""
     return getattr(import_model_module(model_file), "TritonPythonModel", None)
+
+
+# -- loading with an override (the model loading API's `config=` / `files=`) --------------------
+
+
+class PollError(ModelLoadError):
+    """The model could not even be read (Triton's "failed to poll from model repository")."""
+
+
+def override_source(name: str, files: dict[str, bytes], root: Path) -> ModelSource:
+    """Write `files` (`{"file:<version>/<name>": bytes}`) as the model folder `root/name`.
+
+    As in Triton, the files replace the model's folder entirely. Keys without the `file:` prefix,
+    or with paths leaving the folder, are refused.
+    """
+    model_dir = root / name
+    for key, data in files.items():
+        relative = key.removeprefix("file:")
+        target = (model_dir / relative).resolve()
+        if not key.startswith("file:") or not target.is_relative_to(model_dir.resolve()):
+            raise PollError(f"invalid file parameter '{key}'")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data if isinstance(data, bytes) else str(data).encode())
+    model_dir.mkdir(parents=True, exist_ok=True)
+    return ModelSource(name, model_dir, root)
+
+
+def load_model_with_config(
+    source: ModelSource, config_json: str, options: ConfigOptions = ConfigOptions()
+) -> Model | EnsembleModel:
+    """Load `source` with `config_json` (Triton's JSON form) in place of its config.pbtxt.
+
+    The override is the whole configuration, not a patch [V: an override of only
+    `max_batch_size` serves a config with no inputs]. A config that cannot be parsed or fails
+    the repository checks raises PollError; a version that fails raises ModelLoadError.
+    """
+    try:
+        config = config_from_json(config_json)
+        autofill_backend_fields(config, source.name, source.path)
+        normalize_model_config(config)
+        validate_model_config(config, stage="poll")
+        if not options.auto_complete:
+            validate_io_config(config, stage="poll")
+        if config.name != source.name:
+            raise ConfigError(
+                f"unexpected directory name '{source.name}' for model '{config.name}'",
+                stage="poll",
+            )
+    except (ConfigError, ValueError) as exc:
+        raise PollError(f"Invalid config override: {exc}") from None
+
+    if config.platform == "ensemble":
+        return composition.load_ensemble(source, options, config=config)
+    return _load_versions(source, config, options, config_provided=True)

@@ -8,6 +8,7 @@ model sees, and queues it. Every outcome, including a validation error, comes ba
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -21,7 +22,7 @@ from .errors import ModelLoadError
 from .execution import Pending, run_execute
 from .inference import InferRequest, ParameterValue, Respond
 from .instance import InstanceSpec, ModelInstance
-from .scheduling.default import DefaultScheduler
+from .scheduling import ModelStats, Scheduler, build_scheduler
 from .validation import RequestError, RequestValidator, unknown_model_error
 
 log = logging.getLogger(__name__)
@@ -64,8 +65,13 @@ class ModelVersion:
             ModelInstance(spec)
             for spec in _instance_specs(name, version, config, config_json, model_file)
         ]
-        self._scheduler: DefaultScheduler[Pending] = DefaultScheduler(
-            self.instances, lambda instance, batch: run_execute(instance, batch, self.decoupled)
+        # Queue and compute times, batch sizes and counts (Triton's ModelStatistics).
+        self.stats = ModelStats()
+        self._scheduler: Scheduler = build_scheduler(
+            config,
+            self.instances,
+            lambda instance, batch: run_execute(instance, batch, self.decoupled),
+            self.stats,
         )
 
     def load(self) -> None:
@@ -97,8 +103,18 @@ class ModelVersion:
             respond,
             lambda response: self._finish(response, requested),
         )
-        self._scheduler.enqueue(pending)
+        if self._iterative_sequence:
+            # Request rescheduling: the same request goes back through the scheduler, by its
+            # own re-entry point when it has one (the sequence batcher keeps the slot).
+            pending.requeue = getattr(self._scheduler, "reschedule", self._scheduler.enqueue)
+        params = request.parameters
+        self._scheduler.enqueue(pending, _priority(params) if params else 0)
         return pending
+
+    @functools.cached_property
+    def _iterative_sequence(self) -> bool:
+        # Read once: a protobuf field lookup on every request adds up.
+        return self.config.sequence_batching.iterative_sequence
 
     def _model_request(
         self, request: InferRequest, requested: frozenset[str], pending: Pending
@@ -108,14 +124,22 @@ class ModelVersion:
         sender = pb_utils.InferenceResponseSender(
             pending.deliver, decoupled=self.decoupled, is_cancelled=pending.is_cancelled
         )
+        if params:
+            correlation_id = params.get("sequence_id", 0)
+            flags = _sequence_flags(params)
+            timeout = int(params.get("timeout", 0))
+            parameters_json = _custom_parameters_json(params)
+        else:  # the common case: no request parameters at all
+            correlation_id, flags, timeout, parameters_json = 0, 0, 0, "{}"
         return pb_utils.InferenceRequest._incoming(
             inputs=inputs,
             request_id=request.request_id,
-            correlation_id=params.get("sequence_id", 0),
-            flags=_sequence_flags(params),
-            timeout=int(params.get("timeout", 0)),
-            parameters_json=_custom_parameters_json(params),
-            requested_output_names=set(requested),
+            correlation_id=correlation_id,
+            flags=flags,
+            timeout=timeout,
+            parameters_json=parameters_json,
+            # Only read (copied by requested_output_names()), so the frozenset is shared.
+            requested_output_names=requested,  # type: ignore[arg-type]
             response_sender=sender,
             is_cancelled=pending.is_cancelled,
         )
@@ -126,6 +150,13 @@ class ModelVersion:
         """Keep only the requested outputs and apply output reshape, as Triton does."""
         if response is None or response.has_error():
             return response
+        if not self._output_reshapes:
+            # The common case, without copying: every output was requested, nothing reshapes.
+            for tensor in response._output_tensors:
+                if tensor._name not in requested:
+                    break
+            else:
+                return response
         outputs = response.output_tensors()
         kept = [t for t in outputs if t.name() in requested]
         if self._output_reshapes:
@@ -152,6 +183,7 @@ class ModelVersion:
             log.warning(
                 "%s v%d: requests still running after %ss", self.name, self.version, timeout
             )
+        self._scheduler.close()
         for instance in self.instances:
             instance.finalize()
 
@@ -206,6 +238,12 @@ class Model:
 
 def _error_response(message: str, code: pb_utils.TritonError | int) -> pb_utils.InferenceResponse:
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+
+
+def _priority(params: Mapping[str, ParameterValue]) -> int:
+    """The request's `priority` parameter (uint64 from tritonclient, int64 from raw clients)."""
+    value = params.get("priority", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _sequence_flags(params: Mapping[str, ParameterValue]) -> int:

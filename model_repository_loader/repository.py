@@ -8,7 +8,9 @@ are ignored with a warning); `version_policy` picks which versions load.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -179,3 +181,71 @@ def config_path(source: ModelSource, model_config_name: str = "") -> Path:
         if custom.is_file():
             return custom
     return source.path / CONFIG_FILENAME
+
+
+# -- what makes up a model's content (for reload decisions) -------------------------------------
+
+# Names that never belong to a model's content: Python caches, editor swap/backup/lock files and
+# partial downloads. Triton's poll mode reacts to these (a `__pycache__` written by the model's own
+# import triggers a reload); here they are not part of the model at all.
+_IGNORED_DIRS = frozenset({"__pycache__", ".git", ".hg", ".svn", ".ipynb_checkpoints"})
+_IGNORED_SUFFIXES = (
+    ".pyc",
+    ".pyo",
+    ".swp",
+    ".swo",
+    ".swx",
+    ".tmp",
+    ".temp",
+    ".part",
+    ".crdownload",
+)
+# Files larger than this are fingerprinted by size and mtime instead of read: hashing a few GB of
+# weights on every save of model.py would make reloads slow.
+_HASH_CONTENT_LIMIT = 64 * 1024 * 1024
+
+
+def is_ignored_name(name: str) -> bool:
+    """True for file or folder names that are never part of a model (caches, editor files).
+
+    Hidden names (`.model.py.swp`, `.#model.py`), `__pycache__`, `*.pyc`, `*~`, Emacs `#x#`,
+    vim's write-test file `4913` and temp/partial-download suffixes.
+    """
+    return (
+        name in _IGNORED_DIRS
+        or name.startswith(".")
+        or name.endswith("~")
+        or (name.startswith("#") and name.endswith("#"))
+        or name == "4913"
+        or name.endswith(_IGNORED_SUFFIXES)
+    )
+
+
+def content_digest(model_dir: Path) -> str:
+    """A hash of everything in a model folder that can change what loads: every file's relative
+    path and bytes (size and mtime for files over 64 MiB), ignored names skipped.
+
+    Equal digests mean a reload would load the same thing, whatever the file times say. A folder
+    that vanishes while being read gives the digest of what was read.
+    """
+    digest = hashlib.sha256()
+    for path in sorted(_content_files(model_dir)):
+        relative = path.relative_to(model_dir).as_posix()
+        try:
+            stat = path.stat()
+            if stat.st_size > _HASH_CONTENT_LIMIT:
+                data = f"{stat.st_size}:{stat.st_mtime_ns}".encode()
+            else:
+                data = path.read_bytes()
+        except OSError:
+            continue  # removed between listing and reading: the next event says what changed
+        digest.update(relative.encode() + b"\0" + hashlib.sha256(data).digest())
+    return digest.hexdigest()
+
+
+def _content_files(model_dir: Path) -> list[Path]:
+    files = []
+    for root, dirs, names in os.walk(model_dir):
+        dirs[:] = [d for d in dirs if not is_ignored_name(d)]
+        files += [Path(root, n) for n in names if not is_ignored_name(n)]
+    return files

@@ -154,7 +154,12 @@ def get_model_dir() -> str:
 
 
 class ModelControl(Protocol):
-    """What the loader provides to back `load_model` / `unload_model` / `is_model_ready`."""
+    """What the server provides to back `load_model` / `unload_model` / `is_model_ready`.
+
+    A refused or failed call raises an exception whose str() is the server's message (for
+    example "explicit model load / unload is not allowed if polling is enabled"); the functions
+    below wrap it in Triton's `TritonModelException` text.
+    """
 
     def load_model(self, model_name: str, config: str, files: dict[str, bytes] | None) -> None: ...
 
@@ -176,6 +181,17 @@ def _not_supported(prefix: str, function: str) -> TritonModelException:
     return TritonModelException(f"{prefix}: {function}() is not supported yet by dynamo-bridge.")
 
 
+def _control_failed(prefix: str, exc: Exception) -> TritonModelException:
+    # Triton's text names the calling instance [V]: "Failed to load model: Failed to process
+    # the request for model 'loader_0', message: failed to load 'zzz', failed to poll ..."
+    if isinstance(exc, TritonModelException):
+        return exc
+    return TritonModelException(
+        f"{prefix}: Failed to process the request for model '{context.instance_name()}', "
+        f"message: {exc}"
+    )
+
+
 def load_model(*args: Any, **kwargs: Any) -> None:
     """`load_model(model_name, config="", files=None)` (explicit model control)."""
     params = bind_arguments(("model_name", "config", "files"), args, kwargs)
@@ -193,7 +209,10 @@ def load_model(*args: Any, **kwargs: Any) -> None:
         )
     if _control is None:
         raise _not_supported("Failed to load model", "load_model")
-    _control.load_model(params["model_name"], params["config"], params["files"])
+    try:
+        _control.load_model(params["model_name"], params["config"], params["files"])
+    except Exception as exc:
+        raise _control_failed("Failed to load model", exc) from None
 
 
 def unload_model(*args: Any, **kwargs: Any) -> None:
@@ -212,7 +231,10 @@ def unload_model(*args: Any, **kwargs: Any) -> None:
         )
     if _control is None:
         raise _not_supported("Failed to unload model", "unload_model")
-    _control.unload_model(params["model_name"], bool(params["unload_dependents"]))
+    try:
+        _control.unload_model(params["model_name"], bool(params["unload_dependents"]))
+    except Exception as exc:
+        raise _control_failed("Failed to unload model", exc) from None
 
 
 def is_model_ready(*args: Any, **kwargs: Any) -> bool:
@@ -231,4 +253,7 @@ def is_model_ready(*args: Any, **kwargs: Any) -> bool:
         )
     if _control is None:
         raise _not_supported("Failed to check model readiness", "is_model_ready")
-    return _control.is_model_ready(params["model_name"], params["model_version"])
+    try:
+        return _control.is_model_ready(params["model_name"], params["model_version"])
+    except Exception as exc:
+        raise _control_failed("Failed to check model readiness", exc) from None

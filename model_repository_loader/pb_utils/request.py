@@ -4,8 +4,9 @@ Incoming requests are made by the loader with `InferenceRequest._incoming(...)`.
 constructor is the BLS one and checks its arguments the way Triton's pybind binding does:
 conversion failures are TypeErrors, content problems are TritonModelExceptions with Triton's texts.
 
-BLS execution is plugged in by the loader with `set_bls_executor(fn)`; until then `exec` /
-`async_exec` raise a TritonModelException saying BLS is not supported yet.
+BLS execution is plugged in by the loader with `set_bls_executor(fn)`: every `LoadedRepository`
+installs one bound to its models (model_repository_loader/composition/bls.py). Without one (no
+repository loaded in this process) `exec` / `async_exec` raise a TritonModelException.
 """
 
 from __future__ import annotations
@@ -261,7 +262,7 @@ class InferenceRequest:
         if executor is None:
             raise TritonModelException(
                 "BLS requests (InferenceRequest.exec / async_exec) are not supported yet by "
-                "dynamo-bridge."
+                "dynamo-bridge outside a loaded model repository (load_repository)."
             )
         return executor(self, decoupled)
 

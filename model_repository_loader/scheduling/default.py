@@ -3,6 +3,9 @@
 The scheduler keeps a queue of pending work and the set of idle instances. A request goes straight
 to an idle instance if there is one; otherwise it waits, and the instance that finishes next picks
 it up. Dispatch happens under one lock and never blocks, so callers on an event loop can enqueue.
+
+A request cancelled while it waits is answered with `fail_cancelled()` when its turn comes and never
+reaches an instance, as Triton's schedulers do.
 """
 
 from __future__ import annotations
@@ -10,11 +13,18 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from ..instance import ModelInstance
 
-Work = TypeVar("Work")
+
+class Cancellable(Protocol):
+    def is_cancelled(self) -> bool: ...
+
+    def fail_cancelled(self) -> None: ...
+
+
+Work = TypeVar("Work", bound=Cancellable)
 RunBatch = Callable[[ModelInstance, list[Work]], None]
 
 
@@ -44,14 +54,26 @@ class DefaultScheduler(Generic[Work]):
                 batch = self._next_batch_or_idle(instance)
 
     def _next_batch_or_idle(self, instance: ModelInstance) -> list[Work]:
-        with self._lock:
-            if self._pending:
-                return [self._pending.popleft()]
-            self._idle.append(instance)
-            self._busy -= 1
-            if self._busy == 0:
-                self._drained.notify_all()
-            return []
+        cancelled: list[Work] = []
+        try:
+            with self._lock:
+                while self._pending:
+                    work = self._pending.popleft()
+                    if not work.is_cancelled():
+                        return [work]
+                    cancelled.append(work)
+                self._go_idle(instance)
+                return []
+        finally:
+            for work in cancelled:  # answered outside the lock: it calls back into the caller
+                work.fail_cancelled()
+
+    def _go_idle(self, instance: ModelInstance) -> None:
+        # Called with the lock held.
+        self._idle.append(instance)
+        self._busy -= 1
+        if self._busy == 0:
+            self._drained.notify_all()
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until no request is queued or executing. Returns False on timeout."""

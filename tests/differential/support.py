@@ -45,9 +45,15 @@ KNOWN_FRONTEND_DIFFERENCES: dict[str, str] = {
     "every version-specific request (also ModelReady / ModelConfig) is the newest version's",
     "stream_error_text": "an error on ModelStreamInfer is `<Category>: <Triton's text>` in-band "
     "(the unary wrapping without its `Failed to fold completions stream: ` prefix)",
-    "stream_final_flag": "stream responses lack Triton's `triton_final_response: true` "
-    "parameter: the worker cannot tell a stream from a unary call, and the flag would then "
-    "show on unary responses too",
+    "unary_final_flag": "a unary ModelInfer response carries `triton_final_response` (true, or "
+    "false when a decoupled model sent FINAL on its own): the worker cannot tell a stream from "
+    "a unary call, and streams need the flag; Triton's unary responses have no such parameter",
+    "decoupled_unary": "ModelInfer on a decoupled model runs it: one response is returned as a "
+    "unary answer, more fail with `Failed to fold completions stream: Multiple responses in "
+    "non-streaming mode`; Triton refuses it with UNIMPLEMENTED `ModelInfer RPC doesn't support "
+    "models with decoupled transaction policy` (the worker cannot tell the call kinds apart)",
+    "stream_error_ends_request": "an error response sent mid-stream ends that request on the "
+    "bridge (the model sees is_cancelled()); Triton delivers it and the request goes on",
     "server_ready_with_failures": "ServerReady is true while a model failed to load",
     "repository_index": "RepositoryIndex (and ServerMetadata, statistics, load/unload) is "
     "UNIMPLEMENTED",
@@ -116,15 +122,22 @@ def response_dict(result: grpcclient.InferResult) -> dict[str, Any]:
     return json_format.MessageToDict(result.get_response(), preserving_proto_field_name=True)
 
 
-def summarize(outcome: Any) -> Any:
+def summarize(outcome: Any, *, stream: bool = False) -> Any:
     """An infer outcome in a comparable form: the response dict, or the Failure as is.
 
     BYTES outputs are shown element by element (a readable diff when they differ); the raw
-    bytes of every other output stay as they are (bit-exact, NaN included).
+    bytes of every other output stay as they are (bit-exact, NaN included). For a unary call
+    (`stream=False`) the `triton_final_response` parameter is left out (unary_final_flag: the
+    bridge sets it on every response; Triton only on streamed ones).
     """
     if isinstance(outcome, Failure):
         return outcome
     summary = response_dict(outcome)
+    if not stream:
+        parameters = summary.get("parameters", {})
+        parameters.pop("triton_final_response", None)
+        if not parameters:
+            summary.pop("parameters", None)
     raw = summary.pop("raw_output_contents", [])
     outputs = summary.get("outputs", [])
     if raw:
@@ -207,11 +220,23 @@ def expected_bridge_metadata(triton: Mapping[str, Any]) -> dict[str, Any]:
     return expected
 
 
-def expected_bridge_response(triton: Any) -> Any:
+def expected_bridge_response(triton: Any, *, stream: bool = False) -> Any:
     """response_model_version, applied to Triton's successful response (`summarize` form)."""
-    expected = summarize(triton)
+    expected = summarize(triton, stream=stream)
     expected["model_version"] = "1"
     return expected
+
+
+def expected_bridge_decoupled_unary(triton: Failure) -> Failure:
+    """decoupled_unary: Triton refused ModelInfer on a decoupled model that answered more than
+    once; the frontend's fold of the several responses fails instead."""
+    assert triton == Failure(
+        "StatusCode.UNIMPLEMENTED",
+        "ModelInfer RPC doesn't support models with decoupled transaction policy",
+    ), triton
+    return Failure(
+        "StatusCode.INTERNAL", f"{_UNARY_PREFIX}Multiple responses in non-streaming mode"
+    )
 
 
 def expected_bridge_unknown_model(model: str) -> Failure:

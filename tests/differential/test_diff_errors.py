@@ -128,22 +128,12 @@ def _expected_bridge(triton: list) -> list:
     return [expected_bridge_error(t) if isinstance(t, Failure) else t for t in triton]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="missing feature: no dynamic batcher, so execute() always gets one request "
-    "(EXEC_SIZE 1 where Triton batches the 4 requests into one call)",
-)
 def test_per_request_errors_in_a_dynamic_batch(errors: Pair):
     triton, bridge = _batch(errors, [2, 3, 4, 6])
     assert triton[1] == Failure("StatusCode.INVALID_ARGUMENT", "odd value(s) [3]")
     assert bridge == _expected_bridge(triton)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="missing feature: no dynamic batcher, so an exception in execute() fails only the "
-    "request that caused it, where Triton fails every request of the batch",
-)
 def test_execute_exception_fails_the_whole_batch(errors: Pair):
     triton, bridge = _batch(errors, [2, 3, -1, 6])
     assert all(isinstance(t, Failure) for t in triton), triton

@@ -1,12 +1,15 @@
 """ModelStreamInfer (one bidirectional stream) on Triton and on the bridge.
 
-Differences: `stream_error_text` (errors in-band as `<Category>: <Triton's text>`) and
-`stream_final_flag` (no `triton_final_response` parameter on the bridge's responses).
+Differences: `stream_error_text` (errors in-band as `<Category>: <Triton's text>`),
+`response_model_version`, `unary_final_flag`, `decoupled_unary` and `stream_error_ends_request`.
+The streaming models are in tests/repositories/streaming (README there).
 """
 
 from __future__ import annotations
 
+import json
 import queue
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +17,18 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.differential.support import (
+    REPOSITORIES,
     Failure,
     Pair,
     call,
+    expected_bridge_decoupled_unary,
+    expected_bridge_error,
     expected_bridge_stream_error,
     expected_bridge_unknown_model,
     int32_input,
     is_triton_unknown_model,
     relative_paths,
+    response_dict,
     summarize,
 )
 
@@ -54,10 +61,10 @@ def stream_both(pair: Pair, model: str, inputs: list, **kwargs: Any) -> tuple[An
 
 def test_stream_answer(errors: Pair):
     triton, bridge = stream_both(errors, "error_code", [int32_input([7])], request_id="s-1")
-    expected = summarize(triton)
-    # stream_final_flag: Triton flags its (only) response as the final one.
-    assert expected.pop("parameters") == {"triton_final_response": {"bool_param": True}}
-    assert summarize(bridge) == expected
+    expected = summarize(triton, stream=True)
+    # Triton flags its (only) response as the final one; so does the bridge.
+    assert expected["parameters"] == {"triton_final_response": {"bool_param": True}}
+    assert summarize(bridge, stream=True) == expected
 
 
 @pytest.mark.parametrize(
@@ -87,3 +94,229 @@ def test_stream_unknown_model(errors: Pair):
         Failure("StatusCode.NOT_FOUND", triton.message), "no_such_model"
     ), triton
     assert bridge == expected_bridge_unknown_model("no_such_model")  # unknown_model_text
+
+
+# -- decoupled models, async execute, cancellation, rescheduling -----------------------------------
+
+STREAMING = REPOSITORIES / "streaming"
+# A request whose single answer closes a sequence of stream answers. Triton runs the requests of
+# a stream concurrently, so it is sent only once the expected answers are in: anything extra the
+# first requests send (an empty final, say) arrives before the sentinel's answer.
+SENTINEL = ("repeat", [0], {"parameters": {"final": "last"}, "request_id": "sentinel"})
+
+
+@pytest.fixture(scope="module")
+def streaming(pair_for) -> Pair:
+    return pair_for(STREAMING)
+
+
+def stream_answers(
+    server, root: Path, requests: list[tuple[str, list, dict]], count: int
+) -> list[Any]:
+    """Send `requests` on one stream, take `count` answers, then send SENTINEL and take every
+    answer before its own; as `summarize(stream=True)` dicts or Failures."""
+    answers: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    shown: list[Any] = []
+
+    def take() -> Any:
+        result, error = answers.get(timeout=WAIT_S)
+        if error is not None:
+            return Failure(str(error.status()), relative_paths(error.message(), root))
+        if result.get_response().id == "sentinel":
+            return None
+        return summarize(result, stream=True)
+
+    try:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        for model, values, kwargs in requests:
+            client.async_stream_infer(model, [int32_input(values, "IN")], **kwargs)
+        shown = [take() for _ in range(count)]
+        model, values, kwargs = SENTINEL
+        client.async_stream_infer(model, [int32_input(values, "IN")], **kwargs)
+        while (answer := take()) is not None:
+            shown.append(answer)
+        return shown
+    finally:
+        client.stop_stream(cancel_requests=True)
+        client.close()
+
+
+def both_streams(
+    pair: Pair, requests: list[tuple[str, list, dict]], count: int, bridge_count: int | None = None
+) -> tuple[list, list]:
+    """Triton's and the bridge's answers; `bridge_count` where the bridge answers fewer."""
+    counts = (count, count if bridge_count is None else bridge_count)
+    return tuple(
+        stream_answers(server, pair.root, requests, n)
+        for (_, server), n in zip(pair.servers(), counts, strict=True)
+    )
+
+
+def expected_bridge_answers(triton: list[Any]) -> list[Any]:
+    """response_model_version on every response; stream_error_text on every error."""
+    return [
+        expected_bridge_stream_error(_unary_failure(a))
+        if isinstance(a, Failure)
+        else {**a, "model_version": "1"}  # response_model_version (also on empty finals)
+        for a in triton
+    ]
+
+
+def _unary_failure(stream_failure: Failure) -> Failure:
+    # These models' errors are INTERNAL (the TritonError default and the backend's own).
+    return Failure("StatusCode.INTERNAL", stream_failure.message)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "count"),
+    [
+        ({}, 3),
+        ({"parameters": {"final": "last"}}, 3),
+        ({"enable_empty_final_response": True}, 4),
+        ({"parameters": {"final": "last"}, "enable_empty_final_response": True}, 3),
+        ({"parameters": {"thread": True, "delay_ms": 5}}, 3),
+    ],
+    ids=["flag-final", "final-with-last", "empty-final", "last-and-empty", "other-thread"],
+)
+def test_decoupled_stream(streaming: Pair, kwargs: dict, count: int):
+    requests = [("repeat", [5, 6, 7], {"request_id": "r", **kwargs})]
+    triton, bridge = both_streams(streaming, requests, count)
+    assert len(triton) == count, triton
+    assert bridge == expected_bridge_answers(triton)
+
+
+@pytest.mark.parametrize("empty", [False, True])
+def test_decoupled_stream_without_responses(streaming: Pair, empty: bool):
+    kwargs = {"enable_empty_final_response": True} if empty else {}
+    triton, bridge = both_streams(streaming, [("repeat", [], kwargs)], int(empty))
+    assert len(triton) == int(empty)
+    assert bridge == expected_bridge_answers(triton)
+
+
+@pytest.mark.parametrize(
+    ("model", "values", "kwargs", "count"),
+    [
+        ("sender_default", [3], {}, 1),
+        (
+            "sender_default",
+            [3],
+            {"parameters": {"flags": "split"}, "enable_empty_final_response": True},
+            1,
+        ),
+        ("async_square", [3, 4], {"enable_empty_final_response": True}, 1),
+        ("async_repeat", [3, 4], {"parameters": {"delay_ms": 5}}, 2),
+    ],
+    ids=["sender", "sender-split", "async-default", "async-decoupled"],
+)
+def test_default_mode_and_async_on_a_stream(
+    streaming: Pair, model: str, values: list, kwargs: dict, count: int
+):
+    triton, bridge = both_streams(streaming, [(model, values, kwargs)], count)
+    assert len(triton) == count, triton
+    assert bridge == expected_bridge_answers(triton)
+
+
+def test_rescheduled_request(streaming: Pair):
+    # An iterative sequence that the rescheduled request keeps open (with sequence_end on it,
+    # Triton ends the sequence after the first execution [V]).
+    sequence = {"sequence_id": 43, "sequence_start": True}
+    requests = [("reschedule", [3], {"request_id": "resched-diff", **sequence})]
+    triton, bridge = both_streams(streaming, requests, 3)
+    flags = [a["parameters"]["triton_final_response"]["bool_param"] for a in triton]
+    assert flags == [False, False, True]
+    assert bridge == expected_bridge_answers(triton)
+
+
+@pytest.mark.parametrize(("action", "count"), [("raise", 2), ("return_list", 1)])
+def test_decoupled_execute_errors(streaming: Pair, action: str, count: int):
+    requests = [("misuse", [1], {"parameters": {"action": action}})]
+    triton, bridge = both_streams(streaming, requests, count)
+    assert isinstance(triton[-1], Failure)
+    assert bridge == expected_bridge_answers(triton)
+
+
+def test_response_sender_misuse_texts(streaming: Pair):
+    # One stream each, in turn: the model keeps texts between requests.
+    for action, count in (("send_after_final", 1), ("bad_flags", 0)):
+        both_streams(streaming, [("misuse", [1], {"parameters": {"action": action}})], count)
+    requests = [("misuse", [1], {"parameters": {"action": "report"}})]
+    triton, bridge = both_streams(streaming, requests, 2)
+    assert isinstance(triton[1], Failure) and "has been closed." in triton[1].message
+    assert bridge == expected_bridge_answers(triton)
+
+
+def test_mid_stream_error(streaming: Pair):
+    requests = [("repeat", [5, 6, 7], {"parameters": {"error_at": 1}})]
+    triton, bridge = both_streams(streaming, requests, 3, bridge_count=2)
+    expected = expected_bridge_answers(triton)
+    assert isinstance(expected[1], Failure)
+    # stream_error_ends_request: Triton goes on with response 2, the bridge does not.
+    assert bridge == expected[:2]
+
+
+def test_unary_on_a_decoupled_model(streaming: Pair):
+    inputs = [int32_input([4, 5], "IN")]
+    triton, bridge = (
+        call(server, streaming.root, lambda c: c.infer("repeat", inputs))
+        for _, server in streaming.servers()
+    )
+    assert bridge == expected_bridge_decoupled_unary(triton)
+
+
+def test_unary_final_flag(streaming: Pair):
+    inputs = [int32_input([3], "IN")]
+    triton, bridge = (
+        server.client().infer("async_square", inputs) for _, server in streaming.servers()
+    )
+    assert "parameters" not in response_dict(triton)
+    assert response_dict(bridge)["parameters"] == {"triton_final_response": {"bool_param": True}}
+    assert summarize(bridge) == summarize(triton)  # unary_final_flag aside, the same
+
+
+def test_async_default_return_check(streaming: Pair):
+    inputs = [int32_input([3], "IN")]
+    triton, bridge = (
+        call(
+            server,
+            streaming.root,
+            lambda c: c.infer("async_square", inputs, parameters={"return": "tuple"}),
+        )
+        for _, server in streaming.servers()
+    )
+    assert bridge == expected_bridge_error(triton)
+
+
+def cancelled_report(server, folder: Path, timeout: float | None) -> dict:
+    report = folder / f"report-{server.grpc_port}.json"
+    answers: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    kwargs = {"stream_timeout": timeout} if timeout else {}
+    client.start_stream(callback=lambda result, error: answers.put((result, error)), **kwargs)
+    client.async_stream_infer(
+        "cancellable", [int32_input([0], "IN")], parameters={"report": str(report)}
+    )
+    if timeout is None:
+        for _ in range(3):
+            assert answers.get(timeout=WAIT_S)[1] is None
+    else:
+        while answers.get(timeout=WAIT_S)[1] is None:
+            pass
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    deadline = time.monotonic() + WAIT_S
+    while not report.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    seen = json.loads(report.read_text())
+    seen.pop("steps")  # how far it got depends on timing
+    return seen
+
+
+@pytest.mark.parametrize("timeout", [None, 1.0], ids=["stream-cancel", "stream-deadline"])
+def test_cancellation_reaches_the_model(streaming: Pair, tmp_path: Path, timeout: float | None):
+    triton, bridge = (
+        cancelled_report(server, tmp_path, timeout) for _, server in streaming.servers()
+    )
+    assert triton == {"request_cancelled": True, "sender_cancelled": True, "send_after": "ok"}
+    assert bridge == triton

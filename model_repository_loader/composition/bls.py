@@ -1,0 +1,216 @@
+"""BLS: `pb_utils.InferenceRequest(...).exec()` / `async_exec()` into models of this process.
+
+`BlsExecutor(models)` is what `pb_utils.set_bls_executor` gets. It looks the target up by name
+in `models` at call time (hot reload swaps entries of that dict in place) and hands the request
+straight to `Model.submit`: no transport, and the caller's `pb_utils.Tensor` objects (numpy
+arrays included) are the callee's inputs, without a copy.
+
+As in Triton 2.51, failures come back inside the response, never raised [V]:
+- the target's request checks (names, datatypes, shapes, outputs) and an unknown model or
+  version carry the prefix `Model <name> - Error when running inference: `;
+- errors the callee itself produces (an exception in `execute`, a TritonError response) arrive
+  as the callee wrote them;
+- the code is always INTERNAL (Triton HEAD keeps the callee's code; 2.51 does not) [V].
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from .. import pb_utils
+from ..execution import Pending, run_execute
+from ..inference import InferRequest
+from ..validation import RequestError
+from .tensors import handed_over, response_handed_over
+from .waits import BlockedCall, calling_instance
+
+# The code of every BLS error response in Triton 2.51 [V] (HEAD: the callee's own code).
+BLS_ERROR_CODE = pb_utils.TritonError.INTERNAL
+
+
+def error_prefix(model_name: str) -> str:
+    return f"Model {model_name} - Error when running inference: "
+
+
+def not_ready_text(model_name: str) -> str:
+    """Triton 2.51's reason for an unknown model or version (HEAD: "Request for unknown...") [V].
+
+    A model served by another Dynamo worker is not reachable from here yet: it gets this too.
+    """
+    return f"Failed for execute the inference request. Model '{model_name}' is not ready."
+
+
+def decoupled_text(model_name: str) -> str:
+    return (
+        f"Model {model_name} is using the decoupled. The current BLS request call doesn't "
+        "support models using the decoupled transaction policy. Please use 'decoupled=True' "
+        "argument to the 'exec' or 'async_exec' calls for decoupled models.'"
+    )
+
+
+class BlsExecutor:
+    """Runs BLS requests against the models of one loaded repository."""
+
+    def __init__(self, models: Mapping[str, Any]) -> None:
+        self.models = models
+
+    def __call__(
+        self, request: pb_utils.InferenceRequest, decoupled: bool
+    ) -> pb_utils.InferenceResponse | pb_utils.ResponseIterator:
+        if decoupled:
+            return self.stream(request)
+        return self.call(request)
+
+    # -- the two ways of calling ----------------------------------------------------------------
+
+    def call(self, request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
+        """`exec()`: one response, waited for."""
+        name = request._model_name
+        model, version = self._target(request)
+        if version is None:
+            return _error(error_prefix(name) + not_ready_text(name))
+        if _is_decoupled(version):
+            return _error(error_prefix(name) + decoupled_text(name))
+
+        done = threading.Event()
+        responses: list[pb_utils.InferenceResponse] = []
+        instance = calling_instance(self.models)
+        blocked = BlockedCall(instance, version) if instance is not None else None
+
+        def respond(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+            if response is not None:
+                responses.append(response)
+            if final:
+                done.set()
+                if blocked is not None:
+                    blocked.wake()
+
+        infer_request = to_infer_request(request)
+        validated = [True]
+
+        def submit() -> None:
+            validated[0] = model.submit(infer_request, respond) is not None
+
+        def lend(lender: Any) -> None:
+            validated[0] = _run_nested(version, lender, infer_request, respond)
+
+        if blocked is None:
+            submit()
+            done.wait()
+        else:
+            blocked.start(submit, lend)
+            blocked.wait()
+        response = responses[-1] if responses else pb_utils.InferenceResponse._create([])
+        return _as_bls_response(response, name, rejected=not validated[0])
+
+    def stream(self, request: pb_utils.InferenceRequest) -> pb_utils.ResponseIterator:
+        """`exec(decoupled=True)`: an iterator the callee's responses are put into as they come.
+
+        A decoupled callee's flag-only final shows up as a last empty response [V]; a default
+        model's single response ends the iteration by itself [V].
+        """
+        name = request._model_name
+        model, version = self._target(request)
+        handle: list[Any] = []
+
+        def cancel() -> None:
+            if handle and handle[0] is not None:
+                handle[0].cancel()
+
+        iterator = pb_utils.ResponseIterator._create(cancel)
+        if version is None:
+            iterator._put(_error(error_prefix(name) + not_ready_text(name)), True)
+            return iterator
+        # The request checks answer synchronously, on this thread, before submit returns; the
+        # callee's own responses come from its instance thread.
+        submitting: list[int | None] = [threading.get_ident()]
+
+        def respond(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+            if response is not None:
+                rejected = submitting[0] == threading.get_ident()
+                response = _as_bls_response(response, name, rejected=rejected)
+            iterator._put(response, final)
+
+        pending = model.submit(to_infer_request(request), respond)
+        submitting[0] = None
+        handle.append(pending)
+        return iterator
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _target(self, request: pb_utils.InferenceRequest) -> tuple[Any, Any]:
+        """(model, the version the request selects), or (model or None, None) if not served."""
+        model = self.models.get(request._model_name)
+        if model is None:
+            return None, None
+        wanted = request._model_version
+        versions = model.versions
+        if wanted == -1:
+            return model, getattr(model, "latest", None) or versions[max(versions)]
+        return model, versions.get(wanted)
+
+
+def to_infer_request(request: pb_utils.InferenceRequest) -> InferRequest:
+    """The loader's request for a BLS request: same tensors, metadata as request parameters."""
+    parameters: dict[str, Any] = json.loads(request._parameters) if request._parameters else {}
+    if request._correlation_id not in (0, ""):
+        parameters["sequence_id"] = request._correlation_id
+    if request._flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:
+        parameters["sequence_start"] = True
+    if request._flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
+        parameters["sequence_end"] = True
+    if request._timeout:
+        parameters["timeout"] = request._timeout
+    return InferRequest(
+        inputs=[handed_over(t) for t in request._inputs],
+        requested_outputs=sorted(request._requested_output_names),
+        request_id=request._request_id,
+        parameters=parameters,
+        model_version=request._model_version,
+    )
+
+
+def _run_nested(version: Any, instance: Any, request: InferRequest, respond: Any) -> bool:
+    """Run `request` on `instance` right here (its thread lent by a waiting exec()).
+
+    The same steps as `ModelVersion.submit`, with `execute` called directly instead of queued.
+    Returns False when the request checks refused it.
+    """
+    try:
+        version.validator.validate(request.request_id, request.inputs, request.requested_outputs)
+    except RequestError as exc:
+        respond(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc), exc.code)), True)
+        return False
+    requested = (
+        frozenset(request.requested_outputs) if request.requested_outputs else version.all_outputs
+    )
+    pending = Pending(
+        lambda p: version._model_request(request, requested, p),
+        respond,
+        lambda response: version._finish(response, requested),
+    )
+    run_execute(instance, [pending], version.decoupled)
+    return True
+
+
+def _is_decoupled(version: Any) -> bool:
+    return bool(version.config.model_transaction_policy.decoupled)
+
+
+def _error(message: str) -> pb_utils.InferenceResponse:
+    return pb_utils.InferenceResponse._create([], pb_utils.TritonError(message, BLS_ERROR_CODE))
+
+
+def _as_bls_response(
+    response: pb_utils.InferenceResponse, model_name: str, *, rejected: bool
+) -> pb_utils.InferenceResponse:
+    """Triton's form of a BLS error: prefixed when the callee never ran; code INTERNAL."""
+    if not response.has_error():
+        return response_handed_over(response)
+    message = response.error().message()
+    if rejected:
+        message = error_prefix(model_name) + message
+    return _error(message)

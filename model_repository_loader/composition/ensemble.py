@@ -1,0 +1,309 @@
+"""Ensembles (`platform: "ensemble"`): a dataflow of composing models, served as one model.
+
+`EnsembleModel` has the surface the bridge uses for a `Model` (`name`, `config`, `versions`,
+`submit(request, respond)`, `infer`, `close`). Each request becomes an `EnsembleRun`:
+
+- a step is submitted, with `Model.submit`, as soon as every ensemble tensor its `input_map`
+  reads exists, so independent steps run in parallel;
+- the tensors a step returns are renamed by its `output_map` (no copy: the arrays are shared)
+  and may make further steps ready;
+- only the steps needed for the requested outputs run; when nothing more can run and an output
+  of the ensemble is still missing, the request fails with Triton's "unexpected deadlock" [V];
+- a step's error ends the request with `in ensemble '<name>', <the step's error>` and the
+  step's code [V];
+- a decoupled step streams: each of its responses runs the steps after it again, and every
+  time all requested outputs have new values they go out as one response of the ensemble.
+
+Composing models are looked up by name when a step runs, in the loaded repository (hot reload
+replaces entries of that dict in place).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from .. import pb_utils
+from ..inference import InferRequest, Respond
+from ..validation import RequestError, RequestValidator, triton_input_order, unknown_model_error
+from . import registry
+from .tensors import handed_over
+
+
+class EnsembleModel:
+    """One ensemble version (Triton serves ensembles as a single version)."""
+
+    def __init__(
+        self,
+        name: str,
+        version: int,
+        config: mc.ModelConfig,
+        models: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.version = version
+        self.config = config
+        self.versions = {version: self}
+        self.latest = self
+        self.decoupled = config.model_transaction_policy.decoupled
+        self.validator = RequestValidator(config)
+        self.all_outputs = frozenset(o.name for o in config.output)
+        self.instances: list[Any] = []  # none of its own: its steps' instances do the work
+        self._models = models
+        self._steps = list(config.ensemble_scheduling.step)
+        self._runs: set[EnsembleRun] = set()
+        self._idle = threading.Condition()
+
+    @property
+    def models(self) -> Mapping[str, Any]:
+        return self._models if self._models is not None else registry.models()
+
+    def submit(self, request: InferRequest, respond: Respond) -> EnsembleRun | None:
+        """Validate and start `request`; None when it was refused (answered already)."""
+        if request.model_version not in (-1, self.version):
+            message = unknown_model_error(self.name, request.model_version)
+            respond(_error(message, pb_utils.TritonError.NOT_FOUND), True)
+            return None
+        try:
+            self.validator.validate(request.request_id, request.inputs, request.requested_outputs)
+        except RequestError as exc:
+            respond(_error(str(exc), exc.code), True)
+            return None
+        run = EnsembleRun(self, request, respond)
+        with self._idle:
+            self._runs.add(run)
+        run.start()
+        return run
+
+    def _finished(self, run: EnsembleRun) -> None:
+        with self._idle:
+            self._runs.discard(run)
+            self._idle.notify_all()
+
+    def infer(
+        self, request: InferRequest, timeout: float | None = None
+    ) -> pb_utils.InferenceResponse:
+        """Run one request and wait for its last response. For in-process use."""
+        done = threading.Event()
+        responses: list[pb_utils.InferenceResponse] = []
+
+        def respond(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+            if response is not None:
+                responses.append(response)
+            if final:
+                done.set()
+
+        self.submit(request, respond)
+        if not done.wait(timeout):
+            raise TimeoutError(f"ensemble '{self.name}' did not answer within {timeout}s")
+        return responses[-1] if responses else pb_utils.InferenceResponse([])
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Wait for in-flight requests; the composing models are closed on their own."""
+        with self._idle:
+            self._idle.wait_for(lambda: not self._runs, timeout=timeout)
+
+
+class EnsembleRun:
+    """One request through an ensemble: its tensors, the steps in flight, what was sent."""
+
+    def __init__(self, ensemble: EnsembleModel, request: InferRequest, respond: Respond) -> None:
+        self.ensemble = ensemble
+        self.request = request
+        self._respond = respond
+        self._lock = threading.Lock()
+        self._tensors: dict[str, pb_utils.Tensor] = {t.name(): t for t in request.inputs}
+        self._fresh: set[str] = set()  # requested outputs produced since the last response
+        self._requested = (
+            frozenset(request.requested_outputs)
+            if request.requested_outputs
+            else ensemble.all_outputs
+        )
+        self._steps = _needed_steps(ensemble._steps, self._requested)
+        self._fired: set[int] = set()
+        self._in_flight: dict[int, Any] = {}  # submit id -> what Model.submit returned
+        self._next_id = 0
+        self._sent = 0
+        self._closed = False
+        self._cancelled = False
+        # Triton's ensemble responses carry the request's sequence fields as parameters [V].
+        params = request.parameters
+        self._sequence_parameters = json.dumps(
+            {
+                "sequence_id": params.get("sequence_id", 0),
+                "sequence_start": bool(params.get("sequence_start", False)),
+                "sequence_end": bool(params.get("sequence_end", False)),
+            }
+        )
+
+    # -- driving ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._lock:
+            ready = self._ready_steps(set(self._tensors))
+        self._submit_all(ready)
+        self._maybe_finish()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            handles = list(self._in_flight.values())
+        for handle in handles:
+            if handle is not None and hasattr(handle, "cancel"):
+                handle.cancel()
+
+    def _ready_steps(self, changed: set[str]) -> list[tuple[int, Any, list[pb_utils.Tensor]]]:
+        """Steps to (re)submit after `changed` tensors got values (called under the lock)."""
+        ready = []
+        for index, step in self._steps:
+            reads = set(step.input_map.values())
+            if not reads & changed or not reads <= self._tensors.keys():
+                continue
+            if index in self._fired and not self.ensemble.decoupled:
+                continue
+            self._fired.add(index)
+            inputs = [
+                handed_over(self._tensors[tensor], step_input)
+                for step_input, tensor in step.input_map.items()
+            ]
+            submit_id = self._next_id
+            self._next_id += 1
+            self._in_flight[submit_id] = None
+            ready.append((submit_id, step, inputs))
+        return ready
+
+    def _submit_all(self, ready: list[tuple[int, Any, list[pb_utils.Tensor]]]) -> None:
+        for submit_id, step, inputs in ready:
+            model = self.ensemble.models.get(step.model_name)
+            if model is None:
+                message = unknown_model_error(step.model_name)
+                self._step_responded(
+                    submit_id, step, _error(message, pb_utils.TritonError.NOT_FOUND), True
+                )
+                continue
+            request = InferRequest(
+                inputs=inputs,
+                requested_outputs=sorted(step.output_map.keys()),
+                request_id=self.request.request_id,
+                parameters=dict(self.request.parameters),
+                model_version=step.model_version,
+            )
+
+            def respond(
+                response: pb_utils.InferenceResponse | None,
+                final: bool,
+                submit_id: int = submit_id,
+                step: Any = step,
+            ) -> None:
+                self._step_responded(submit_id, step, response, final)
+
+            handle = model.submit(request, respond)
+            with self._lock:
+                if submit_id in self._in_flight:
+                    self._in_flight[submit_id] = handle
+                cancelled = self._cancelled
+            if cancelled and handle is not None and hasattr(handle, "cancel"):
+                handle.cancel()
+
+    def _step_responded(
+        self,
+        submit_id: int,
+        step: Any,
+        response: pb_utils.InferenceResponse | None,
+        final: bool,
+    ) -> None:
+        if response is not None and response.has_error():
+            error = response.error()
+            message = f"in ensemble '{self.ensemble.name}', {error.message()}"
+            self._close(_error(message, error.code()))
+            return
+        ready: list[tuple[int, Any, list[pb_utils.Tensor]]] = []
+        outgoing = None
+        with self._lock:
+            if self._closed:
+                return
+            if response is not None:
+                changed = set()
+                for tensor in response.output_tensors():
+                    target = step.output_map.get(tensor.name())
+                    if target is None:
+                        continue
+                    self._tensors[target] = handed_over(tensor, target)
+                    changed.add(target)
+                    if target in self._requested:
+                        self._fresh.add(target)
+                ready = self._ready_steps(changed)
+                if self.ensemble.decoupled and self._requested <= self._fresh:
+                    outgoing = self._outputs()
+                    self._fresh.clear()
+                    self._sent += 1
+            if final:
+                self._in_flight.pop(submit_id, None)
+        if outgoing is not None:
+            self._respond(outgoing, False)
+        self._submit_all(ready)
+        if final:
+            self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        with self._lock:
+            if self._closed or self._in_flight:
+                return
+            missing = [o.name for o in self.ensemble.config.output if o.name not in self._tensors]
+        if missing and not self.ensemble.decoupled:
+            rid = self.request.request_id or "<id_unknown>"
+            message = (
+                f"in ensemble '{self.ensemble.name}', [request id: {rid}] unexpected deadlock, "
+                "at least one output is not set while no more ensemble steps can be made"
+            )
+            self._close(_error(message, pb_utils.TritonError.INVALID_ARG))
+        elif self.ensemble.decoupled:
+            self._close(None)
+        else:
+            with self._lock:
+                response = self._outputs()
+            self._close(response)
+
+    def _close(self, response: pb_utils.InferenceResponse | None) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            handles = [h for h in self._in_flight.values() if h is not None]
+        if response is not None and response.has_error():
+            for handle in handles:  # the rest of the graph is not needed any more
+                if hasattr(handle, "cancel"):
+                    handle.cancel()
+        self._respond(response, True)
+        self.ensemble._finished(self)
+
+    def _outputs(self) -> pb_utils.InferenceResponse:
+        # Triton collects the outputs in a std::unordered_map filled in config order, and
+        # answers in that map's order [V: pipeline answers SUM before RESULT].
+        names = tuple(o.name for o in self.ensemble.config.output if o.name in self._requested)
+        tensors = [self._tensors[name] for name in triton_input_order(names)]
+        return pb_utils.InferenceResponse._create(tensors, None, self._sequence_parameters)
+
+
+def _needed_steps(steps: list[Any], requested: frozenset[str]) -> list[tuple[int, Any]]:
+    """The steps whose outputs lead to a requested output, in config order (Triton prunes)."""
+    needed_tensors = set(requested)
+    keep: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for index, step in enumerate(steps):
+            if index in keep or not set(step.output_map.values()) & needed_tensors:
+                continue
+            keep.add(index)
+            needed_tensors |= set(step.input_map.values())
+            changed = True
+    return [(i, s) for i, s in enumerate(steps) if i in keep]
+
+
+def _error(message: str, code: Any) -> pb_utils.InferenceResponse:
+    return pb_utils.InferenceResponse._create([], pb_utils.TritonError(message, code))

@@ -1,0 +1,117 @@
+"""What the parent and an instance process say to each other, over one socket pair.
+
+Every message is a tuple whose first item names it. Sends are serialized by a lock because the
+child answers from several threads (a decoupled model sends from any thread it likes).
+
+Parent → child                              Child → parent
+  ("load", InstanceSpec)                      ("loaded",) | ("load_failed", reason)
+  ("execute", batch_id, [WireRequest], dec)   ("respond", key, WireResponse | None, final)
+  ("cancel", key)                             ("executed", batch_id)
+  ("finalize",)                               ("finalized",)
+                                              ("log", record attributes)
+BLS calls the model makes go the other way round, since the models it calls live in the parent:
+  ("bls_respond", call, WireResponse|None, final)   ("bls", call, WireRequest, decoupled)
+                                                    ("bls_cancel", call)
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ..pb_utils import InferenceRequest, InferenceResponse, TritonError
+from ..pb_utils.errors import ErrorCode
+from .tensors import SegmentFolder, WireTensor, pack_all, unpack_all
+
+
+@dataclass(frozen=True, slots=True)
+class WireRequest:
+    key: int
+    request_id: str
+    correlation_id: int | str
+    flags: int
+    timeout: int
+    parameters_json: str
+    requested_output_names: tuple[str, ...]
+    inputs: list[WireTensor]
+    # BLS requests only: the model called and its version (-1: the newest).
+    model_name: str = ""
+    model_version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class WireResponse:
+    outputs: list[WireTensor]
+    error: tuple[str, int] | None
+    parameters_json: str
+
+
+class Channel:
+    """A `Connection` that many threads may send on."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self._send_lock = threading.Lock()
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        with self._send_lock:
+            self.connection.send(message)
+
+    def recv(self) -> tuple[Any, ...]:
+        return self.connection.recv()
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def pack_request(folder: SegmentFolder, key: int, request: InferenceRequest) -> WireRequest:
+    return WireRequest(
+        key,
+        request.request_id(),
+        request.correlation_id(),
+        request.flags(),
+        request.timeout(),
+        request.parameters(),
+        tuple(request.requested_output_names()),
+        pack_all(folder, request.inputs()),
+        request._model_name,
+        request._model_version,
+    )
+
+
+def unpack_request(folder: SegmentFolder, wire: WireRequest, **incoming: Any) -> InferenceRequest:
+    """The request `wire` describes; `incoming` adds `_incoming`'s sender and cancel check."""
+    return InferenceRequest._incoming(
+        inputs=unpack_all(folder, wire.inputs),
+        request_id=wire.request_id,
+        correlation_id=wire.correlation_id,
+        flags=wire.flags,
+        timeout=wire.timeout,
+        parameters_json=wire.parameters_json,
+        requested_output_names=set(wire.requested_output_names),
+        model_name=wire.model_name,
+        model_version=wire.model_version,
+        **incoming,
+    )
+
+
+def pack_response(folder: SegmentFolder, response: InferenceResponse | None) -> WireResponse | None:
+    if response is None:
+        return None
+    error = response.error()
+    return WireResponse(
+        pack_all(folder, response.output_tensors()),
+        (error.message(), int(error.code())) if error is not None else None,
+        response.parameters(),
+    )
+
+
+def unpack_response(folder: SegmentFolder, wire: WireResponse | None) -> InferenceResponse | None:
+    if wire is None:
+        return None
+    error = None
+    if wire.error is not None:
+        error = TritonError(wire.error[0], ErrorCode(wire.error[1]))
+    return InferenceResponse._create(unpack_all(folder, wire.outputs), error, wire.parameters_json)

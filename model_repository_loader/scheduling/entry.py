@@ -1,0 +1,102 @@
+"""What the schedulers keep for each queued request, and the steps every scheduler shares:
+skipping cancelled requests, timing, and statistics."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import pb_utils
+from ..execution import Pending
+from ..instance import ModelInstance
+from .stats import ModelStats
+
+RunBatch = Callable[[ModelInstance, list[Pending]], None]
+
+
+def batch_size_of(request: pb_utils.InferenceRequest, batching: bool) -> int:
+    """The request's batch dimension (1 for a model without batching)."""
+    if not batching:
+        return 1
+    inputs = request._inputs
+    if not inputs or not inputs[0].shape():
+        return 1
+    return int(inputs[0].shape()[0])
+
+
+@dataclass(slots=True, eq=False)
+class Entry:
+    """One request waiting in a scheduler."""
+
+    pending: Pending
+    batch_size: int
+    arrival_ns: int = field(default_factory=time.monotonic_ns)
+    priority: int = 0
+    # Absolute monotonic deadline (ns) after which the queue policy applies; 0 = none.
+    deadline_ns: int = 0
+    # Same-shape key: requests batched together must agree on it (allow_ragged_batch aside).
+    shape_key: tuple[Any, ...] = ()
+    # The request's own inputs, before a scheduler added control tensors to them.
+    base_inputs: list[Any] | None = None
+    rescheduled: bool = False
+
+    # The default scheduler skips cancelled work with these, as it would a Pending.
+    def is_cancelled(self) -> bool:
+        return self.pending.is_cancelled()
+
+    def fail_cancelled(self) -> None:
+        drop_if_cancelled(self)
+
+
+def observe(entry: Entry, stats: ModelStats) -> None:
+    """Count the request's outcome in `stats` when its final response leaves.
+
+    Pending routes every response through its respond callback; the callback is wrapped once,
+    here, so success/fail and the request's total duration are known however the model answers
+    (returned list, response sender, error).
+    """
+    pending = entry.pending
+    respond = pending._respond
+
+    def counted(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+        if final:
+            ok = response is None or not response.has_error()
+            stats.record_request(ok, entry.batch_size, time.monotonic_ns() - entry.arrival_ns)
+        respond(response, final)
+
+    pending._respond = counted
+
+
+def drop_if_cancelled(entry: Entry) -> bool:
+    """True (and the request answered CANCELLED) if the client cancelled while it was queued."""
+    pending = entry.pending
+    if not pending.is_cancelled():
+        return False
+    fail_cancelled = getattr(pending, "fail_cancelled", None)
+    if fail_cancelled is not None:
+        fail_cancelled()
+    else:
+        pending.fail("Request was cancelled", pb_utils.TritonError.CANCELLED)
+    return True
+
+
+def run_timed(
+    run_batch: RunBatch,
+    instance: ModelInstance,
+    entries: Sequence[Entry],
+    stats: ModelStats,
+    pendings: list[Pending] | None = None,
+) -> None:
+    """Run one `execute` call over `entries` and record queue and compute times.
+
+    `pendings` is what `execute` really gets when it differs from the entries (a stacked
+    request, or sequence slots padded with null requests).
+    """
+    start = time.monotonic_ns()
+    for entry in entries:
+        stats.record_queue(start - entry.arrival_ns)
+    run_batch(instance, pendings if pendings is not None else [e.pending for e in entries])
+    infer_ns = time.monotonic_ns() - start
+    stats.record_execution(sum(e.batch_size for e in entries), len(entries), 0, infer_ns, 0)

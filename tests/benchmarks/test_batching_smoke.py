@@ -1,0 +1,34 @@
+"""`python -m benchmarks.batching` runs end to end with tiny settings (bridge only, so it needs
+no oracle) and prints its table. Only the shape of the output is checked, never speed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_tiny_batching_benchmark(tmp_path: Path) -> None:
+    results = tmp_path / "results.json"
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.batching",
+        "--servers=bridge",
+        "--concurrency=4",
+        "--seconds=0.5",
+        f"--json={results}",
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| no_batching | bridge |" in done.stdout
+    assert "| dynamic_batching | bridge |" in done.stdout
+    data = json.loads(results.read_text())
+    for model in ("no_batching", "dynamic_batching"):
+        cell = data[model]["bridge"]
+        assert cell["throughput"] > 0 and cell["errors"] == 0
+    # Without dynamic_batching every execute call holds exactly one request of one row.
+    assert data["no_batching"]["bridge"]["rows_per_call"] == 1.0

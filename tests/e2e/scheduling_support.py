@@ -1,0 +1,106 @@
+"""Drive the scheduling test models (tests/repositories/batching, sequence) with timed requests.
+
+A scenario is a list of `Send`s, each fired at its own offset from the start on its own client
+(so requests really overlap). The models answer with a JSON report of the execute call that
+served them (request ids batched together, instance, control inputs ...), which is what the
+tests compare.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+REPOSITORIES = Path(__file__).resolve().parents[1] / "repositories"
+BATCHING = REPOSITORIES / "batching"
+SEQUENCE = REPOSITORIES / "sequence"
+JOIN_S = 30.0
+
+
+@dataclass(frozen=True)
+class Send:
+    at: float  # seconds after the scenario starts
+    request_id: str
+    rows: int = 1  # batch size (batching models)
+    sleep_ms: int = 0  # how long the model's execute sleeps
+    value: int = 1  # every element of IN
+    options: dict[str, Any] = field(
+        default_factory=dict
+    )  # infer kwargs (priority, sequence_id ...)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    out: list[int] | None = None
+    report: dict[str, Any] | None = None
+    status: str = ""
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.report is not None
+
+
+def infer(
+    client: grpcclient.InferenceServerClient, model: str, send: Send, batching: bool = True
+) -> Outcome:
+    shape = [send.rows, 1] if batching else [1]
+    tensor = grpcclient.InferInput("IN", shape, "INT32")
+    tensor.set_data_from_numpy(np.full(shape, send.value, np.int32))
+    params = {"sleep_ms": send.sleep_ms} if send.sleep_ms else None
+    try:
+        result = client.infer(
+            model, [tensor], request_id=send.request_id, parameters=params, **send.options
+        )
+    except InferenceServerException as exc:
+        return Outcome(status=str(exc.status()), message=exc.message() or "")
+    report = json.loads(result.as_numpy("REPORT").ravel()[0])
+    return Outcome(result.as_numpy("OUT").ravel().tolist(), report)
+
+
+def run_scenario(url: str, model: str, sends: list[Send], batching: bool = True) -> dict:
+    """Fire every send at its time; request id -> Outcome."""
+    outcomes: dict[str, Outcome] = {}
+    clients = [grpcclient.InferenceServerClient(url) for _ in sends]
+    start = time.monotonic() + 0.05
+
+    def fire(send: Send, client: grpcclient.InferenceServerClient) -> None:
+        time.sleep(max(0.0, start + send.at - time.monotonic()))
+        outcomes[send.request_id] = infer(client, model, send, batching)
+
+    threads = [
+        threading.Thread(target=fire, args=(s, c), daemon=True)
+        for s, c in zip(sends, clients, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(JOIN_S)
+    for client in clients:
+        client.close()
+    missing = [s.request_id for s in sends if s.request_id not in outcomes]
+    assert not missing, f"no answer within {JOIN_S}s for {missing}"
+    return outcomes
+
+
+def groups(outcomes: dict[str, Outcome]) -> list[list[str]]:
+    """The execute calls as sorted lists of request ids, in the order they ran per instance.
+
+    Ids are sorted inside a call: requests sent at (nearly) the same moment may reach a server
+    in either order."""
+    calls = {
+        (o.report["instance"], o.report["call"]): o.report["ids"] for o in outcomes.values() if o.ok
+    }
+    return [sorted(ids) for _, ids in sorted(calls.items())]
+
+
+def errors(outcomes: dict[str, Outcome]) -> dict[str, tuple[str, str]]:
+    return {rid: (o.status, o.message) for rid, o in outcomes.items() if not o.ok}

@@ -1,0 +1,7 @@
+"""A version of marked/1/model.py that does not compile (line 6)."""
+
+MARK = 98
+
+
+def broken(:
+    pass

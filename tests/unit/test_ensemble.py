@@ -1,0 +1,213 @@
+"""Ensembles in-process (tests/repositories/composition): loading, dataflow, errors, streaming.
+
+Expected values and texts are Triton 2.51's for the same repository
+(tests/repositories/composition/README.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from model_repository_loader import pb_utils
+from model_repository_loader.composition import EnsembleModel, load_order
+from model_repository_loader.inference import InferRequest
+from model_repository_loader.loader import LoadedRepository, load_repository
+from model_repository_loader.repository import scan
+
+REPO = Path(__file__).resolve().parents[2] / "tests" / "repositories" / "composition"
+F = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def repo() -> Iterator[LoadedRepository]:
+    loaded = load_repository([REPO])
+    yield loaded
+    loaded.close()
+
+
+def infer(repo: LoadedRepository, model: str, inputs: dict[str, np.ndarray], **kw: Any) -> Any:
+    tensors = [pb_utils.Tensor(name, array) for name, array in inputs.items()]
+    response = repo.models[model].infer(InferRequest(tensors, **kw), timeout=20)
+    if response.has_error():
+        return response.error()
+    return {t.name(): t.as_numpy().tolist() for t in response.output_tensors()}
+
+
+def stream(repo: LoadedRepository, model: str, inputs: dict[str, np.ndarray]) -> list[Any]:
+    got: list[Any] = []
+    done: list[bool] = []
+
+    def respond(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+        if response is not None:
+            got.append(
+                response.error().message()
+                if response.has_error()
+                else {t.name(): t.as_numpy().tolist() for t in response.output_tensors()}
+            )
+        if final:
+            done.append(True)
+
+    tensors = [pb_utils.Tensor(name, array) for name, array in inputs.items()]
+    repo.models[model].submit(InferRequest(tensors), respond)
+    deadline = time.monotonic() + 20
+    while not done and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert done, "no final response"
+    return got
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+# Triton 2.51's reasons for the ensembles of the repository that must fail [V].
+LOAD_FAILURES = {
+    "bad_missing_step": "ensemble bad_missing_step contains models that are not available or "
+    "ambiguous: no_such_model",
+    "bad_self": "circular dependency between ensembles: bad_self -> ... -> bad_self -> bad_self",
+    "cycle_a": "circular dependency between ensembles: cycle_a -> ... -> cycle_b -> cycle_a",
+    "cycle_b": "circular dependency between ensembles: cycle_b -> ... -> cycle_a -> cycle_b",
+    "bad_dtype": "in ensemble bad_dtype, ensemble tensor X: inconsistent data type: TYPE_INT32 "
+    "is inferred from model bad_dtype while TYPE_FP32 is inferred from model slow",
+    "bad_input_key": "in ensemble bad_input_key, ensemble tensor X is mapping to non-existing "
+    "input NOPE in model slow",
+    "bad_output_key": "in ensemble bad_output_key, ensemble tensor Y is mapped from "
+    "non-existing output NOPE in model slow",
+    "bad_shape": "in ensemble bad_shape, ensemble tensor X: inconsistent shape: [3] is inferred "
+    "from model bad_shape while [4] is inferred from model slow",
+    "bad_version": "ensemble 'bad_version' depends on 'slow' whose required version 7 is not "
+    "loaded.",
+    "bad_on_failed": "ensemble 'bad_on_failed' depends on 'bad_missing_step' which is not "
+    "valid. Model 'bad_missing_step' failed with error: ensemble bad_missing_step contains "
+    "models that are not available or ambiguous: no_such_model",
+}
+
+
+def test_load_failures_have_tritons_reasons(repo):
+    assert repo.failures == LOAD_FAILURES
+
+
+def test_ensembles_load_after_their_steps():
+    ordered, failures = load_order(scan([REPO]))
+    names = [s.name for s in ordered]
+    assert names.index("nested") > names.index("pipeline") > names.index("multiply")
+    assert set(failures) == {"bad_missing_step", "bad_self", "cycle_a", "cycle_b"}
+
+
+def test_ensemble_is_served_like_a_model(repo):
+    model = repo.models["pipeline"]
+    assert isinstance(model, EnsembleModel)
+    assert model.name == "pipeline" and list(model.versions) == [1]
+    assert repo.statuses["pipeline"].ready and repo.statuses["pipeline"].versions == [1]
+
+
+def test_transaction_policy_follows_the_steps(repo):
+    # Triton's ModelConfig: `model_transaction_policy {}` / `{decoupled: true}` [V].
+    assert repo.models["pipeline"].config.HasField("model_transaction_policy")
+    assert not repo.models["pipeline"].config.model_transaction_policy.decoupled
+    assert repo.models["streaming"].config.model_transaction_policy.decoupled
+
+
+# -- inference --------------------------------------------------------------------------------
+
+
+def test_three_step_pipeline(repo):
+    assert infer(repo, "pipeline", {"RAW": F}) == {
+        "RESULT": [3.0, 15.0, 35.0, 63.0],
+        "SUM": [3.0, 5.0, 7.0, 9.0],
+    }
+
+
+def test_ensemble_inside_an_ensemble(repo):
+    assert infer(repo, "nested", {"X": F}) == {"Z": [6.0, 30.0, 70.0, 126.0]}
+
+
+def test_step_model_version(repo):
+    assert infer(repo, "versioned_ens", {"X": F}) == {"Y": [1.0, 2.0, 3.0, 4.0]}
+
+
+def test_independent_steps_run_in_parallel(repo):
+    start = time.monotonic()
+    assert infer(repo, "parallel", {"X": F}) == {"A": F.tolist(), "B": F.tolist()}
+    # Two 300 ms steps: Triton took 0.33 s [V]; one after the other would be 0.6 s.
+    assert time.monotonic() - start < 0.55
+
+
+def test_requested_output_that_prunes_another_output_fails_as_in_triton(repo):
+    error = infer(repo, "pipeline", {"RAW": F}, requested_outputs=["SUM"])
+    assert error.message() == (
+        "in ensemble 'pipeline', [request id: <id_unknown>] unexpected deadlock, at least one "
+        "output is not set while no more ensemble steps can be made"
+    )
+    assert error.code() == pb_utils.TritonError.INVALID_ARG
+
+
+def test_requested_output_subset(repo):
+    assert infer(repo, "pipeline", {"RAW": F}, requested_outputs=["RESULT"]) == {
+        "RESULT": [3.0, 15.0, 35.0, 63.0]
+    }
+
+
+@pytest.mark.parametrize(
+    ("inputs", "text"),
+    [
+        ({"X": F}, "unexpected inference input 'X' for model 'pipeline'"),
+        (
+            {"RAW": F[:3]},
+            "[request id: <id_unknown>] unexpected shape for input 'RAW' for model 'pipeline'. "
+            "Expected [4], got [3]. ",
+        ),
+        (
+            {"RAW": F.astype(np.int32)},
+            "[request id: <id_unknown>] inference input 'RAW' data-type is 'INT32', but model "
+            "'pipeline' expects 'FP32'",
+        ),
+    ],
+)
+def test_request_checks_use_the_ensemble_name(repo, inputs, text):
+    error = infer(repo, "pipeline", inputs)
+    assert error.message() == text
+    assert error.code() == pb_utils.TritonError.INVALID_ARG
+
+
+def test_step_error_names_the_ensemble(repo):
+    error = infer(repo, "raising_ens", {"X": F})
+    assert error.message().startswith(
+        "in ensemble 'raising_ens', Failed to process the request(s) for model 'raiser_0_0', "
+        "message: ValueError: raiser refuses\n\nAt:\n"
+    )
+    assert error.code() == pb_utils.TritonError.INTERNAL
+
+
+def test_decoupled_step_streams_through(repo):
+    assert stream(repo, "streaming", {"COUNT": np.array([2], dtype=np.int32)}) == [
+        {"F": [0.0]},
+        {"F": [1.5]},
+    ]
+
+
+def test_decoupled_ensemble_with_no_responses(repo):
+    assert stream(repo, "streaming", {"COUNT": np.array([0], dtype=np.int32)}) == []
+
+
+def test_decoupled_step_error_ends_the_stream(repo):
+    assert stream(repo, "streaming", {"COUNT": np.array([-1], dtype=np.int32)}) == [
+        "in ensemble 'streaming', repeat_dec got a negative count"
+    ]
+
+
+def test_steps_are_looked_up_live(repo):
+    ensemble = repo.models["versioned_ens"]
+    models = {"versioned": repo.models["versioned"]}
+    own = EnsembleModel("versioned_ens", 1, ensemble.config, models)
+    tensor = pb_utils.Tensor("X", F)
+    assert not own.infer(InferRequest([tensor]), timeout=10).has_error()
+    del models["versioned"]  # unloaded meanwhile
+    error = own.infer(InferRequest([tensor]), timeout=10).error()
+    assert error.message() == (
+        "in ensemble 'versioned_ens', Request for unknown model: 'versioned' is not found"
+    )
