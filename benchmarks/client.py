@@ -38,6 +38,9 @@ class CellResult:
     elapsed: float = 0.0  # wall time of the measured window
     drained: int = 0  # requests finished after the measured window (checked, not measured)
     drain_max: float = 0.0  # the slowest of those, in seconds
+    # The p50 (ms) of each turn merged in: on a noisy machine the median of per-turn ratios
+    # is steadier than the ratio of pooled p50s.
+    turn_p50_ms: list[float] = field(default_factory=list)
 
     def error(self, reason: str) -> None:
         self.errors += 1
@@ -45,6 +48,8 @@ class CellResult:
             self.first_error = reason
 
     def merge(self, other: CellResult) -> None:
+        if other.latencies:
+            self.turn_p50_ms.append(float(np.percentile(other.latencies, 50)) * 1000.0)
         self.latencies.extend(other.latencies)
         self.elapsed += other.elapsed
         self.errors += other.errors
@@ -67,6 +72,7 @@ class CellResult:
             "seconds": self.elapsed,
             "drained": self.drained,
             "drain_max_ms": self.drain_max * 1000.0,
+            "turn_p50_ms": self.turn_p50_ms,
         }
 
 

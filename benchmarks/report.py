@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,25 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def cell_ratios(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
-    """{"bridge/echo": {"p50": …, "p99": …, "rps": …}, …}; None where a side has no number."""
+    """{"bridge/echo": {"p50_ms": …, "p99_ms": …, "rps": …, "p50_turns_median": …}, …}.
+
+    `p50_turns_median` is the median over rounds of each round's p50 ratio (the servers take
+    their turns back to back, so a burst of outside load hits both sides of one ratio). None
+    where a side has no number.
+    """
     out = {}
     for a, b in RATIOS:
         ra, rb = results.get(a) or {}, results.get(b) or {}
-        out[f"{a}/{b}"] = {
+        ratios: dict[str, float | None] = {
             key: _ratio(ra.get(key), rb.get(key)) for key in ("p50_ms", "p99_ms", "rps")
         }
+        turns = [
+            x / y
+            for x, y in zip(ra.get("turn_p50_ms") or [], rb.get("turn_p50_ms") or [], strict=False)
+            if y
+        ]
+        ratios["p50_turns_median"] = statistics.median(turns) if turns else None
+        out[f"{a}/{b}"] = ratios
     return out
 
 
@@ -82,7 +95,10 @@ def format_cell_line(cell: dict[str, Any], servers: Sequence[str]) -> str:
     for name, ratio in cell["ratios"].items():
         a, b = name.split("/")
         if a in servers and b in servers:
-            lines.append(f"  {a} ÷ {b}: p50 {_num(ratio['p50_ms'])}, p99 {_num(ratio['p99_ms'])}")
+            lines.append(
+                f"  {a} ÷ {b}: p50 {_num(ratio['p50_ms'])}, p99 {_num(ratio['p99_ms'])}, "
+                f"median of rounds' p50 {_num(ratio.get('p50_turns_median'))}"
+            )
     return "\n".join(lines)
 
 

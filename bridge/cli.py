@@ -69,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--model-config-name", default="", help="use <model>/configs/<name>.pbtxt")
     p.add_argument(
+        "--instance-kind",
+        choices=("auto", "thread", "process"),
+        default="auto",
+        help="where model instances run unless a config sets BRIDGE_INSTANCE_KIND: auto (a "
+        "process per instance when a group has count > 1, else a thread), thread or process",
+    )
+    p.add_argument(
         "--exit-on-error",
         type=_bool,
         nargs="?",
@@ -141,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         loader=ConfigOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             model_config_name=args.model_config_name,
+            instance_kind=args.instance_kind,
         ),
     )
     try:

@@ -74,7 +74,10 @@ _DECODERS: dict[str, Callable[[list], np.ndarray]] = {
 def decode_tensor(tensor: dict[str, Any]) -> Tensor:
     metadata = tensor["metadata"]
     datatype = TO_KSERVE[metadata["data_type"]]
-    array = _DECODERS[datatype](tensor["data"]["values"]).reshape(metadata["shape"])
+    array = _DECODERS[datatype](tensor["data"]["values"])
+    shape = metadata["shape"]
+    if len(shape) != 1 or shape[0] != array.shape[0]:  # 1-D needs no reshape (the usual case)
+        array = array.reshape(shape)
     return Tensor._from_wire(metadata["name"], array, datatype)
 
 

@@ -92,6 +92,7 @@ class ModelWorker:
             f"{namespace}.{component_name(model.name, generation)}.generate"
         )
         self._serving: asyncio.Future[Any] | None = None
+        self._routable: asyncio.Future[None] | None = None
         self._decoupled = model.config.model_transaction_policy.decoupled
         self._cancellations = _CancellationPoller()
 
@@ -107,6 +108,31 @@ class ModelWorker:
             worker_type=WorkerType.Aggregated,
             tensor_model_config=tensor_model_config(self.name, self.model.config),
         )
+        watch = getattr(self.model, "watch_readiness", None)  # ensembles have no instances
+        if watch is not None:
+            loop = asyncio.get_running_loop()
+            watch(lambda ready: loop.call_soon_threadsafe(self._readiness_changed, ready))
+
+    def _readiness_changed(self, ready: bool) -> None:
+        """An isolated instance died or came back: route to this model only while it can answer.
+
+        Taking the endpoint instance out makes ModelReady false (and new requests UNAVAILABLE)
+        while no instance is alive; Triton keeps saying ready there.
+        """
+        self._routable = asyncio.ensure_future(self._set_routable(ready, self._routable))
+
+    async def _set_routable(self, ready: bool, previous: asyncio.Future[None] | None) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])  # keep the calls in the order the changes happened
+        if ready != self.model.ready:
+            return  # changed again meanwhile; the later call settles it
+        try:
+            if ready:
+                await self.endpoint.register_endpoint_instance()
+            else:
+                await self.endpoint.unregister_endpoint_instance()
+        except Exception as exc:
+            log.warning("'%s': could not change its routing (ready=%s): %s", self.name, ready, exc)
 
     async def stop(self) -> None:
         """Stop advertising the model; requests already routed here still finish."""

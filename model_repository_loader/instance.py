@@ -167,6 +167,15 @@ class ModelInstance:
 
     # -- running calls on the instance thread -----------------------------------------------
 
+    def run_batch(self, batch: list[Any], decoupled: bool) -> None:
+        """Run `execute` for `batch` (a list of execution.Pending); on the instance thread.
+
+        IsolatedInstance has the same method, so schedulers treat both kinds alike.
+        """
+        from .execution import run_execute  # execution.py imports this module
+
+        run_execute(self, batch, decoupled)
+
     def submit(self, fn: Callable[[], None]) -> None:
         """Run `fn` on the instance thread, after the calls already queued."""
         self._calls.put(fn)

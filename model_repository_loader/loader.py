@@ -126,7 +126,12 @@ def _load_versions(
             final = _version_config(source, number, config, options, config_provided)
             model_file = repository.model_file(source, number, final)
             version = ModelVersion(
-                source.name, number, final, config_to_args_json(final), model_file
+                source.name,
+                number,
+                final,
+                config_to_args_json(final),
+                model_file,
+                instance_kind=options.instance_kind,
             )
             version.load()
             loaded[number] = version

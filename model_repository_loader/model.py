@@ -12,16 +12,18 @@ import functools
 import json
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from . import pb_utils
 from .errors import ModelLoadError
-from .execution import Pending, run_execute
+from .execution import Pending
 from .inference import InferRequest, ParameterValue, Respond
 from .instance import InstanceSpec, ModelInstance
+from .isolation import IsolatedInstance
+from .isolation.kind import runs_in_process
 from .scheduling import ModelStats, Scheduler, build_scheduler
 from .validation import RequestError, RequestValidator, unknown_model_error
 
@@ -51,6 +53,7 @@ class ModelVersion:
         config: mc.ModelConfig,
         config_json: str,
         model_file: Path,
+        instance_kind: str = "auto",
     ) -> None:
         self.name = name
         self.version = version
@@ -61,18 +64,33 @@ class ModelVersion:
         self.all_outputs = frozenset(o.name for o in config.output)
         self._output_reshapes = _output_reshapes(config)
         self._batching = config.max_batch_size > 0
-        self.instances = [
-            ModelInstance(spec)
-            for spec in _instance_specs(name, version, config, config_json, model_file)
+        # Told when an isolated instance dies or comes back (see `ready`).
+        self.on_readiness_change: Callable[[], None] | None = None
+        self.instances: list[ModelInstance | IsolatedInstance] = [
+            IsolatedInstance(spec, self._instance_health_changed)
+            if isolated
+            else ModelInstance(spec)
+            for spec, isolated in _instance_specs(
+                name, version, config, config_json, model_file, instance_kind
+            )
         ]
         # Queue and compute times, batch sizes and counts (Triton's ModelStatistics).
         self.stats = ModelStats()
         self._scheduler: Scheduler = build_scheduler(
             config,
             self.instances,
-            lambda instance, batch: run_execute(instance, batch, self.decoupled),
+            lambda instance, batch: instance.run_batch(batch, self.decoupled),
             self.stats,
         )
+
+    @property
+    def ready(self) -> bool:
+        """False while every instance is down (isolated instances restart after a crash)."""
+        return any(getattr(instance, "alive", True) for instance in self.instances)
+
+    def _instance_health_changed(self, alive: bool) -> None:
+        if self.on_readiness_change is not None:
+            self.on_readiness_change()
 
     def load(self) -> None:
         """Initialize every instance; on failure finalize the ones that did initialize."""
@@ -195,6 +213,23 @@ class Model:
         self.name = name
         self.versions = dict(versions)
         self.latest = self.versions[max(self.versions)]
+        self._readiness_listeners: list[Callable[[bool], None]] = []
+        for version in self.versions.values():
+            version.on_readiness_change = self._readiness_changed
+
+    @property
+    def ready(self) -> bool:
+        """True while every served version has an instance alive."""
+        return all(version.ready for version in self.versions.values())
+
+    def watch_readiness(self, listener: Callable[[bool], None]) -> None:
+        """Call `listener(ready)` (from any thread) whenever `ready` may have changed."""
+        self._readiness_listeners.append(listener)
+
+    def _readiness_changed(self) -> None:
+        ready = self.ready
+        for listener in self._readiness_listeners:
+            listener(ready)
 
     @property
     def config(self) -> mc.ModelConfig:
@@ -286,13 +321,20 @@ _KIND_NAMES = {
 
 
 def _instance_specs(
-    name: str, version: int, config: mc.ModelConfig, config_json: str, model_file: Path
-) -> list[InstanceSpec]:
-    """One spec per instance, named `<group name>_<k>` as Triton names them."""
+    name: str,
+    version: int,
+    config: mc.ModelConfig,
+    config_json: str,
+    model_file: Path,
+    instance_kind: str,
+) -> list[tuple[InstanceSpec, bool]]:
+    """One spec per instance, named `<group name>_<k>` as Triton names them, and whether it
+    runs in a process of its own (isolation/kind.py)."""
     specs = []
     model_dir = str(model_file.parent.parent)
     for group in config.instance_group:
         kind = _KIND_NAMES[group.kind]
+        isolated = runs_in_process(config, group, instance_kind)
         # A GPU group gets `count` instances on each listed device; CPU groups run on device 0.
         devices = list(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU else []
         placements = [d for d in devices or [0] for _ in range(group.count)]
@@ -307,7 +349,6 @@ def _instance_specs(
                 "model_version": str(version),
                 "model_name": name,
             }
-            specs.append(
-                InstanceSpec(name, instance_name, kind, device_id, model_file, version, args)
-            )
+            spec = InstanceSpec(name, instance_name, kind, device_id, model_file, version, args)
+            specs.append((spec, isolated))
     return specs

@@ -49,12 +49,15 @@ class ConfigOptions:
         KIND_CPU and a KIND_GPU group fails to load, as in Triton.
     gpu_fallback_to_cpu: not in Triton; with no GPUs, run KIND_GPU groups as KIND_CPU (with a
         warning) so repositories written for GPU hosts load on CPU-only ones.
+    instance_kind: not in Triton; `--instance-kind`: "auto", "thread" or "process", the default
+        for models whose config does not set BRIDGE_INSTANCE_KIND (isolation/kind.py).
     """
 
     auto_complete: bool = True
     model_config_name: str = ""
     gpu_ids: tuple[int, ...] = ()
     gpu_fallback_to_cpu: bool = False
+    instance_kind: str = "auto"
 
 
 def config_file_exists(source: repository.ModelSource, options: ConfigOptions) -> bool:

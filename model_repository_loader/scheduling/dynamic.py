@@ -31,7 +31,7 @@ from ..instance import ModelInstance
 from .entry import Entry, RunBatch, batch_size_of, drop_if_cancelled, observe, run_timed
 from .ordering import InOrder
 from .queue_policy import TIMEOUT_EXPIRED, PriorityQueues, QueueFull
-from .stacking import StackedPending
+from .stacking import stacked_pending
 from .stats import ModelStats
 
 log = logging.getLogger(__name__)
@@ -229,7 +229,7 @@ class DynamicBatcher:
             pendings = None
             if self._stack and len(entries) > 1:
                 pendings = [
-                    StackedPending([e.pending for e in entries], [e.batch_size for e in entries])
+                    stacked_pending([e.pending for e in entries], [e.batch_size for e in entries])
                 ]
             run_timed(self._run_batch, instance, entries, self._stats, pendings)
         except BaseException:

@@ -41,26 +41,9 @@ _START = pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
 _END = pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
 
 
-class _NullPending:
+def _null_pending(request: pb_utils.InferenceRequest) -> Pending:
     """Padding for an empty direct slot: the model sees it; its responses go nowhere."""
-
-    closed = False
-    requeue = None
-
-    def __init__(self, request: pb_utils.InferenceRequest) -> None:
-        self.request = request
-
-    def is_cancelled(self) -> bool:
-        return False
-
-    def deliver(self, response: object, final: bool) -> bool:
-        return True
-
-    def fail(self, message: str, code: object = None) -> None:
-        return None
-
-    def fail_cancelled(self) -> None:
-        return None
+    return Pending(lambda _pending: request, lambda _response, _final: None, lambda r: r)
 
 
 class _Instance:
@@ -245,7 +228,7 @@ class SequenceBatcher:
             batch.append(entry.pending if entry is not None else self._null(template))
         return batch
 
-    def _null(self, template: pb_utils.InferenceRequest) -> _NullPending:
+    def _null(self, template: pb_utils.InferenceRequest) -> Pending:
         names = {c.name() for c in self._controls.tensors(0, 0, ready=False)}
         inputs = [
             pb_utils.Tensor._from_wire(t.name(), np.zeros_like(t._array), t._datatype)
@@ -258,7 +241,7 @@ class SequenceBatcher:
             requested_output_names=template.requested_output_names(),
             response_sender=None,
         )
-        return _NullPending(request)
+        return _null_pending(request)
 
     def _run(self, holder: _Instance, entries: list[Entry], pendings: list) -> None:
         try:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
@@ -40,74 +40,74 @@ def stacking_enabled(config: mc.ModelConfig) -> bool:
     return True
 
 
-class StackedPending:
-    """One request standing for several: what `execute` sees, and where its answer is split."""
+def stacked_pending(parts: Sequence[Pending], sizes: Sequence[int]) -> Pending:
+    """One request standing for `parts`: what `execute` sees; its answer is split back.
 
-    # Rescheduling a stacked request is not supported (it only exists for sequence models).
-    requeue = None
+    It is a real Pending, so every instance kind (threads, processes) runs it like any other.
+    """
+    splitter = _Splitter(parts, sizes)
+    first = parts[0].request
+    inputs = [
+        pb_utils.Tensor._from_wire(
+            tensor.name(),
+            np.concatenate([p.request._inputs[i]._array for p in parts]),
+            tensor._datatype,
+        )
+        for i, tensor in enumerate(first._inputs)
+    ]
+    requested: set[str] = set()
+    for part in parts:
+        requested |= part.request.requested_output_names()
 
-    def __init__(self, parts: Sequence[Pending], sizes: Sequence[int]) -> None:
-        self._parts = list(parts)
-        self._sizes = list(sizes)
-        self._closed = False
-        first = parts[0].request
-        inputs = [
-            pb_utils.Tensor._from_wire(
-                tensor.name(),
-                np.concatenate([p.request._inputs[i]._array for p in parts]),
-                tensor._datatype,
-            )
-            for i, tensor in enumerate(first._inputs)
-        ]
-        requested: set[str] = set()
-        for part in parts:
-            requested |= part.request.requested_output_names()
-        sender = pb_utils.InferenceResponseSender(self.deliver, decoupled=False)
-        self.request = pb_utils.InferenceRequest._incoming(
+    def build(pending: Pending) -> pb_utils.InferenceRequest:
+        return pb_utils.InferenceRequest._incoming(
             inputs=inputs,
             request_id=first.request_id(),
             parameters_json=first.parameters(),
             timeout=first.timeout(),
             requested_output_names=requested,
-            response_sender=sender,
-            is_cancelled=self.is_cancelled,
+            response_sender=pb_utils.InferenceResponseSender(pending.deliver, decoupled=False),
+            is_cancelled=pending.is_cancelled,
         )
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
+    stacked = Pending(build, splitter.respond, lambda response: response)
+    # The stacked request is cancelled once every request in it is.
+    remaining = [len(parts)]
+    lock = threading.Lock()
 
-    def is_cancelled(self) -> bool:
-        return all(p.is_cancelled() for p in self._parts)
+    def one_cancelled() -> None:
+        with lock:
+            remaining[0] -= 1
+            last = remaining[0] == 0
+        if last:
+            stacked.cancel()
 
-    def deliver(self, response: pb_utils.InferenceResponse | None, final: bool) -> bool:
-        if self._closed:
-            return False
-        self._closed = final
+    for part in parts:
+        part.on_cancel(one_cancelled)
+    return stacked
+
+
+class _Splitter:
+    """Hands each part its rows of the stacked response (or the error, to all)."""
+
+    def __init__(self, parts: Sequence[Pending], sizes: Sequence[int]) -> None:
+        self._parts = list(parts)
+        self._sizes = list(sizes)
+
+    def respond(self, response: pb_utils.InferenceResponse | None, final: bool) -> None:
         if response is None or response.has_error():
             for part in self._parts:
                 part.deliver(response, final)
-            return True
+            return
         try:
             split = self._split(response)
         except ValueError as exc:
             error = pb_utils.TritonError(str(exc), pb_utils.TritonError.INTERNAL)
             for part in self._parts:
                 part.deliver(pb_utils.InferenceResponse(error=error), True)
-            return True
+            return
         for part, part_response in zip(self._parts, split, strict=True):
             part.deliver(part_response, final)
-        return True
-
-    def fail_cancelled(self) -> None:
-        for part in self._parts:
-            part.fail_cancelled()
-        self._closed = True
-
-    def fail(self, message: str, code: Any = None) -> None:
-        for part in self._parts:
-            part.fail(message, code)
-        self._closed = True
 
     def _split(self, response: pb_utils.InferenceResponse) -> list[pb_utils.InferenceResponse]:
         total = sum(self._sizes)

@@ -124,7 +124,7 @@ BLOCK = 400  # ms the first request holds the only instance
             "queue_delay_action",
             [Send(0.0, "blk", sleep_ms=700)]
             + [Send(0.1 + 0.04 * i, f"r{i}") for i in range(3)]
-            + [Send(0.55, "late")],
+            + [Send(0.6, "late")],
             [["blk"], ["late"], ["r0"], ["r1"], ["r2"]],
         ),
         # allow_timeout_override without a default timeout: a request's timeout never applies.
@@ -254,13 +254,6 @@ def _run_sequence(server, model: str, batching: bool) -> dict:
     return out
 
 
-def _placement(outcomes: dict) -> set[frozenset[str]]:
-    by_instance: dict[str, set[str]] = {}
-    for rid, outcome in outcomes.items():
-        by_instance.setdefault(outcome.report["instance"], set()).add(rid[0])
-    return {frozenset(ids) for ids in by_instance.values()}
-
-
 @pytest.mark.parametrize("model", ["seq_direct", "seq_oldest"])
 def test_sequence_routing_and_controls(sequence: Pair, model: str):
     triton = _run_sequence(sequence.oracle, model, True)
@@ -281,9 +274,9 @@ def test_sequence_routing_and_controls(sequence: Pair, model: str):
         assert where["a1"] == where["a2"] == where["a3"]
         assert where["b1"] == where["b2"] and where["c1"] == where["c2"]
         assert where["a1"] != where["b1"]  # the first sequences spread over the instances
-    # Which sequences share an instance (names aside): from a fresh start the third sequence
-    # joins the second one's instance, and both servers place them alike in any state.
-    assert _placement(bridge) == _placement(triton)
+    # Which instance the third sequence joins depends on the order earlier sequences freed
+    # their slots (the servers may have served other tests first); from a fresh start it is
+    # the second one's on both (tests/unit/test_scheduling.py::test_free_slots_follow_tritons_heap).
     # Control inputs, correlation ids and flags, request by request.
     for rid in triton:
         t, b = triton[rid].report, bridge[rid].report

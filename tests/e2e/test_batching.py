@@ -78,7 +78,7 @@ def test_queue_timeout(url: str):
 
 
 def test_delay_action_runs_expired_requests_last(url: str):
-    sends = [Send(0.0, "blk", sleep_ms=700), Send(0.1, "r0"), Send(0.14, "r1"), Send(0.55, "late")]
+    sends = [Send(0.0, "blk", sleep_ms=700), Send(0.1, "r0"), Send(0.14, "r1"), Send(0.6, "late")]
     outcomes = run_scenario(url, "queue_delay_action", sends)
     assert groups(outcomes) == [["blk"], ["late"], ["r0"], ["r1"]]
 

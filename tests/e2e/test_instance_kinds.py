@@ -61,7 +61,8 @@ def test_large_tensor_crosses_the_process_boundary(bridge_server, repo: Path):
 
 
 def test_killed_instance_fails_only_its_request_and_restarts(bridge_server, repo: Path):
-    server = bridge_server(repo)
+    # `crash` writes a marker beside itself: no watching, or that write would reload it.
+    server = bridge_server(repo, "--model-control-mode=none")
     client = server.client()
     first_pid = int(client.infer("crash", [int32_input([0], "MODE")]).as_numpy("PID")[0])
 

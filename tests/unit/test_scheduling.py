@@ -294,3 +294,61 @@ def test_rescheduled_request_runs_again_on_its_slot(sequences: LoadedRepository)
         "inference request for sequence 3 to model 'seq_iterative' must specify the START flag "
         "on the first request of the sequence"
     )
+
+
+# -- the dynamic batcher on its own: shapes and allow_ragged_batch --------------------------------
+
+
+class _HeldInstance:
+    """An instance whose calls wait until the test runs them."""
+
+    def __init__(self) -> None:
+        self.name = "held_0"
+        self.calls: list = []
+
+    def submit(self, fn) -> None:
+        self.calls.append(fn)
+
+
+def _batches_for(shapes: list[int], ragged: bool) -> list[list[str]]:
+    from model_repository_loader.execution import Pending
+    from model_repository_loader.scheduling.dynamic import DynamicBatcher
+
+    config = mc.ModelConfig(name="m", max_batch_size=8)
+    config.input.add(name="IN", data_type=mc.TYPE_INT32, dims=[-1], allow_ragged_batch=ragged)
+    config.dynamic_batching.SetInParent()
+    instance = _HeldInstance()
+    seen: list[list[str]] = []
+
+    def run_batch(_instance, batch) -> None:
+        seen.append([p.request.request_id() for p in batch])
+
+    batcher = DynamicBatcher(config, [instance], run_batch, ModelStats())
+    for i, width in enumerate(shapes):
+        array = np.zeros((1, width), np.int32)
+        pending = Pending(
+            lambda _p, rid=f"r{i}", a=array: pb_utils.InferenceRequest._incoming(
+                inputs=[pb_utils.Tensor("IN", a)],
+                request_id=rid,
+                requested_output_names=set(),
+                response_sender=None,
+            ),
+            lambda response, final: None,
+            lambda response: response,
+        )
+        batcher.enqueue(pending)
+        time.sleep(0.02)  # the batcher thread forms payloads as requests arrive
+    deadline = time.monotonic() + WAIT_S
+    while sum(map(len, seen)) < len(shapes) and time.monotonic() < deadline:
+        if instance.calls:
+            instance.calls.pop(0)()
+        time.sleep(0.01)
+    batcher.close()
+    return seen
+
+
+def test_batches_hold_one_shape_unless_ragged():
+    """r0 runs alone (the instance was free); the rest queue behind it. Widths 2, 3, 2: without
+    allow_ragged_batch a different non-batch shape closes the batch (spec §3.2)."""
+    assert _batches_for([2, 2, 3, 2], ragged=False) == [["r0"], ["r1"], ["r2"], ["r3"]]
+    assert _batches_for([2, 2, 3, 2], ragged=True) == [["r0"], ["r1", "r2", "r3"]]

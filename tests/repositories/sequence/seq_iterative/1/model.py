@@ -24,11 +24,18 @@ class TritonPythonModel:
                 responses.append(None)
                 continue
             self.runs.pop(key, None)
-            report = {"corrid": request.correlation_id(), "flags": request.flags(),
-                      "batch": len(requests), "instance": self.instance, "controls": {}}
+            report = {
+                "corrid": request.correlation_id(),
+                "flags": request.flags(),
+                "batch": len(requests),
+                "instance": self.instance,
+                "controls": {},
+            }
             out = [
                 pb_utils.Tensor("OUT", np.array([runs], dtype=np.int32)),
-                pb_utils.Tensor("REPORT", np.array([json.dumps(report).encode()], dtype=np.object_)),
+                pb_utils.Tensor(
+                    "REPORT", np.array([json.dumps(report).encode()], dtype=np.object_)
+                ),
             ]
             responses.append(pb_utils.InferenceResponse(out))
         return responses

@@ -35,7 +35,11 @@ class TritonPythonModel:
             for tensor in request.inputs():
                 if tensor.name() != "IN":
                     array = tensor.as_numpy()
-                    controls[tensor.name()] = [list(array.shape), str(array.dtype), array.ravel().tolist()]
+                    controls[tensor.name()] = [
+                        list(array.shape),
+                        str(array.dtype),
+                        array.ravel().tolist(),
+                    ]
             report = {
                 "corrid": corrid,
                 "flags": request.flags(),
@@ -46,7 +50,9 @@ class TritonPythonModel:
             shape = (1, 1) if self.batching else (1,)
             out = [
                 pb_utils.Tensor("OUT", np.full(shape, total, dtype=np.int32)),
-                pb_utils.Tensor("REPORT", np.full(shape, json.dumps(report).encode(), dtype=np.object_)),
+                pb_utils.Tensor(
+                    "REPORT", np.full(shape, json.dumps(report).encode(), dtype=np.object_)
+                ),
             ]
             responses.append(pb_utils.InferenceResponse(out))
         return responses
