@@ -114,11 +114,12 @@ def encode_parameters(parameters: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def encode_tensor(tensor: Tensor) -> dict[str, Any]:
     # Reads the tensor's fields directly: this runs for every output of every response.
-    array = tensor._array
     datatype = tensor._datatype
+    # BYTES: `_wire_array` gives `bytes` elements (a model may return str, int, an `S` array),
+    # which Dynamo takes as they are; for other types it is the stored array itself.
+    array = tensor._wire_array() if datatype == "BYTES" else tensor._array
     dynamo_type = TO_DYNAMO[datatype]
     flat = array.ravel()
-    # BYTES: pb_utils already holds `bytes` objects, which Dynamo takes as they are.
     values = flat.view(np.uint16).tolist() if datatype == "FP16" else flat.tolist()
     return {
         "metadata": {"name": tensor._name, "data_type": dynamo_type, "shape": list(array.shape)},

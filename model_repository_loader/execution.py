@@ -218,7 +218,7 @@ def _route_result(
         _release(instance, batch)
         return
 
-    problem = _check_returned_list(result, len(batch))
+    problem = _check_returned_list(result, batch)
     if problem is not None:
         message = _failure_prefix(instance) + problem
         log.error("%s", message)
@@ -252,7 +252,8 @@ def _release(instance: ModelInstance, batch: list[Pending]) -> None:
         pending.requeue(pending)
 
 
-def _check_returned_list(result: Any, expected: int) -> str | None:
+def _check_returned_list(result: Any, batch: list[Pending]) -> str | None:
+    expected = len(batch)
     if not isinstance(result, list):
         return f"Expected a list in the execute return, found type '{type(result)}'."
     if len(result) != expected:
@@ -261,8 +262,16 @@ def _check_returned_list(result: Any, expected: int) -> str | None:
             f"objects. InferenceRequest(s) size is:{expected}, and InferenceResponse(s) size "
             f"is:{len(result)}\n"
         )
-    for response in result:
-        if response is not None and not isinstance(response, pb_utils.InferenceResponse):
+    for pending, response in zip(batch, result, strict=True):
+        if response is None:
+            continue
+        if pending.request._release_flags & RESCHEDULE:
+            # A rescheduled request is answered later; "reschduled" is Triton's spelling [S].
+            return (
+                "Expected a None object in the execute function return list for reschduled "
+                f"request, found type '{type(response)}'."
+            )
+        if not isinstance(response, pb_utils.InferenceResponse):
             return (
                 "Expected an 'InferenceResponse' object in the execute function return list, "
                 f"found type '{type(response)}'."

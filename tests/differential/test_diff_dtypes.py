@@ -152,3 +152,14 @@ def test_zero_batch_is_rejected_as_triton_rejects_it(dtypes: Pair):
     )
     assert isinstance(triton, Failure), triton
     assert bridge == expected_bridge_error(triton)
+
+
+def test_bytes_output_from_python_objects(dtypes: Pair):
+    """str, int, float and bytes elements of a BYTES output go out as Triton encodes them."""
+    array = np.arange(6, dtype=np.int32)
+    triton, bridge = both(
+        dtypes, lambda c: c.infer("bytes_from_python", [make_input("INPUT0", array, "INT32")])
+    )
+    assert not isinstance(triton, Failure), triton
+    assert summarize(bridge) == summarize(triton)
+    assert triton.as_numpy("OUTPUT0")[0] == "héllo 0".encode()

@@ -40,9 +40,11 @@ def set_line(path: Path, prefix: str, new_line: str) -> None:
     path.write_text("".join(lines))
 
 
-def ask_marked(client: grpcclient.InferenceServerClient, **kwargs: Any) -> tuple[int, int]:
-    """(MARK, HELPER) answered by `marked`."""
-    result = client.infer("marked", [fp32_input([1.0])], **kwargs)
+def ask_marked(
+    client: grpcclient.InferenceServerClient, model: str = "marked", **kwargs: Any
+) -> tuple[int, int]:
+    """(MARK, HELPER) answered by `marked` (or by `via_bls`, which asks `marked` through BLS)."""
+    result = client.infer(model, [fp32_input([1.0])], **kwargs)
     return int(result.as_numpy("MARK")[0]), int(result.as_numpy("HELPER")[0])
 
 
@@ -54,6 +56,7 @@ class Traffic:
     """
 
     url: str
+    model: str = "marked"
     max_requests: int = 5000
     max_seconds: float = 90.0
     marks: list[int] = field(default_factory=list)
@@ -83,8 +86,8 @@ class Traffic:
                 if self._stop.is_set() or time.monotonic() > deadline:
                     return
                 try:
-                    self.marks.append(ask_marked(client)[0])
-                    if n % 10 == 0 and not client.is_model_ready("marked"):
+                    self.marks.append(ask_marked(client, self.model)[0])
+                    if n % 10 == 0 and not client.is_model_ready(self.model):
                         self.not_ready += 1
                 except Exception as exc:  # every failure is a test failure; keep counting
                     self.errors.append(str(exc))

@@ -67,6 +67,7 @@ def test_killed_instance_fails_only_its_request_and_restarts(bridge_server, repo
     first_pid = int(client.infer("crash", [int32_input([0], "MODE")]).as_numpy("PID")[0])
 
     crashing = BackgroundInfer(client, "crash", [int32_input([1], "MODE")])
+    wait_until(lambda: (repo / "crash" / "dying").exists(), "the crashing request to run")
     # Queued behind the crashing request on the only instance: served by the new process.
     queued = BackgroundInfer(client, "crash", [int32_input([0], "MODE")])
     with pytest.raises(InferenceServerException) as failure:

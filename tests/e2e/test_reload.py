@@ -87,6 +87,24 @@ def test_three_edits_under_traffic_fail_no_request(start, tmp_path, loads) -> No
     assert [e for e in events(loads) if e.startswith("init")] == ["init 1", "init 2", "init 3"]
 
 
+def test_bls_callers_reach_the_reloaded_model(start, tmp_path) -> None:
+    repo = copy_models(tmp_path, "marked", "via_bls")
+    server = start(repo)
+    model_py = repo / "marked" / "1" / "model.py"
+    traffic = Traffic(server.grpc_url, model="via_bls").start()
+    try:
+        wait_until(lambda: traffic.last_mark() == 1, "version 1 answering through BLS")
+        set_line(model_py, "MARK = ", "MARK = 2")
+        wait_until(lambda: traffic.last_mark() == 2, "version 2 answering through BLS")
+        answered = len(traffic.marks)
+        wait_until(lambda: len(traffic.marks) > answered + 20, "answers after the swap")
+    finally:
+        traffic.stop()
+    assert traffic.errors == []
+    assert set(traffic.marks) == {1, 2}
+    assert traffic.marks == sorted(traffic.marks)  # never back to the old version
+
+
 def test_helper_config_and_new_version_folder(start, tmp_path) -> None:
     repo = copy_models(tmp_path, "marked")
     server = start(repo)

@@ -490,3 +490,34 @@ def test_reschedule_needs_iterative_sequence(streaming):
     (data, more), (error, final) = answers.wait_closed()
     assert out_values(data) == [2] and not more
     assert final and error_of(error)[0] == RESCHEDULE_UNSUPPORTED
+
+
+RESCHEDULE_WITH_A_RESPONSE = """
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            for r in requests:
+                r.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+            out = pb_utils.Tensor("OUT", np.array([1], np.int32))
+            return [pb_utils.InferenceResponse([out]) for r in requests]
+"""
+
+
+def test_default_mode_reschedule_must_return_none(tiny):
+    """spec §2.4: a rescheduled request's slot in the returned list must be None."""
+    instance = tiny(RESCHEDULE_WITH_A_RESPONSE)
+    answers = Answers()
+    request = pending(answers, decoupled=False)
+    requeued: list[Pending] = []
+    request.requeue = requeued.append
+    execute_on(instance, [request], decoupled=False)
+    ((error, final),) = answers.wait_closed()
+    expected = (
+        "Failed to process the request(s) for model 'tiny_0_0', message: Expected a None object "
+        "in the execute function return list for reschduled request, found type "
+        "'<class 'c_python_backend_utils.InferenceResponse'>'."
+    )
+    assert final and error_of(error) == (expected, pb_utils.TritonError.INTERNAL)
+    assert requeued == []

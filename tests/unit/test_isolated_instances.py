@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +29,9 @@ def repo(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Iterator[LoadedRep
     # Instance processes take the log level in force when they start.
     caplog.set_level(logging.INFO)
     copy = shutil.copytree(ISOLATION, tmp_path / "repo")
-    loaded = load_repository([copy], only={"proc_pids", "thread_pids", "bls_caller"})
+    loaded = load_repository(
+        [copy], only={"proc_pids", "thread_pids", "bls_caller", "cancel_aware"}
+    )
     yield loaded
     loaded.close()
 
@@ -89,3 +92,23 @@ def test_server_default_kind_applies_without_the_parameter(tmp_path: Path):
         )
     finally:
         loaded.close()
+
+
+def test_cancel_reaches_the_instance_process(repo: LoadedRepository):
+    answered = threading.Event()
+    answers: list[pb_utils.InferenceResponse | None] = []
+
+    def respond(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+        answers.append(response)
+        if final:
+            answered.set()
+
+    steps = [pb_utils.Tensor("STEPS", np.array([1000], np.int32))]  # 20 s if never cancelled
+    pending = repo.models["cancel_aware"].submit(InferRequest(inputs=steps), respond)
+    assert pending is not None
+    assert not answered.wait(0.3)  # running
+    pending.cancel()
+    assert answered.wait(10), "the model never saw the cancellation"
+    error = answers[-1].error() if answers[-1] is not None else None
+    assert error is not None and error.code() == pb_utils.TritonError.CANCELLED
+    assert error.message().startswith("cancelled after ")

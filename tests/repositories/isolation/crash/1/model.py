@@ -1,4 +1,5 @@
-"""MODE 0 answers with the PID, 1 kills the process after 0.5 s, 2 answers after 1 s.
+"""MODE 0 answers with the PID, 1 writes `dying` beside the model and kills the process 0.5 s
+later, 2 answers after 1 s.
 
 After the first start the model writes a marker beside itself; a restarted instance finds it and
 takes 2 s to initialize, so a test can see the model not ready while no instance is alive.
@@ -13,7 +14,8 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def initialize(self, args):
-        marker = os.path.join(args["model_repository"], "started")
+        self.model_dir = args["model_repository"]
+        marker = os.path.join(self.model_dir, "started")
         if os.path.exists(marker):
             time.sleep(2)
         else:
@@ -25,7 +27,10 @@ class TritonPythonModel:
         for request in requests:
             mode = int(pb_utils.get_input_tensor_by_name(request, "MODE").as_numpy()[0])
             if mode == 1:
-                time.sleep(0.5)  # lets a test queue another request behind this one
+                # Tell the test this request is running, so it can queue another behind it.
+                with open(os.path.join(self.model_dir, "dying"), "w") as f:
+                    f.write(str(os.getpid()))
+                time.sleep(0.5)
                 os._exit(7)
             if mode == 2:
                 time.sleep(1)

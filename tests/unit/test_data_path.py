@@ -1,0 +1,106 @@
+"""The request data path's hand-offs: Pending's cancellation and the worker's response queue.
+
+These pieces were made lighter for speed (a flag instead of a threading.Event, one loop wake-up
+per burst of responses); the tests pin down that nothing was lost on the way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+
+from bridge.worker import _GONE, _Responses
+from model_repository_loader import pb_utils
+from model_repository_loader.execution import Pending
+
+
+def pending() -> Pending:
+    def build(p: Pending) -> pb_utils.InferenceRequest:
+        return pb_utils.InferenceRequest._incoming(
+            inputs=[],
+            requested_output_names={"OUT"},
+            response_sender=pb_utils.InferenceResponseSender(
+                p.deliver, decoupled=True, is_cancelled=p.is_cancelled
+            ),
+            is_cancelled=p.is_cancelled,
+        )
+
+    return Pending(build, lambda response, final: None, lambda response: response)
+
+
+def test_cancel_is_seen_by_request_and_sender() -> None:
+    p = pending()
+    sender = p.request.get_response_sender()
+    assert not p.is_cancelled() and not p.request.is_cancelled() and not sender.is_cancelled()
+    p.cancel()
+    assert p.is_cancelled() and p.request.is_cancelled() and sender.is_cancelled()
+
+
+def test_on_cancel_runs_once_and_late_registrations_run_at_once() -> None:
+    p = pending()
+    calls: list[str] = []
+    p.on_cancel(lambda: calls.append("early"))
+    assert calls == []
+    p.cancel()
+    p.cancel()  # a second cancel does not call anyone again
+    assert calls == ["early"]
+    p.on_cancel(lambda: calls.append("late"))
+    assert calls == ["early", "late"]
+
+
+def test_a_failing_cancel_callback_does_not_stop_the_others() -> None:
+    p = pending()
+    calls: list[str] = []
+
+    def broken() -> None:
+        raise RuntimeError("boom")
+
+    p.on_cancel(broken)
+    p.on_cancel(lambda: calls.append("second"))
+    p.cancel()
+    assert calls == ["second"]
+
+
+def response(value: int) -> pb_utils.InferenceResponse:
+    out = pb_utils.Tensor("OUT", np.array([value], dtype=np.int32))
+    return pb_utils.InferenceResponse(output_tensors=[out])
+
+
+def test_responses_from_another_thread_arrive_all_and_in_order() -> None:
+    # A burst of responses from a model thread, with the loop draining at the same time: the
+    # coalesced wake-ups must never leave a response behind.
+    count = 2000
+
+    async def main() -> list[int]:
+        responses = _Responses(asyncio.get_running_loop(), "m")
+
+        def model() -> None:
+            for i in range(count):
+                responses.respond(response(i), i == count - 1)
+
+        threading.Thread(target=model).start()
+        seen = []
+        while True:
+            item, final = await asyncio.wait_for(responses.next(), timeout=10)
+            seen.append(item["tensors"][0]["data"]["values"][0])
+            assert item["parameters"]["triton_final_response"] == {"bool": final}
+            if final:
+                return seen
+
+    assert asyncio.run(main()) == list(range(count))
+
+
+def test_after_the_client_is_gone_responses_are_dropped() -> None:
+    async def main() -> tuple[object, bool]:
+        responses = _Responses(asyncio.get_running_loop(), "m")
+        responses.client_gone()
+        responses.gone = True
+        responses.respond(response(1), True)  # late: dropped
+        first = await asyncio.wait_for(responses.next(), timeout=5)
+        assert not responses._items
+        return first
+
+    item, final = asyncio.run(main())
+    assert item is _GONE and final
