@@ -15,13 +15,12 @@ import argparse
 import json
 import statistics
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 
+from benchmarks.closed_loop import closed_loop
 from benchmarks.servers import make_targets, start_targets, stop_targets
 
 MODEL_PY = """
@@ -75,53 +74,20 @@ def write_repository(root: Path) -> Path:
 
 def measure(url: str, model: str, concurrency: int, seconds: float) -> dict:
     """Closed-loop load from `concurrency` threads; latencies in ms and the mean rows per call."""
-    latencies: list[float] = []
-    rows_seen: list[int] = []
-    failures: list[str] = []
-    lock = threading.Lock()
     data = np.random.default_rng(0).random((1, 16), dtype=np.float32)
 
-    def worker(deadline: float, record: bool) -> None:
-        client = grpcclient.InferenceServerClient(url)
+    def inputs() -> list[grpcclient.InferInput]:
         tensor = grpcclient.InferInput("IN", [1, 16], "FP32")
         tensor.set_data_from_numpy(data)
-        try:
-            while time.monotonic() < deadline:
-                start = time.perf_counter()
-                try:
-                    result = client.infer(model, [tensor], client_timeout=30)
-                except Exception as exc:  # counted, the run goes on
-                    with lock:
-                        failures.append(str(exc)[:120])
-                    continue
-                elapsed = (time.perf_counter() - start) * 1000
-                if record:
-                    with lock:
-                        latencies.append(elapsed)
-                        rows_seen.append(int(result.as_numpy("ROWS")[0, 0]))
-        finally:
-            client.close()
+        return [tensor]
 
-    for record, duration in ((False, min(1.0, seconds)), (True, seconds)):
-        deadline = time.monotonic() + duration
-        threads = [
-            threading.Thread(target=worker, args=(deadline, record), daemon=True)
-            for _ in range(concurrency)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(duration + 60)
-    if not latencies:
-        return {"throughput": None, "errors": len(failures), "error": failures[:1]}
-    ordered = sorted(latencies)
-    return {
-        "throughput": len(latencies) / seconds,
-        "p50_ms": statistics.median(ordered),
-        "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
-        "rows_per_call": statistics.mean(rows_seen),
-        "errors": len(failures),
-    }
+    load = closed_loop(
+        url, model, inputs, concurrency, seconds, keep=lambda r: int(r.as_numpy("ROWS")[0, 0])
+    )
+    summary = load.summary()
+    if load.results:
+        summary["rows_per_call"] = statistics.mean(load.results)
+    return summary
 
 
 def format_table(results: dict[str, dict[str, dict]], concurrency: int) -> str:

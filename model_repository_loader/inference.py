@@ -9,6 +9,7 @@ transport, the model and BLS.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,3 +36,28 @@ class InferRequest:
     parameters: dict[str, ParameterValue] = field(default_factory=dict)
     # -1: the highest version being served.
     model_version: int = -1
+
+
+def answer_of(
+    submit: Callable[[InferRequest, Respond], object],
+    request: InferRequest,
+    timeout: float | None,
+    what: str,
+) -> InferenceResponse:
+    """Submit `request` and wait for its last response (`what` names the model in the error).
+
+    In-process callers (tests, scripts) use this through `Model.infer` / `EnsembleModel.infer`.
+    """
+    done = threading.Event()
+    responses: list[InferenceResponse] = []
+
+    def respond(response: InferenceResponse | None, final: bool) -> None:
+        if response is not None:
+            responses.append(response)
+        if final:
+            done.set()
+
+    submit(request, respond)
+    if not done.wait(timeout):
+        raise TimeoutError(f"{what} did not answer within {timeout}s")
+    return responses[-1] if responses else InferenceResponse([])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from . import pb_utils
 from .errors import ModelLoadError
 from .execution import Pending
-from .inference import InferRequest, ParameterValue, Respond
+from .inference import InferRequest, ParameterValue, Respond, answer_of
 from .instance import InstanceSpec, ModelInstance
 from .isolation import IsolatedInstance
 from .isolation.kind import runs_in_process
@@ -249,19 +248,7 @@ class Model:
         self, request: InferRequest, timeout: float | None = None
     ) -> pb_utils.InferenceResponse:
         """Run one request and wait for its (single, final) response. For in-process use."""
-        done = threading.Event()
-        responses: list[pb_utils.InferenceResponse] = []
-
-        def respond(response: pb_utils.InferenceResponse | None, final: bool) -> None:
-            if response is not None:
-                responses.append(response)
-            if final:
-                done.set()
-
-        self.submit(request, respond)
-        if not done.wait(timeout):
-            raise TimeoutError(f"model '{self.name}' did not answer within {timeout}s")
-        return responses[-1] if responses else pb_utils.InferenceResponse([])
+        return answer_of(self.submit, request, timeout, f"model '{self.name}'")
 
     def close(self) -> None:
         for version in self.versions.values():

@@ -28,7 +28,7 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from .. import pb_utils
-from ..inference import InferRequest, Respond
+from ..inference import InferRequest, Respond, answer_of
 from ..validation import RequestError, RequestValidator, triton_input_order, unknown_model_error
 from . import registry
 from .tensors import handed_over
@@ -88,19 +88,7 @@ class EnsembleModel:
         self, request: InferRequest, timeout: float | None = None
     ) -> pb_utils.InferenceResponse:
         """Run one request and wait for its last response. For in-process use."""
-        done = threading.Event()
-        responses: list[pb_utils.InferenceResponse] = []
-
-        def respond(response: pb_utils.InferenceResponse | None, final: bool) -> None:
-            if response is not None:
-                responses.append(response)
-            if final:
-                done.set()
-
-        self.submit(request, respond)
-        if not done.wait(timeout):
-            raise TimeoutError(f"ensemble '{self.name}' did not answer within {timeout}s")
-        return responses[-1] if responses else pb_utils.InferenceResponse([])
+        return answer_of(self.submit, request, timeout, f"ensemble '{self.name}'")
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Wait for in-flight requests; the composing models are closed on their own."""
