@@ -97,8 +97,13 @@ class ModelWorker:
         self._cancellations = _CancellationPoller()
 
     async def start(self) -> None:
-        # Serve first, then advertise: a request routed here finds a handler.
+        # Serve first, then advertise: a request routed here finds a handler. serve_endpoint
+        # publishes the instance record in the background; the model card must not come
+        # before it, or during a reload the frontend can pick this generation while it has no
+        # instance yet and answer "model temporarily unavailable".
         self._serving = asyncio.ensure_future(self.endpoint.serve_endpoint(self.generate))
+        client = await self.endpoint.client()
+        await asyncio.wait_for(client.wait_for_instances(), timeout=30)
         await register_model(
             ModelInput.Tensor,
             ModelType.TensorBased,

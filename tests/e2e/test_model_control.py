@@ -62,6 +62,7 @@ def test_explicit_mode_http_control(bridge_server, tmp_path) -> None:
             {"name": "loader"},
             {"name": "marked", "version": "1", "state": "READY"},
             {"name": "plain"},
+            {"name": "via_bls"},
         ],
     )
     assert control(port, "/v2/repository/models/plain/load") == (200, None)

@@ -228,6 +228,8 @@ def test_get_model_dir_without_a_model() -> None:
 
 
 def test_threads_fall_back_to_the_only_bound_instance() -> None:
+    if context._bound:  # instances of other tests still alive: this one would not be the only
+        pytest.skip("instances bound by other tests are alive in this process")
     seen = []
 
     def worker() -> None:
