@@ -75,6 +75,8 @@ class ManagerOptions:
     # After unregistering a generation, how long it keeps answering what the frontend had
     # already routed to it before its requests are drained and it is finalized.
     drain_grace: float = 0.5
+    # How long a new generation and the one it replaces serve side by side.
+    swap_overlap: float = 0.3
     # The in-process frontend's metrics port: a newly loaded model is reported loaded only once
     # the frontend lists it (/v1/models), so "load returned" means "requests reach it", as in
     # Triton. None (no local frontend): not waited for.
@@ -292,7 +294,13 @@ class ModelManager:
         name = model.name
         generation = self._generations.get(name, 0) + 1
         self._generations[name] = generation
-        worker = ModelWorker(self.runtime, self.options.namespace, model, generation)
+        worker = ModelWorker(
+            self.runtime,
+            self.options.namespace,
+            model,
+            generation,
+            serving=lambda: self.repository.models.get(name),
+        )
         self._served.append(worker)
         try:
             await worker.start()
@@ -310,6 +318,9 @@ class ModelManager:
         if announce:
             log.info("successfully loaded '%s' (generation %d)", name, generation)
         if old_model is not None and old_model is not model:
+            # Both generations serve for a moment: the frontend must have taken in the new
+            # model card before the old one is withdrawn, or the name is briefly unknown.
+            await asyncio.sleep(self.options.swap_overlap)
             await self._retire(old_worker, old_model)
 
     async def _remove(self, name: str) -> None:

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import re
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from dynamo.llm import ModelInput, ModelType, WorkerType, register_model, unregister_model
@@ -83,9 +83,18 @@ class ModelWorker:
     """Registers a model with Dynamo and answers its requests."""
 
     def __init__(
-        self, runtime: DistributedRuntime, namespace: str, model: Model, generation: int = 1
+        self,
+        runtime: DistributedRuntime,
+        namespace: str,
+        model: Model,
+        generation: int = 1,
+        serving: Callable[[], Model | None] | None = None,
     ) -> None:
         self.model = model
+        # The model that answers new requests: during a reload, the frontend may still route
+        # to a retiring generation for a moment; those requests go to the newest model, so
+        # no client sees the old version again once the new one has answered.
+        self._serving_model = serving or (lambda: None)
         self.name = model.name
         self.generation = generation
         self.endpoint: Endpoint = runtime.endpoint(
@@ -168,7 +177,8 @@ class ModelWorker:
         # Triton sends the empty final response only for decoupled models [V].
         empty_final = self._decoupled and wants_empty_final_response(request)
         responses = _Responses(loop, self.name)
-        pending = self.model.submit(decode_request(request), responses.respond)
+        model = self._serving_model() or self.model
+        pending = model.submit(decode_request(request), responses.respond)
         watching = context is not None and pending is not None
         if watching:
             self._cancellations.watch(loop, responses, context)

@@ -122,9 +122,11 @@ BLOCK = 400  # ms the first request holds the only instance
         # DELAY: requests past their timeout run after the ones still in time.
         (
             "queue_delay_action",
-            [Send(0.0, "blk", sleep_ms=700)]
+            # Timeout 0.6 s: r0-r2 expire by 0.78 s; "late" (sent at 0.9 s) is still in time
+            # when blk ends at 1.2 s. 0.3 s margins on each side for a loaded machine.
+            [Send(0.0, "blk", sleep_ms=1200)]
             + [Send(0.1 + 0.04 * i, f"r{i}") for i in range(3)]
-            + [Send(0.6, "late")],
+            + [Send(0.9, "late")],
             [["blk"], ["late"], ["r0"], ["r1"], ["r2"]],
         ),
         # allow_timeout_override without a default timeout: a request's timeout never applies.

@@ -205,10 +205,15 @@ def test_loading_api_in_explicit_mode(bridge_server, tmp_path) -> None:
 def test_loading_api_answers_match_triton(oracle_server, tmp_path) -> None:
     repo = copy_models(tmp_path, "loader", "plain")
     oracle = oracle_server(repo, "--model-control-mode=explicit", "--load-model=loader")
-    # Triton 2.51 sometimes aborts (boost lock_exception in the Python backend) right after it
-    # answers the unparsable config override; that answer is recorded in the repository README
-    # and checked on the bridge above, and left out here so the oracle survives the sequence.
-    crashy = [i for i, call in enumerate(API_CALLS) if call.get("config") == "{not json"]
+    # Triton 2.51 sometimes aborts (boost lock_exception in the Python backend) right after a
+    # model's load_model call fails, whatever the reason; the answers to those calls are
+    # recorded in the repository README and checked on the bridge above, and left out here so
+    # the oracle survives the sequence.
+    crashy = [
+        i
+        for i, (call, answer) in enumerate(zip(API_CALLS, TRITON_ANSWERS, strict=True))
+        if call["op"] == "load" and answer != "ok"
+    ]
     calls = [call for i, call in enumerate(API_CALLS) if i not in crashy]
     expected = [answer for i, answer in enumerate(TRITON_ANSWERS) if i not in crashy]
     assert run_api_calls(oracle.client(), calls) == expected
