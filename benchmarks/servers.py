@@ -11,7 +11,6 @@ unavailable with the reason; the benchmark goes on without it.
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,18 +41,7 @@ class _Server(Protocol):
 class EchoServer(BridgeServer):
     """The bare Dynamo echo worker, started and stopped exactly like the bridge."""
 
-    def command(self) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "benchmarks.echo_worker",
-            "--model-repository",
-            str(self.model_repository),
-            "--grpc-port",
-            str(self.grpc_port),
-            "--metrics-port",
-            str(self.metrics_port),
-        ]
+    module = "benchmarks.echo_worker"
 
 
 @dataclass

@@ -17,12 +17,14 @@ import threading
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import pb_utils
 from .errors import format_python_error
 from .inference import Respond
-from .instance import ModelInstance
+
+if TYPE_CHECKING:  # instance.py runs batches through this module
+    from .instance import ModelInstance
 
 log = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from . import pb_utils
 from .errors import ModelLoadError, format_python_error
+from .execution import Pending, run_execute
 from .importer import ModelImportError, bind_model_folders, import_model_module
 
 log = logging.getLogger(__name__)
@@ -167,13 +168,14 @@ class ModelInstance:
 
     # -- running calls on the instance thread -----------------------------------------------
 
-    def run_batch(self, batch: list[Any], decoupled: bool) -> None:
-        """Run `execute` for `batch` (a list of execution.Pending); on the instance thread.
+    # An in-process instance lives as long as the server: it has no process to lose.
+    alive = True
 
-        IsolatedInstance has the same method, so schedulers treat both kinds alike.
+    def run_batch(self, batch: list[Pending], decoupled: bool) -> None:
+        """Run `execute` for `batch`, on the instance thread.
+
+        IsolatedInstance has the same method (and `alive`), so schedulers treat both alike.
         """
-        from .execution import run_execute  # execution.py imports this module
-
         run_execute(self, batch, decoupled)
 
     def submit(self, fn: Callable[[], None]) -> None:

@@ -19,15 +19,12 @@ from .composition import EnsembleModel
 from .config import (
     ConfigError,
     ConfigOptions,
-    autofill_backend_fields,
     config_file_exists,
     config_from_json,
     config_to_args_json,
     finalize_config,
-    normalize_model_config,
+    polled_config,
     read_model_config,
-    validate_io_config,
-    validate_model_config,
 )
 from .errors import ModelLoadError
 from .importer import import_model_module
@@ -218,17 +215,7 @@ def load_model_with_config(
     the repository checks raises PollError; a version that fails raises ModelLoadError.
     """
     try:
-        config = config_from_json(config_json)
-        autofill_backend_fields(config, source.name, source.path)
-        normalize_model_config(config)
-        validate_model_config(config, stage="poll")
-        if not options.auto_complete:
-            validate_io_config(config, stage="poll")
-        if config.name != source.name:
-            raise ConfigError(
-                f"unexpected directory name '{source.name}' for model '{config.name}'",
-                stage="poll",
-            )
+        config = polled_config(config_from_json(config_json), source, options)
     except (ConfigError, ValueError) as exc:
         raise PollError(f"Invalid config override: {exc}") from None
 

@@ -85,7 +85,7 @@ class ModelVersion:
     @property
     def ready(self) -> bool:
         """False while every instance is down (isolated instances restart after a crash)."""
-        return any(getattr(instance, "alive", True) for instance in self.instances)
+        return any(instance.alive for instance in self.instances)
 
     def _instance_health_changed(self, alive: bool) -> None:
         if self.on_readiness_change is not None:

@@ -13,6 +13,7 @@ from .load import (
     config_file_exists,
     finalize_config,
     load_config,
+    polled_config,
     read_model_config,
 )
 from .normalize import autofill_backend_fields, normalize_instance_groups, normalize_model_config
@@ -35,6 +36,7 @@ __all__ = [
     "normalize_model_config",
     "parse_config_text",
     "read_config_file",
+    "polled_config",
     "read_model_config",
     "validate_instance_groups",
     "validate_io_config",

@@ -76,6 +76,14 @@ def read_model_config(
     else:
         config = read_config_file(path)
 
+    return polled_config(config, source, options)
+
+
+def polled_config(
+    config: mc.ModelConfig, source: repository.ModelSource, options: ConfigOptions
+) -> mc.ModelConfig:
+    """What Triton does to a config read at repository poll (also a load-time override):
+    fill in the backend fields, normalize, and check it. Changes `config` in place."""
     autofill_backend_fields(config, source.name, source.path)
     normalize_model_config(config)
     validate_model_config(config, stage="poll")

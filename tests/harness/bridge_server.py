@@ -25,6 +25,8 @@ class BridgeServer(ServerProcess):
 
     program = "dynamo-bridge"
     log_name = "bridge.log"
+    # What `python -m` runs; the benchmarks' bare Dynamo echo worker takes the same flags.
+    module = "bridge"
 
     def __init__(
         self,
@@ -43,7 +45,7 @@ class BridgeServer(ServerProcess):
         return [
             sys.executable,
             "-m",
-            "bridge",
+            self.module,
             "--model-repository",
             str(self.model_repository),
             "--grpc-port",
