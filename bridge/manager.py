@@ -38,6 +38,7 @@ from model_repository_loader.loader import (
 )
 from model_repository_loader.model import Model
 
+from . import heap
 from .worker import ModelWorker
 
 log = logging.getLogger("dynamo_bridge")
@@ -350,6 +351,7 @@ class ModelManager:
         await self._run(model.close)
         if worker is not None:
             await worker.withdraw()
+        heap.refreeze()  # the unloaded generation may be frozen (heap.py)
         generation = f" (generation {worker.generation})" if worker is not None else ""
         log.info("successfully unloaded '%s'%s", model.name, generation)
 

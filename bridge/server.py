@@ -25,6 +25,7 @@ from model_repository_loader import pb_utils, repository
 from model_repository_loader.config import ConfigOptions
 from model_repository_loader.loader import LoadedRepository, ModelStatus, load_repository
 
+from . import heap
 from .control import ControlServer
 from .frontend import run_grpc_frontend
 from .manager import ManagerOptions, ModelControl, ModelManager, digests_of
@@ -144,6 +145,7 @@ async def serve(options: ServerOptions) -> None:
             "through pb_utils.load_model"
         )
 
+    heap.freeze()  # everything loaded so far lives as long as the server (heap.py)
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)

@@ -14,10 +14,11 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import pb_utils
 from .errors import format_python_error
@@ -39,12 +40,22 @@ RESCHEDULE_UNSUPPORTED = (
 )
 
 
+class RequestStats(Protocol):
+    """Where a request's outcome is counted (scheduling.stats.ModelStats)."""
+
+    def record_request(self, ok: bool, batch_size: int, duration_ns: int) -> None: ...
+
+
 class Pending:
     """One request in flight: what the model sees and where its responses go.
 
     `requeue` is the scheduler hook for request rescheduling: set it (to the scheduler's
     enqueue, or its own re-entry point) when the model may release the request with
     TRITONSERVER_REQUEST_RELEASE_RESCHEDULE; None means the model is not configured for it.
+
+    `stats` (set by the scheduler that queues the request) is told the request's outcome when
+    its final response leaves, however the model answers (returned list, response sender,
+    error): success or failure, `batch_size`, and the time since `arrival_ns`.
 
     Built once per request on the caller's event loop, so it stays small: cancellation is a
     plain flag (one attribute write is atomic under the GIL) rather than a `threading.Event`,
@@ -54,6 +65,9 @@ class Pending:
     __slots__ = (
         "request",
         "requeue",
+        "stats",
+        "batch_size",
+        "arrival_ns",
         "_respond",
         "_finish",
         "_closed",
@@ -75,6 +89,9 @@ class Pending:
         self._cancelled = False
         self._cancel_callbacks: list[Callable[[], None]] | None = None
         self.requeue: Callable[[Pending], None] | None = None
+        self.stats: RequestStats | None = None
+        self.batch_size = 1
+        self.arrival_ns = time.monotonic_ns()
         self.request = build_request(self)
 
     @property
@@ -118,6 +135,9 @@ class Pending:
             if self._closed:
                 return False
             self._closed = final
+        if final and self.stats is not None:
+            ok = response is None or response._error is None
+            self.stats.record_request(ok, self.batch_size, time.monotonic_ns() - self.arrival_ns)
         self._respond(self._finish(response), final)
         return True
 

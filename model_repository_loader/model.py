@@ -108,7 +108,9 @@ class ModelVersion:
 
     def submit(self, request: InferRequest, respond: Respond) -> Pending | None:
         try:
-            self.validator.validate(request.request_id, request.inputs, request.requested_outputs)
+            batch_size = self.validator.validate(
+                request.request_id, request.inputs, request.requested_outputs
+            )
         except RequestError as exc:
             respond(_error_response(str(exc), exc.code), True)
             return None
@@ -120,6 +122,7 @@ class ModelVersion:
             respond,
             lambda response: self._finish(response, requested),
         )
+        pending.batch_size = batch_size
         if self._iterative_sequence:
             # Request rescheduling: the same request goes back through the scheduler, by its
             # own re-entry point when it has one (the sequence batcher keeps the slot).

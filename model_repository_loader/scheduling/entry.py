@@ -51,22 +51,11 @@ class Entry:
 
 
 def observe(entry: Entry, stats: ModelStats) -> None:
-    """Count the request's outcome in `stats` when its final response leaves.
-
-    Pending routes every response through its respond callback; the callback is wrapped once,
-    here, so success/fail and the request's total duration are known however the model answers
-    (returned list, response sender, error).
-    """
+    """Count the request's outcome in `stats` when its final response leaves (Pending does)."""
     pending = entry.pending
-    respond = pending._respond
-
-    def counted(response: pb_utils.InferenceResponse | None, final: bool) -> None:
-        if final:
-            ok = response is None or not response.has_error()
-            stats.record_request(ok, entry.batch_size, time.monotonic_ns() - entry.arrival_ns)
-        respond(response, final)
-
-    pending._respond = counted
+    pending.stats = stats
+    pending.batch_size = entry.batch_size
+    pending.arrival_ns = entry.arrival_ns
 
 
 def drop_if_cancelled(entry: Entry) -> bool:
@@ -95,8 +84,8 @@ def run_timed(
     request, or sequence slots padded with null requests).
     """
     start = time.monotonic_ns()
-    for entry in entries:
-        stats.record_queue(start - entry.arrival_ns)
+    queue_ns = sum(start - entry.arrival_ns for entry in entries)
     run_batch(instance, pendings if pendings is not None else [e.pending for e in entries])
     infer_ns = time.monotonic_ns() - start
-    stats.record_execution(sum(e.batch_size for e in entries), len(entries), 0, infer_ns, 0)
+    batch_size = sum(e.batch_size for e in entries)
+    stats.record_execution(batch_size, len(entries), queue_ns, 0, infer_ns, 0)

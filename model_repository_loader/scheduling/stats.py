@@ -75,21 +75,24 @@ class ModelStats:
             else:
                 self._fail.add(duration_ns)
 
-    def record_queue(self, queue_ns: int) -> None:
-        """A request left the queue for `execute` after waiting `queue_ns`."""
-        with self._lock:
-            self._queue.add(queue_ns)
-
     def record_execution(
-        self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int
+        self,
+        batch_size: int,
+        requests: int,
+        queue_ns: int,
+        input_ns: int,
+        infer_ns: int,
+        output_ns: int,
     ) -> None:
         """One `execute` call over `requests` requests whose batch sizes sum to `batch_size`.
 
-        `input_ns` is the time spent preparing the call's inputs (e.g. stacking), `infer_ns` the
-        time inside `execute`, `output_ns` the time spent splitting outputs back. Each request of
-        the call is counted with the call's durations, as Triton counts them.
+        `queue_ns` is the summed time those requests waited in the queue, `input_ns` the time
+        spent preparing the call's inputs (e.g. stacking), `infer_ns` the time inside
+        `execute`, `output_ns` the time spent splitting outputs back. Each request of the call is
+        counted with the call's durations, as Triton counts them.
         """
         with self._lock:
+            self._queue.add(queue_ns, requests)
             self._execution_count += 1
             self._compute_input.add(input_ns * requests, requests)
             self._compute_infer.add(infer_ns * requests, requests)

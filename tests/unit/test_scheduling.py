@@ -235,10 +235,15 @@ def test_control_tensors():
 
 def test_model_stats_snapshot_is_a_copy():
     stats = ModelStats()
-    stats.record_execution(batch_size=3, requests=2, input_ns=1, infer_ns=10, output_ns=2)
+    stats.record_execution(
+        batch_size=3, requests=2, queue_ns=4, input_ns=1, infer_ns=10, output_ns=2
+    )
     snap = stats.snapshot()
-    stats.record_execution(batch_size=3, requests=1, input_ns=1, infer_ns=10, output_ns=2)
+    stats.record_execution(
+        batch_size=3, requests=1, queue_ns=4, input_ns=1, infer_ns=10, output_ns=2
+    )
     assert (snap.execution_count, snap.compute_infer.count, snap.compute_infer.ns) == (1, 2, 20)
+    assert (snap.queue.count, snap.queue.ns) == (2, 4)
     assert stats.snapshot().batch_stats[0].compute_infer.count == 2
 
 
