@@ -66,6 +66,11 @@ class DefaultScheduler:
         self._stats.record_execution(
             pending.batch_size, 1, start - pending.arrival_ns, 0, infer_ns, 0
         )
+        if pending.closed:
+            # Answered, and this scheduler reads nothing more of it. Dropping the link breaks
+            # the cycle Pending → request → response sender → Pending, so the request is freed
+            # by reference counting instead of waiting for the cyclic collector.
+            pending.request = None  # type: ignore[assignment]
 
     def _next_or_idle(self, instance: ModelInstance) -> Pending | None:
         with self._lock:
