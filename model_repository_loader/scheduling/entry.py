@@ -42,13 +42,6 @@ class Entry:
     base_inputs: list[Any] | None = None
     rescheduled: bool = False
 
-    # The default scheduler skips cancelled work with these, as it would a Pending.
-    def is_cancelled(self) -> bool:
-        return self.pending.is_cancelled()
-
-    def fail_cancelled(self) -> None:
-        drop_if_cancelled(self)
-
 
 def observe(entry: Entry, stats: ModelStats) -> None:
     """Count the request's outcome in `stats` when its final response leaves (Pending does)."""
@@ -63,11 +56,7 @@ def drop_if_cancelled(entry: Entry) -> bool:
     pending = entry.pending
     if not pending.is_cancelled():
         return False
-    fail_cancelled = getattr(pending, "fail_cancelled", None)
-    if fail_cancelled is not None:
-        fail_cancelled()
-    else:
-        pending.fail("Request was cancelled", pb_utils.TritonError.CANCELLED)
+    pending.fail_cancelled()
     return True
 
 
