@@ -122,11 +122,12 @@ BLOCK = 400  # ms the first request holds the only instance
         # DELAY: requests past their timeout run after the ones still in time.
         (
             "queue_delay_action",
-            # Timeout 0.6 s: r0-r2 expire by 0.78 s; "late" (sent at 0.9 s) is still in time
-            # when blk ends at 1.2 s. 0.3 s margins on each side for a loaded machine.
-            [Send(0.0, "blk", sleep_ms=1200)]
+            # Timeout 1 s: r0-r2 expire by 1.18 s; "late" (sent at 1.5 s, expires at 2.5 s)
+            # is queued and still in time when blk ends at 2 s. Load only makes blk end later,
+            # so its 0.5 s margin is the one that matters on a busy machine.
+            [Send(0.0, "blk", sleep_ms=2000)]
             + [Send(0.1 + 0.04 * i, f"r{i}") for i in range(3)]
-            + [Send(0.9, "late")],
+            + [Send(1.5, "late")],
             [["blk"], ["late"], ["r0"], ["r1"], ["r2"]],
         ),
         # allow_timeout_override without a default timeout: a request's timeout never applies.

@@ -78,8 +78,8 @@ def test_queue_timeout(url: str):
 
 
 def test_delay_action_runs_expired_requests_last(url: str):
-    # Timeout 0.6 s: r0, r1 expire by 0.74 s; "late" (0.9 s) is still in time when blk ends.
-    sends = [Send(0.0, "blk", sleep_ms=1200), Send(0.1, "r0"), Send(0.14, "r1"), Send(0.9, "late")]
+    # Timeout 1 s: r0, r1 expire by 1.14 s; "late" (1.5 s) is still in time when blk ends at 2 s.
+    sends = [Send(0.0, "blk", sleep_ms=2000), Send(0.1, "r0"), Send(0.14, "r1"), Send(1.5, "late")]
     outcomes = run_scenario(url, "queue_delay_action", sends)
     assert groups(outcomes) == [["blk"], ["late"], ["r0"], ["r1"]]
 
