@@ -122,7 +122,10 @@ class ModelVersion:
             respond,
             lambda response: self._finish(response, requested),
         )
+        # Every scheduler reads the batch size from here, and the request counts its own
+        # outcome in the statistics when its final response leaves.
         pending.batch_size = batch_size
+        pending.stats = self.stats
         if self._iterative_sequence:
             # Request rescheduling: the same request goes back through the scheduler, by its
             # own re-entry point when it has one (the sequence batcher keeps the slot).

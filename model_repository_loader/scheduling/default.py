@@ -9,8 +9,8 @@ A request cancelled while it waits is answered with `fail_cancelled()` when its 
 reaches an instance, as Triton's schedulers do.
 
 This is the path of most requests, so it works on `Pending` itself, with no per-request entry
-object: the request's batch size and arrival time are already on it (model.py sets them), and it
-counts its own outcome in the statistics when its final response leaves.
+object: the request's batch size, arrival time and statistics are already on it (model.py sets
+them), and it counts its own outcome when its final response leaves.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ class DefaultScheduler:
 
     def enqueue(self, pending: Pending, priority: int = 0) -> None:
         """Queue one request (the default scheduler has no priorities)."""
-        pending.stats = self._stats
         with self._lock:
             if not self._idle:
                 self._pending.append(pending)

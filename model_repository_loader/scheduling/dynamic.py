@@ -28,7 +28,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from .. import pb_utils
 from ..execution import Pending
 from ..instance import ModelInstance
-from .entry import Entry, RunBatch, batch_size_of, drop_if_cancelled, observe, run_timed
+from .entry import Entry, RunBatch, drop_if_cancelled, run_timed
 from .ordering import InOrder
 from .queue_policy import TIMEOUT_EXPIRED, PriorityQueues, QueueFull
 from .stacking import stacked_pending
@@ -96,13 +96,7 @@ class DynamicBatcher:
 
     def enqueue(self, pending: Pending, priority: int = 0) -> None:
         request = pending.request
-        entry = Entry(
-            pending,
-            batch_size_of(request, self._batching),
-            priority=priority,
-            shape_key=self._shape_key(request),
-        )
-        observe(entry, self._stats)
+        entry = Entry(pending, priority=priority, shape_key=self._shape_key(request))
         with self._cond:
             if self._thread.ident is None and not self._stopped:
                 self._thread.start()

@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import pb_utils
 from ..execution import Pending
 from ..instance import ModelInstance
 from .stats import ModelStats
@@ -16,22 +15,12 @@ from .stats import ModelStats
 RunBatch = Callable[[ModelInstance, list[Pending]], None]
 
 
-def batch_size_of(request: pb_utils.InferenceRequest, batching: bool) -> int:
-    """The request's batch dimension (1 for a model without batching)."""
-    if not batching:
-        return 1
-    inputs = request._inputs
-    if not inputs or not inputs[0].shape():
-        return 1
-    return int(inputs[0].shape()[0])
-
-
 @dataclass(slots=True, eq=False)
 class Entry:
     """One request waiting in a scheduler."""
 
     pending: Pending
-    batch_size: int
+    # When it entered this queue (again, for a rescheduled request): queue time counts from here.
     arrival_ns: int = field(default_factory=time.monotonic_ns)
     priority: int = 0
     # Absolute monotonic deadline (ns) after which the queue policy applies; 0 = none.
@@ -42,13 +31,10 @@ class Entry:
     base_inputs: list[Any] | None = None
     rescheduled: bool = False
 
-
-def observe(entry: Entry, stats: ModelStats) -> None:
-    """Count the request's outcome in `stats` when its final response leaves (Pending does)."""
-    pending = entry.pending
-    pending.stats = stats
-    pending.batch_size = entry.batch_size
-    pending.arrival_ns = entry.arrival_ns
+    @property
+    def batch_size(self) -> int:
+        """The request's batch dimension, as validation found it (model.py puts it on Pending)."""
+        return self.pending.batch_size
 
 
 def drop_if_cancelled(entry: Entry) -> bool:

@@ -31,7 +31,7 @@ from .. import pb_utils
 from ..execution import Pending
 from ..instance import ModelInstance
 from .controls import Controls
-from .entry import Entry, RunBatch, batch_size_of, drop_if_cancelled, observe, run_timed
+from .entry import Entry, RunBatch, drop_if_cancelled, run_timed
 from .slots import FreeSlots
 from .stats import ModelStats
 
@@ -107,16 +107,14 @@ class SequenceBatcher:
                 pb_utils.TritonError.INVALID_ARG,
             )
             return
-        size = batch_size_of(request, self._batching)
-        if size > 1:
+        if pending.batch_size > 1:
             pending.fail(
                 f"inference request to model '{self._model}' must specify batch-size 1 due to "
                 "requirements of sequence batcher",
                 pb_utils.TritonError.INVALID_ARG,
             )
             return
-        entry = Entry(pending, size, priority=priority)
-        observe(entry, self._stats)
+        entry = Entry(pending, priority=priority)
         with self._cond:
             if self._reaper.ident is None and not self._stopped:
                 self._reaper.start()

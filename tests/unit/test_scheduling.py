@@ -143,7 +143,7 @@ def test_preserve_ordering_holds_later_responses(batching: LoadedRepository):
 
 
 def _entry(priority: int = 0) -> Entry:
-    return Entry(pending=None, batch_size=1, priority=priority)  # type: ignore[arg-type]
+    return Entry(pending=None, priority=priority)  # type: ignore[arg-type]
 
 
 def test_priority_levels_and_default_level():
