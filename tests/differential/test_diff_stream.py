@@ -304,10 +304,10 @@ def cancelled_report(server, folder: Path, timeout: float | None) -> dict:
             pass
     client.stop_stream(cancel_requests=True)
     client.close()
+    # The model writes a temp file and renames it: once the path exists, it is complete.
     deadline = time.monotonic() + WAIT_S
     while not report.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
-    time.sleep(0.05)
     seen = json.loads(report.read_text())
     seen.pop("steps")  # how far it got depends on timing
     return seen

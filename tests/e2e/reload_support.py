@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 import time
@@ -31,13 +32,25 @@ def copy_models(tmp_path: Path, *names: str) -> Path:
     return repo
 
 
+def write_file(path: Path, text: str) -> None:
+    """Write `path` whole, as editors that save by renaming do.
+
+    `write_text` empties the file before writing it: a stall in between longer than the debounce
+    would reload an empty file. The temp name ends in `.tmp`, which the watcher ignores; the
+    rename is the one event that counts.
+    """
+    temp = path.with_name(path.name + ".tmp")
+    temp.write_text(text)
+    os.replace(temp, path)
+
+
 def set_line(path: Path, prefix: str, new_line: str) -> None:
     """Replace the one line starting with `prefix`, writing the file in one go."""
     lines = path.read_text().splitlines(keepends=True)
     hits = [i for i, line in enumerate(lines) if line.startswith(prefix)]
     assert len(hits) == 1, f"{prefix!r} on lines {hits} of {path}"
     lines[hits[0]] = new_line + "\n"
-    path.write_text("".join(lines))
+    write_file(path, "".join(lines))
 
 
 def ask_marked(

@@ -127,7 +127,8 @@ def test_token_streamer_sends_each_token_as_it_is_made(server):
 
 
 def test_token_streamer_prompts_on_their_own_streams_run_together(server):
-    prompts = ["a b c d e f g h", "one two three four five six seven eight"]
+    # 30 tokens take 0.6 s: the second stream has that long to start before the first ends.
+    prompts = [" ".join(f"{word}{i}" for i in range(30)) for word in ("a", "b")]
     streams = [
         Stream(
             server.grpc_url, "token_streamer", [prompt_input(p)], enable_empty_final_response=True
@@ -139,7 +140,7 @@ def test_token_streamer_prompts_on_their_own_streams_run_together(server):
     for s in streams:
         s.close()
     # Two instances, one stream each: both streams had their first token before either
-    # finished (8 tokens take 160 ms).
+    # finished (one instance would run the second prompt only after the first).
     assert max(firsts) < min(ends)
 
 

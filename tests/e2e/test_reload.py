@@ -1,7 +1,9 @@
 """Hot reload (poll mode): a changed model is swapped under traffic with no failed request.
 
-Each test copies tests/repositories/reload/models to its tmp folder and edits the copy. Waits are
-bounded (WAIT_S); nothing asserts how fast a reload is (benchmarks/reload_swap.py measures it).
+Each test copies tests/repositories/reload/models to its tmp folder and edits the copy, writing
+each edited file whole (temp file and rename, `write_file`), so a stalled test never shows the
+watcher a half-written file. Waits are bounded (WAIT_S); nothing asserts how fast a reload is
+(benchmarks/reload_swap.py measures it).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tests.e2e.reload_support import (
     ask_marked,
     copy_models,
     set_line,
+    write_file,
 )
 from tests.e2e.support import fp32_input, line_of, wait_until
 
@@ -62,13 +65,13 @@ def test_three_edits_under_traffic_fail_no_request(start, tmp_path, loads) -> No
         set_line(model_py, "MARK = ", "MARK = 2")
         wait_until(lambda: traffic.last_mark() == 2, "version 2 answering")
 
-        model_py.write_text((VARIANTS / "syntax_error.py").read_text())
+        write_file(model_py, (VARIANTS / "syntax_error.py").read_text())
         wait_until(lambda: "SyntaxError" in server.log_text, "the failed reload in the log")
         answered = len(traffic.marks)
         wait_until(lambda: len(traffic.marks) > answered + 20, "answers after the failed edit")
         assert traffic.last_mark() == 2  # the old version kept serving
 
-        model_py.write_text(good.replace("MARK = 1\n", "MARK = 3\n"))  # the next good change
+        write_file(model_py, good.replace("MARK = 1\n", "MARK = 3\n"))  # the next good change
         wait_until(lambda: traffic.last_mark() == 3, "version 3 answering")
         answered = len(traffic.marks)
         wait_until(lambda: len(traffic.marks) > answered + 20, "answers after version 3")
@@ -117,8 +120,9 @@ def test_helper_config_and_new_version_folder(start, tmp_path) -> None:
 
     # config.pbtxt: ModelConfig shows the new config.
     config = repo / "marked" / "config.pbtxt"
-    config.write_text(
-        config.read_text() + 'parameters { key: "flavour" value: { string_value: "two" } }\n'
+    write_file(
+        config,
+        config.read_text() + 'parameters { key: "flavour" value: { string_value: "two" } }\n',
     )
 
     def flavour() -> object:
@@ -153,7 +157,7 @@ def test_cache_and_editor_files_reload_nothing(start, tmp_path, loads) -> None:
     (version_dir / "4913").write_text("")
     (version_dir / ".#model.py").write_text("emacs lock")
     os.utime(model_py)  # a touch: new mtime, same bytes
-    model_py.write_text(model_py.read_text())  # a save that writes the same bytes
+    write_file(model_py, model_py.read_text())  # a save that writes the same bytes
     time.sleep(5 * DEBOUNCE_S)  # let a (wrong) reload of those events start
 
     # A real change as the control: exactly one reload must follow, for it alone.
@@ -189,7 +193,7 @@ def test_failing_initialize_and_bad_config_keep_the_old_version(start, tmp_path)
     model_py = repo / "marked" / "1" / "model.py"
     good = model_py.read_text()
 
-    model_py.write_text((VARIANTS / "init_raises.py").read_text())
+    write_file(model_py, (VARIANTS / "init_raises.py").read_text())
     wait_until(lambda: "initialize refuses" in server.log_text, "the failed reload logged")
     # Triton's reason text, with the file and line of the raise.
     line = line_of(VARIANTS / "init_raises.py", "raise RuntimeError")
@@ -198,13 +202,13 @@ def test_failing_initialize_and_bad_config_keep_the_old_version(start, tmp_path)
     assert ask_marked(client) == (1, 1)
     assert client.is_model_ready("marked")
 
-    model_py.write_text(good)  # back to a loadable model.py, then break the config
+    write_file(model_py, good)  # back to a loadable model.py, then break the config
     config = repo / "marked" / "config.pbtxt"
     good_config = config.read_text()
-    config.write_text("this is not a config {")
+    write_file(config, "this is not a config {")
     wait_until(lambda: "failed to read text proto" in server.log_text, "the bad config logged")
     assert ask_marked(client) == (1, 1)
 
-    config.write_text(good_config)
+    write_file(config, good_config)
     set_line(model_py, "MARK = ", "MARK = 5")
     wait_until(lambda: ask_marked(client) == (5, 1), "the next good change answering")

@@ -122,7 +122,8 @@ def test_idle_sequence_released_and_backlog(client):
         client, "seq_idle", Send(0, "a1", options={"sequence_id": 5, "sequence_start": True}), False
     )
     assert first.ok
-    time.sleep(0.5)
+    # 300 ms idle releases it: 0.8 s leaves the release thread 0.5 s to spare under load.
+    time.sleep(0.8)
     late = infer(client, "seq_idle", Send(0, "a2", options={"sequence_id": 5}), False)
     assert (late.status, late.message) == _bridge_error(
         "inference request for sequence 5 to model 'seq_idle' must specify the START flag on "

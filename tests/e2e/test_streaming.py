@@ -246,8 +246,8 @@ def test_response_parameters_on_unary(server):
 
 
 def read_report(path: Path) -> dict:
+    # The model writes a temp file and renames it: once the path exists, it is complete.
     wait_until(path.exists, f"the model's report {path.name}")
-    time.sleep(0.05)  # the model writes it in one go; let the write finish
     return json.loads(path.read_text())
 
 
@@ -286,9 +286,9 @@ def test_queued_request_cancelled_never_executes(stream, tmp_path):
     assert first.next()[1] is None  # the only instance is busy with it now
     second = stream()
     second.send("cancellable", [0], parameters={"report": str(queued), "steps": 1})
-    time.sleep(0.3)  # let the second request reach the model's queue
+    time.sleep(1.0)  # let the second request reach the model's queue
     second.close(cancel=True)
-    time.sleep(0.1)
+    time.sleep(0.5)  # let that cancellation reach the queue before the instance frees up
     first.close(cancel=True)
     read_report(running)
     # A third request runs after the queue drained: the cancelled one was skipped by then.

@@ -248,7 +248,9 @@ def test_cancel_stops_a_decoupled_callee(repo):
         "inputs": [["IN", "INT32", [50]]],
         "decoupled": True,
         "cancel_after": 2,
-        "parameters": {"delay_ms": 20},
+        # 100 ms per response: cancelled after the 2nd (~0.1 s), the callee must stop before
+        # its 9th (0.8 s), which leaves 0.7 s to spare.
+        "parameters": {"delay_ms": 100},
     }
     responses = probe(repo, spec)["responses"]
     assert 3 <= len(responses) < 10

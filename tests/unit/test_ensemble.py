@@ -132,9 +132,10 @@ def test_step_model_version(repo):
 
 def test_independent_steps_run_in_parallel(repo):
     start = time.monotonic()
-    assert infer(repo, "parallel", {"X": F}) == {"A": F.tolist(), "B": F.tolist()}
-    # Two 300 ms steps: Triton took 0.33 s [V]; one after the other would be 0.6 s.
-    assert time.monotonic() - start < 0.55
+    result = infer(repo, "parallel", {"X": F}, parameters={"sleep_ms": 1000})
+    assert result == {"A": F.tolist(), "B": F.tolist()}
+    # Two 1 s steps: together about 1 s; one after the other would be 2 s.
+    assert time.monotonic() - start < 1.6
 
 
 def test_requested_output_that_prunes_another_output_fails_as_in_triton(repo):

@@ -85,8 +85,9 @@ def test_statistics_of_a_dynamic_batch(batching: LoadedRepository):
 
 def test_failed_requests_are_counted_as_failures(batching: LoadedRepository):
     stats = batching.models["queue_full"].latest.stats
-    calls = [Call(batching, "queue_full", "blk", sleep_ms=300)]
-    time.sleep(0.1)
+    # blk has 0.3 s to reach the instance; q0-q2 have 0.7 s to queue while it runs.
+    calls = [Call(batching, "queue_full", "blk", sleep_ms=1000)]
+    time.sleep(0.3)
     calls += [Call(batching, "queue_full", f"q{i}") for i in range(3)]
     for call in calls:
         call.wait()
@@ -126,8 +127,8 @@ def test_preserve_ordering_holds_later_responses(batching: LoadedRepository):
     """Several instances: with preserve_ordering the slow first request still answers first."""
 
     def run(model: str) -> list[str]:
-        slow = Call(batching, model, "slow", sleep_ms=300)
-        time.sleep(0.05)
+        slow = Call(batching, model, "slow", sleep_ms=1000)
+        time.sleep(0.2)  # fast starts well after slow and still ends 0.8 s before it
         fast = Call(batching, model, "fast")
         fast.wait(), slow.wait()
         by_time = sorted(
@@ -315,6 +316,13 @@ class _HeldInstance:
         self.calls.append(fn)
 
 
+def _wait_for(predicate) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not predicate():
+        assert time.monotonic() < deadline, "the batcher never got there"
+        time.sleep(0.001)
+
+
 def _batches_for(shapes: list[int], ragged: bool) -> list[list[str]]:
     from model_repository_loader.execution import Pending
     from model_repository_loader.scheduling.dynamic import DynamicBatcher
@@ -342,7 +350,10 @@ def _batches_for(shapes: list[int], ragged: bool) -> list[list[str]]:
             lambda response: response,
         )
         batcher.enqueue(pending)
-        time.sleep(0.02)  # the batcher thread forms payloads as requests arrive
+        if i == 0:  # r0 must be on the (free) instance before the others arrive
+            _wait_for(lambda: instance.calls)
+    if ragged:  # r1..r3 must all be in the waiting payload before r0 finishes
+        _wait_for(lambda: not len(batcher._queue))
     deadline = time.monotonic() + WAIT_S
     while sum(map(len, seen)) < len(shapes) and time.monotonic() < deadline:
         if instance.calls:

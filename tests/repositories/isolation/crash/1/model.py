@@ -1,4 +1,4 @@
-"""MODE 0 answers with the PID, 1 writes `dying` beside the model and kills the process 0.5 s
+"""MODE 0 answers with the PID, 1 writes `dying` beside the model and kills the process 2 s
 later, 2 answers after 1 s.
 
 After the first start the model writes a marker beside itself; a restarted instance finds it and
@@ -30,7 +30,8 @@ class TritonPythonModel:
                 # Tell the test this request is running, so it can queue another behind it.
                 with open(os.path.join(self.model_dir, "dying"), "w") as f:
                     f.write(str(os.getpid()))
-                time.sleep(0.5)
+                # Long enough for the test to queue its next request even on a busy machine.
+                time.sleep(2)
                 os._exit(7)
             if mode == 2:
                 time.sleep(1)

@@ -7,6 +7,7 @@ at, both cancellation flags, and what sending after the cancellation did.
 """
 
 import json
+import os
 import time
 
 import numpy as np
@@ -40,6 +41,8 @@ class TritonPythonModel:
             except Exception as exc:
                 report["send_after"] = f"{type(exc).__name__}: {exc}"
             if params.get("report"):
-                with open(params["report"], "w") as f:
+                # Written whole, then renamed: a test that sees the file reads all of it.
+                with open(params["report"] + ".tmp", "w") as f:
                     json.dump(report, f)
+                os.replace(params["report"] + ".tmp", params["report"])
         return None
