@@ -107,6 +107,22 @@ class ModelVersion:
             raise
 
     def submit(self, request: InferRequest, respond: Respond) -> Pending | None:
+        pending = self.admit(request, respond)
+        if pending is None:
+            return None
+        if self._iterative_sequence:
+            # Request rescheduling: the same request goes back through the scheduler, by its
+            # own re-entry point when it has one (the sequence batcher keeps the slot).
+            pending.requeue = getattr(self._scheduler, "reschedule", self._scheduler.enqueue)
+        params = request.parameters
+        self._scheduler.enqueue(pending, _priority(params) if params else 0)
+        return pending
+
+    def admit(self, request: InferRequest, respond: Respond) -> Pending | None:
+        """Check `request` and make the `Pending` that carries it to `execute`.
+
+        A refused request is answered here with Triton's error, and None comes back.
+        """
         try:
             batch_size = self.validator.validate(
                 request.request_id, request.inputs, request.requested_outputs
@@ -126,12 +142,6 @@ class ModelVersion:
         # outcome in the statistics when its final response leaves.
         pending.batch_size = batch_size
         pending.stats = self.stats
-        if self._iterative_sequence:
-            # Request rescheduling: the same request goes back through the scheduler, by its
-            # own re-entry point when it has one (the sequence batcher keeps the slot).
-            pending.requeue = getattr(self._scheduler, "reschedule", self._scheduler.enqueue)
-        params = request.parameters
-        self._scheduler.enqueue(pending, _priority(params) if params else 0)
         return pending
 
     @functools.cached_property

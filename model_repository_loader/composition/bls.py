@@ -21,9 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import pb_utils
-from ..execution import Pending, run_execute
+from ..execution import run_execute
 from ..inference import InferRequest
-from ..validation import RequestError
 from .tensors import handed_over, response_handed_over
 from .waits import BlockedCall, calling_instance
 
@@ -176,22 +175,12 @@ def to_infer_request(request: pb_utils.InferenceRequest) -> InferRequest:
 def _run_nested(version: Any, instance: Any, request: InferRequest, respond: Any) -> bool:
     """Run `request` on `instance` right here (its thread lent by a waiting exec()).
 
-    The same steps as `ModelVersion.submit`, with `execute` called directly instead of queued.
-    Returns False when the request checks refused it.
+    `ModelVersion.submit` without the queue: `execute` is called directly. Returns False when the
+    request checks refused it.
     """
-    try:
-        version.validator.validate(request.request_id, request.inputs, request.requested_outputs)
-    except RequestError as exc:
-        respond(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc), exc.code)), True)
+    pending = version.admit(request, respond)
+    if pending is None:
         return False
-    requested = (
-        frozenset(request.requested_outputs) if request.requested_outputs else version.all_outputs
-    )
-    pending = Pending(
-        lambda p: version._model_request(request, requested, p),
-        respond,
-        lambda response: version._finish(response, requested),
-    )
     run_execute(instance, [pending], version.decoupled)
     return True
 
