@@ -329,6 +329,8 @@ class ControlServer:
         if not self.explicit:
             raise ControlError(NOT_EXPLICIT, "UNAVAILABLE")
         params = body.get("parameters", {}) if isinstance(body, dict) else {}
+        if not isinstance(params, dict):
+            raise ControlError("'parameters' must be a JSON object", "INVALID_ARG")
         if action == "unload":
             await self.manager.unload(name)
             return

@@ -206,7 +206,7 @@ def model_file(source: ModelSource, version: int, config: mc.ModelConfig) -> Pat
     is a filename that leads out of the model folder (absolute, or climbing with "..")."""
     filename = config.default_model_filename or DEFAULT_MODEL_FILENAME
     path = source.version_path(version) / filename
-    if "\0" in filename or not within(source.path, f"{version}/{filename}"):
+    if "\0" in filename or not within(source.path, Path(str(version), filename)):
         raise ConfigError(
             f"invalid default_model_filename '{filename}': the model file must stay within "
             f"the model directory '{source.path}'",
