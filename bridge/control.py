@@ -156,7 +156,10 @@ class ControlServer:
             self._server.close()
             for writer in list(self._idle):
                 writer.close()
-            await self._server.wait_closed()
+            # Python 3.12+ waits here for requests being handled; a load that never returns
+            # must not hold up shutdown.
+            closed = asyncio.ensure_future(self._server.wait_closed())
+            await asyncio.wait({closed}, timeout=self.read_timeout)
 
     # -- HTTP ----------------------------------------------------------------------------------
 
@@ -187,11 +190,14 @@ class ControlServer:
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers}
             path = request.target.decode("latin-1").split("?", 1)[0]
             method = request.method.decode("latin-1")
-            self._admit(method, path, headers)
+            self._admit(path, headers)
             if conn.they_are_waiting_for_100_continue:
                 writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
             raw = await self._body(conn, reader, deadline)
         except _Refused as exc:
+            log.warning(
+                "model control: refused %s: %s", _cut(request and request.target), _cut(str(exc))
+            )
             await self._respond(conn, writer, request, exc.status, {"error": str(exc)}, close=True)
             return False
         except h11.RemoteProtocolError as exc:
@@ -229,7 +235,7 @@ class ControlServer:
             conn.receive_data(data)  # b"" is the end of the stream
         return event
 
-    def _admit(self, method: str, path: str, headers: dict[str, str]) -> None:
+    def _admit(self, path: str, headers: dict[str, str]) -> None:
         """Refuse, before its body is read, a request this port must not act on."""
         host = headers.get("host")
         if host is not None and not _is_loopback_host(host):
@@ -296,7 +302,10 @@ class ControlServer:
             data += conn.send(h11.Data(data=payload)) or b""
         data += conn.send(h11.EndOfMessage()) or b""
         writer.write(data)
-        await writer.drain()
+        try:  # a client that sends but never reads must not hold the connection forever
+            await asyncio.wait_for(writer.drain(), self.request_timeout)
+        except asyncio.TimeoutError:
+            raise ConnectionResetError("the client does not read its answers") from None
 
     # -- the repository API --------------------------------------------------------------------
 
@@ -345,6 +354,14 @@ class ControlServer:
                         f"failed to decode base64 content of '{key}'", "INVALID_ARG"
                     ) from None
         await self.manager.load(name, config if isinstance(config, str) else "", files or None)
+
+
+def _cut(text: bytes | str | None, limit: int = 200) -> str:
+    """A client-chosen string for a log line: printable and short."""
+    if isinstance(text, bytes):
+        text = text.decode("latin-1")
+    shown = repr(text or "")
+    return shown if len(shown) <= limit else shown[:limit] + "..."
 
 
 def _is_loopback_host(host: str) -> bool:
