@@ -188,9 +188,9 @@ class ControlServer:
                 return False  # the client closed the connection
             request = event
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers}
-            path = request.target.decode("latin-1").split("?", 1)[0]
             method = request.method.decode("latin-1")
-            self._admit(path, headers)
+            parts = _path_parts(request.target)
+            self._admit(parts, headers)
             if conn.they_are_waiting_for_100_continue:
                 writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
             raw = await self._body(conn, reader, deadline)
@@ -213,9 +213,9 @@ class ControlServer:
                 await self._respond(conn, writer, request, 408, body, close=True)
             return False
         try:
-            status, payload = await self.handle(method, path, raw)
+            status, payload = await self.handle(method, parts, raw)
         except Exception as exc:  # a fault of ours: say so, and keep serving
-            log.exception("model control: %s %s failed", method, path)
+            log.exception("model control: %s %s failed", method, _cut(request.target))
             status, payload = 500, {"error": f"internal error: {type(exc).__name__}: {exc}"}
         await self._respond(conn, writer, request, status, payload, close=self._stopping)
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
@@ -235,7 +235,7 @@ class ControlServer:
             conn.receive_data(data)  # b"" is the end of the stream
         return event
 
-    def _admit(self, path: str, headers: dict[str, str]) -> None:
+    def _admit(self, parts: list[str], headers: dict[str, str]) -> None:
         """Refuse, before its body is read, a request this port must not act on."""
         host = headers.get("host")
         if host is not None and not _is_loopback_host(host):
@@ -243,7 +243,7 @@ class ControlServer:
         origin = headers.get("origin")
         if origin is not None and origin.lower() not in self._origins:
             raise _Refused(403, f"cross-origin request refused: Origin '{origin}' is not allowed")
-        if not path.startswith("/v2/repository"):
+        if parts[:2] != ["v2", "repository"]:
             return  # answered 404 by handle()
         if self.restriction is not None and not self.restriction.allows(headers):
             raise _Refused(
@@ -309,12 +309,8 @@ class ControlServer:
 
     # -- the repository API --------------------------------------------------------------------
 
-    async def handle(self, method: str, path: str, raw: bytes) -> tuple[int, Any]:
-        """(status, JSON body or None) for one request."""
-        try:
-            parts = [unquote(p, errors="strict") for p in path.strip("/").split("/")]
-        except UnicodeDecodeError:
-            return 400, {"error": "the request path is not valid UTF-8"}
+    async def handle(self, method: str, parts: list[str], raw: bytes) -> tuple[int, Any]:
+        """(status, JSON body or None) for one request to the path `parts` (_path_parts)."""
         if parts[:2] != ["v2", "repository"]:
             return 404, {"error": "Not Found"}
         if method != "POST":
@@ -354,6 +350,16 @@ class ControlServer:
                         f"failed to decode base64 content of '{key}'", "INVALID_ARG"
                     ) from None
         await self.manager.load(name, config if isinstance(config, str) else "", files or None)
+
+
+def _path_parts(target: bytes) -> list[str]:
+    """The decoded segments of a request target's path: b"/v2/repository/index?x" gives
+    ["v2", "repository", "index"]. Every check and the routing use these same segments."""
+    path = target.decode("latin-1").split("?", 1)[0]
+    try:
+        return [unquote(p, errors="strict") for p in path.strip("/").split("/")]
+    except UnicodeDecodeError:
+        raise _Refused(400, "the request path is not valid UTF-8") from None
 
 
 def _cut(text: bytes | str | None, limit: int = 200) -> str:

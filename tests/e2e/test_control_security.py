@@ -228,6 +228,9 @@ def test_restricted_api_requires_its_header(bridge_server, tmp_path) -> None:
     )
     refused = (403, {"error": "This API is restricted, expecting header 'admin-key'"})
     assert post(port, "/v2/repository/index") == refused
+    # Other spellings of the same route are the same route.
+    assert post(port, "//v2/repository/index") == refused
+    assert post(port, "/v2/%72epository/index?x=1") == refused
     assert post(port, "/v2/repository/models/plain/load") == refused
     assert post(port, "/v2/repository/models/plain/load", headers={"admin-key": "wrong"}) == refused
     assert not server.client().is_model_ready("plain")
