@@ -17,6 +17,8 @@ import http.client
 import json
 import shutil
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ import pytest
 from tests.e2e.reload_support import MODELS, control, copy_models, loader_call
 from tests.e2e.support import WAIT_S, fp32_input, wait_until
 from tests.e2e.test_model_control import CONFIG, DOUBLER, POLL_FAILED, api_error
+from tests.harness.bridge_server import PROJECT_ROOT
 from tests.harness.ports import free_port
 
 TRAVERSAL = "invalid model name '{}', model name must not contain path traversal characters"
@@ -242,11 +245,6 @@ def test_restricted_api_requires_its_header(bridge_server, tmp_path) -> None:
 
 
 def test_restricted_api_flag_is_checked_at_start(tmp_path) -> None:
-    import subprocess
-    import sys
-
-    from tests.harness.bridge_server import PROJECT_ROOT
-
     for value, text in (
         ("model-repository", "option format is '<config name>:<setting>=<value>'"),
         ("models:k=v", "unknown restricted api 'models'"),
