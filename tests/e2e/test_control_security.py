@@ -303,6 +303,17 @@ def test_http_robustness(setup) -> None:
     assert answer.startswith(b"HTTP/1.1 413 ")
     assert b"request body too large" in answer
 
+    # `Expect: 100-continue` (curl sends it for bodies over 1 KiB): the body is asked for.
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(WAIT_S)
+        sock.sendall(
+            b"POST /v2/repository/index HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n"
+        )
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 ")
+        sock.sendall(b"{}")
+        assert read_until_closed(sock).startswith(b"HTTP/1.1 200 ")
+
     # A chunked body is read whole.
     body = json.dumps(load_body()).encode()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT_S)
