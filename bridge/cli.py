@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -13,6 +14,8 @@ import uvloop
 from model_repository_loader.config import ConfigOptions
 
 from .logs import configure_logging
+
+log = logging.getLogger("dynamo_bridge")
 
 
 def _bool(text: str) -> bool:
@@ -109,6 +112,16 @@ def build_parser() -> argparse.ArgumentParser:
         "127.0.0.1:PORT; load/unload are accepted in explicit mode only",
     )
     p.add_argument(
+        "--http-restricted-api",
+        dest="http_restricted_api",
+        action="append",
+        default=[],
+        metavar="<apis>:<key>=<value>",
+        help="as tritonserver: the comma-separated API groups answer only requests carrying the "
+        "header '<key>: <value>' (403 otherwise); repeat for several groups. The bridge's HTTP "
+        "port (--control-port) serves the 'model-repository' group",
+    )
+    p.add_argument(
         "--reload-debounce-secs",
         type=float,
         default=0.5,
@@ -127,14 +140,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     configure_logging(args.log_verbose)
     # Dynamo reads DYN_LOG when it is first imported; its INFO level logs ~5 lines per request.
     os.environ.setdefault("DYN_LOG", "warn")
     # A failed request is a normal outcome here, not a crash: no Rust backtrace for each one.
     os.environ.setdefault("RUST_LIB_BACKTRACE", "0")
+    from .control import MODEL_REPOSITORY, parse_restricted_api
     from .server import ServerOptions, StartupError, serve
 
+    try:
+        restricted = parse_restricted_api(args.http_restricted_api)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if restricted and args.control_port is None:
+        log.warning("--http-restricted-api has no effect without --control-port")
+    if others := sorted(set(restricted) - {MODEL_REPOSITORY}):
+        log.warning(
+            "--http-restricted-api: %s not served over HTTP by dynamo-bridge; only '%s' is",
+            ", ".join(others),
+            MODEL_REPOSITORY,
+        )
     options = ServerOptions(
         model_repositories=args.model_repositories,
         grpc_port=args.grpc_port,
@@ -145,6 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         load_models=tuple(args.load_models),
         control_port=args.control_port,
         reload_debounce=args.reload_debounce_secs,
+        http_restricted_api=restricted,
         loader=ConfigOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             model_config_name=args.model_config_name,

@@ -117,7 +117,14 @@ class ModelManager:
     async def load(
         self, name: str, config_json: str = "", files: dict[str, bytes] | None = None
     ) -> None:
-        """Load (or reload, with no gap) `name`; raises ControlError with Triton's texts."""
+        """Load (or reload, with no gap) `name`; raises ControlError with Triton's texts.
+
+        `files` are written to a temporary folder of their own, removed when the load fails,
+        when the model is unloaded or replaced, and at shutdown.
+        """
+        reason = repository.invalid_model_name(name)
+        if reason is not None:
+            raise ControlError(reason, "INVALID_ARG")
         if files and not config_json:
             log.error(
                 "Poll failed for model directory '%s': Load parameter 'config' must be "
@@ -126,25 +133,27 @@ class ModelManager:
             )
             raise poll_failed(name)
         async with self._lock(name):
-            if files:
-                root = Path(tempfile.mkdtemp(prefix="dynamo-bridge-override-"))
-                try:
-                    source = await self._run(override_source, name, files, root)
-                except ModelLoadError as exc:
-                    shutil.rmtree(root, ignore_errors=True)
-                    log.error("Poll failed for model directory '%s': %s", name, exc)
-                    raise poll_failed(name) from None
-                digest = ""
-            else:
-                root = None
-                source = await self._find(name)
-                if source is None:
-                    raise poll_failed(name)
-                digest = await self._run(repository.content_digest, source.path)
+            root = Path(tempfile.mkdtemp(prefix="dynamo-bridge-override-")) if files else None
+            serving = self.workers.get(name)
             try:
-                await self._load_source(source, digest, config_json)
-            except ControlError:
                 if root is not None:
+                    try:
+                        source = await self._run(override_source, name, files, root)
+                    except ModelLoadError as exc:
+                        log.error("Poll failed for model directory '%s': %s", name, exc)
+                        raise poll_failed(name) from None
+                    digest = ""
+                else:
+                    source = await self._find(name)
+                    if source is None:
+                        raise poll_failed(name)
+                    digest = await self._run(repository.content_digest, source.path)
+                await self._load_source(source, digest, config_json)
+            except BaseException:
+                # Whatever failed (or was cancelled), remove the files unless they now serve.
+                if self.workers.get(name) is not serving:
+                    self._set_override_dir(name, root)
+                elif root is not None:
                     shutil.rmtree(root, ignore_errors=True)
                 raise
             self._set_override_dir(name, root)
@@ -157,12 +166,12 @@ class ModelManager:
         async with self._lock(name):
             model = self.repository.models.pop(name, None)
             worker = self.workers.pop(name, None)
+            self._set_override_dir(name, None)
             if model is None:
                 return
             self.repository.statuses[name] = ModelStatus(
                 name, sorted(model.versions), ready=False, reason="unloaded"
             )
-            self._set_override_dir(name, None)
             await self._retire(worker, model)
 
     async def refresh(self, names: Iterable[str]) -> None:

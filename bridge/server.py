@@ -26,7 +26,7 @@ from model_repository_loader.config import ConfigOptions
 from model_repository_loader.loader import LoadedRepository, ModelStatus, load_repository
 
 from . import heap
-from .control import ControlServer
+from .control import MODEL_REPOSITORY, ControlServer, Restriction
 from .frontend import run_grpc_frontend
 from .manager import ManagerOptions, ModelControl, ModelManager, digests_of
 from .reload import RepositoryWatcher
@@ -48,6 +48,8 @@ class ServerOptions:
     load_models: tuple[str, ...] = ()  # explicit mode's start-up set; "*" = all
     control_port: int | None = None
     reload_debounce: float = 0.5
+    # `--http-restricted-api`: {api group: header the requests must carry}
+    http_restricted_api: dict[str, Restriction] = field(default_factory=dict)
 
 
 class StartupError(Exception):
@@ -137,7 +139,12 @@ async def serve(options: ServerOptions) -> None:
             asyncio.ensure_future(manager.refresh(names))
     control_server: ControlServer | None = None
     if options.control_port is not None:
-        control_server = ControlServer(manager, options.control_port, explicit=mode == "explicit")
+        control_server = ControlServer(
+            manager,
+            options.control_port,
+            explicit=mode == "explicit",
+            restriction=options.http_restricted_api.get(MODEL_REPOSITORY),
+        )
         await control_server.start()
     elif mode == "explicit":
         log.warning(

@@ -8,6 +8,7 @@ the rest are served. Whether that failure should end the server is the caller's 
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -188,21 +189,47 @@ class PollError(ModelLoadError):
 
 
 def override_source(name: str, files: dict[str, bytes], root: Path) -> ModelSource:
-    """Write `files` (`{"file:<version>/<name>": bytes}`) as the model folder `root/name`.
+    """Write `files` (`{"file:<version>/<name>": bytes}`) as the new model folder `root/name`.
 
-    As in Triton, the files replace the model's folder entirely. Keys without the `file:` prefix,
-    or with paths leaving the folder, are refused.
+    As in Triton, the files replace the model's folder entirely. Raises PollError, having written
+    nothing, for a name that is not one safe folder name, for keys without the `file:` prefix, and
+    for paths that would leave the folder (Triton's "must stay within model directory") or that
+    cannot be written. `root` is the caller's: it removes it once the model is unloaded or fails.
     """
+    reason = repository.invalid_model_name(name)
+    if reason is not None:
+        raise PollError(reason)
     model_dir = root / name
-    for key, data in files.items():
-        relative = key.removeprefix("file:")
-        target = (model_dir / relative).resolve()
-        if not key.startswith("file:") or not target.is_relative_to(model_dir.resolve()):
-            raise PollError(f"invalid file parameter '{key}'")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data if isinstance(data, bytes) else str(data).encode())
-    model_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        model_dir.mkdir(parents=True)
+    except OSError as exc:  # never write into (or remove) a folder this call did not create
+        raise PollError(f"cannot create the model folder: {exc}") from None
+    try:
+        real_dir = model_dir.resolve()
+        for key, data in files.items():
+            _write_override_file(real_dir, key, data)
+    except BaseException as exc:
+        shutil.rmtree(model_dir, ignore_errors=True)
+        if isinstance(exc, OSError | ValueError):
+            raise PollError(f"failed to write the model files: {exc}") from None
+        raise
     return ModelSource(name, model_dir, root)
+
+
+def _write_override_file(model_dir: Path, key: str, data: bytes) -> None:
+    relative = key.removeprefix("file:")
+    if not key.startswith("file:") or not relative or "\0" in relative:
+        raise PollError(f"invalid file parameter '{key}'")
+    target = (model_dir / relative).resolve()
+    if target == model_dir or not target.is_relative_to(model_dir):
+        raise PollError(
+            f"Invalid file parameter '{key}' with normalized path '{target}' must stay within "
+            "model directory."
+        )
+    if target.parent.exists() and not target.parent.is_dir():
+        raise PollError(f"Invalid file parameter '{key}', directory has been created as a file")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data if isinstance(data, bytes) else str(data).encode())
 
 
 def load_model_with_config(

@@ -4,6 +4,10 @@ Follows Triton's rules: every subdirectory of a repository is a model; a model n
 two repositories is an error for that model only; version directories are parsed the way
 Triton parses them (`std::stoll` on the name, so "3_old" is version 3, while "01" and "abc"
 are ignored with a warning); `version_policy` picks which versions load.
+
+A name or path that comes from outside (a model name given to the loading API, a file of an
+override, `default_model_filename`) never leaves its model folder: `invalid_model_name` and
+`model_file` refuse what would.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ _SKIPPED_MODEL_DIRS = {"__pycache__"}
 # What std::stoll accepts at the start of a string: optional blanks, a sign, digits.
 _STOLL_PREFIX = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
 _INT64_MAX = 2**63 - 1
+# A model name becomes one folder name: no longer than a file name may be on common filesystems.
+MAX_MODEL_NAME_BYTES = 255
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,40 @@ def scan(repository_paths: Iterable[Path | str]) -> list[ModelSource]:
             first = ModelSource(first.name, first.path, first.repository, error)
         sources.append(first)
     return sources
+
+
+def invalid_model_name(name: str) -> str | None:
+    """Why `name` cannot name a model folder (a reason with Triton's wording), or None.
+
+    A model name must be one safe path segment: not empty, not "." or "..", no "/", "\\" or
+    NUL, at most 255 bytes in UTF-8. Triton refuses "/" and ".." (INVALID_ARG) with the texts
+    used here; the other cases are ours, in the same form.
+    """
+    trimmed = name.strip()
+    if not trimmed:
+        return "Model name cannot be empty. Please enter a valid name to deploy."
+    if trimmed in (".", "..") or "/" in name or "\\" in name:
+        return f"invalid model name '{name}', model name must not contain path traversal characters"
+    if "\0" in name:
+        shown = name.replace("\0", "\\0")
+        return f"invalid model name '{shown}', model name must not contain NUL characters"
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_MODEL_NAME_BYTES:
+        return (
+            f"invalid model name '{name[:64]}...', model name must be at most "
+            f"{MAX_MODEL_NAME_BYTES} bytes (got {size})"
+        )
+    return None
+
+
+def within(folder: Path, relative: str | Path) -> bool:
+    """True if `folder / relative`, with "." and ".." resolved lexically (symlinks kept), is
+    inside `folder`; an absolute `relative` is outside.
+
+    Lexical on purpose: a repository may link a model file to a shared one elsewhere; what must
+    not happen is a name or a config value climbing out of the folder.
+    """
+    return Path(os.path.normpath(folder / relative)).is_relative_to(os.path.normpath(folder))
 
 
 def parse_version(directory_name: str) -> int | None:
@@ -162,9 +202,17 @@ def select_versions(source: ModelSource, config: mc.ModelConfig) -> list[int]:
 
 
 def model_file(source: ModelSource, version: int, config: mc.ModelConfig) -> Path:
-    """`<model dir>/<version>/<default_model_filename>`; a missing file is a load error."""
+    """`<model dir>/<version>/<default_model_filename>`; a missing file is a load error, and so
+    is a filename that leads out of the model folder (absolute, or climbing with "..")."""
     filename = config.default_model_filename or DEFAULT_MODEL_FILENAME
     path = source.version_path(version) / filename
+    if "\0" in filename or not within(source.path, Path(str(version), filename)):
+        raise ConfigError(
+            f"invalid default_model_filename '{filename}': the model file must stay within "
+            f"the model directory '{source.path}'",
+            code="INVALID_ARG",
+            stage="load",
+        )
     if not path.exists():
         raise ConfigError(
             f"Failed to preinitialize Python stub: Python model file not found in '{path}'",

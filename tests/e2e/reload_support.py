@@ -111,7 +111,13 @@ class Traffic:
 def control(port: int, path: str, body: Any = None) -> tuple[int, Any]:
     """POST to the bridge's (or Triton's HTTP) repository API: (status, parsed JSON or None)."""
     data = json.dumps(body).encode() if body is not None else b""
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method="POST")
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        data=data,
+        method="POST",
+        # urllib would label the body a form (application/x-www-form-urlencoded).
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             status, raw = response.status, response.read()
