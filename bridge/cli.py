@@ -12,7 +12,7 @@ import uvloop
 
 from model_repository_loader.config import ConfigOptions
 
-from .logs import configure_logging
+from .logs import configure_dynamo_logging, configure_logging
 
 
 def _bool(text: str) -> bool:
@@ -121,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         metavar="LEVEL",
-        help="1 or more shows verbose (debug) lines, pb_utils.Logger.log_verbose included",
+        help="1 or more shows verbose (debug) lines, pb_utils.Logger.log_verbose included, and "
+        "Dynamo's per-request lines",
     )
     return p
 
@@ -129,10 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_verbose)
-    # Dynamo reads DYN_LOG when it is first imported; its INFO level logs ~5 lines per request.
-    os.environ.setdefault("DYN_LOG", "warn")
-    # A failed request is a normal outcome here, not a crash: no Rust backtrace for each one.
-    os.environ.setdefault("RUST_LIB_BACKTRACE", "0")
+    # Before Dynamo's runtime starts: it reads its logging settings once.
+    configure_dynamo_logging(args.log_verbose, os.environ)
     from .server import ServerOptions, StartupError, serve
 
     options = ServerOptions(
