@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--grpc-address",
         dest="host",
         default="127.0.0.1",
-        help="address to serve on (default 127.0.0.1)",
+        help="address to serve on (default 127.0.0.1); Dynamo 1.6's frontend binds every "
+        "interface whatever this says, and the bridge warns at start-up",
     )
     p.add_argument(
         "--metrics-port",
