@@ -190,8 +190,8 @@ def dynamo_log_filter(verbose: int, user_filter: str | None) -> str:
 def configure_dynamo_logging(verbose: int, environ: MutableMapping[str, str]) -> None:
     """Set Dynamo's logging variables; it reads them once, when its runtime starts."""
     environ["DYN_LOG"] = dynamo_log_filter(verbose, environ.get("DYN_LOG"))
-    # Dynamo colours its lines unless told not to, terminal or not.
-    if not sys.stderr.isatty():
+    # Dynamo colours its lines unless told not to, terminal or not (https://no-color.org too).
+    if environ.get("NO_COLOR") or not sys.stderr.isatty():
         environ.setdefault("DYN_SDK_DISABLE_ANSI_LOGGING", "1")
     # A failed request is a normal outcome here, not a crash: no Rust backtrace for each one.
     environ.setdefault("RUST_LIB_BACKTRACE", "0")
