@@ -15,10 +15,13 @@ same request; by default each is stopped here:
   included (`StderrGuard`).
 - the loader logs a failed `execute` once per batch (Triton's line); the bridge's per-request
   line carries the same text (`_DuplicateFailureFilter`).
-`--log-verbose 1` brings Dynamo's and the loader's lines back.
+`--log-verbose 1` brings Dynamo's and the loader's lines back (not the tracebacks: the bridge's
+own line says the same).
 
-Text a client chose (request ids, input names, anything a model echoes) is escaped: no raw NUL,
-no terminal escape sequence, no forged line reaches the log. Colour only on a terminal.
+Text a client chose (request ids, input names, anything a model echoes) is escaped: the failure
+line escapes every non-printable character, newlines included, and cuts long strings
+(`printable`); every other line has its control characters but newline and tab escaped, so no
+raw NUL or terminal escape sequence reaches the log. Colour only on a terminal.
 """
 
 from __future__ import annotations
