@@ -13,7 +13,7 @@ import uvloop
 
 from model_repository_loader.config import ConfigOptions
 
-from .logs import configure_logging
+from .logs import configure_dynamo_logging, configure_logging
 
 log = logging.getLogger("dynamo_bridge")
 
@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--grpc-address",
         dest="host",
         default="127.0.0.1",
-        help="address to serve on (default 127.0.0.1)",
+        help="address to serve on (default 127.0.0.1); Dynamo 1.6's frontend binds every "
+        "interface whatever this says, and the bridge warns at start-up",
     )
     p.add_argument(
         "--metrics-port",
@@ -134,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         metavar="LEVEL",
-        help="1 or more shows verbose (debug) lines, pb_utils.Logger.log_verbose included",
+        help="1 or more shows verbose (debug) lines, pb_utils.Logger.log_verbose included, and "
+        "Dynamo's per-request lines",
     )
     return p
 
@@ -143,10 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.log_verbose)
-    # Dynamo reads DYN_LOG when it is first imported; its INFO level logs ~5 lines per request.
-    os.environ.setdefault("DYN_LOG", "warn")
-    # A failed request is a normal outcome here, not a crash: no Rust backtrace for each one.
-    os.environ.setdefault("RUST_LIB_BACKTRACE", "0")
+    # Before Dynamo's runtime starts: it reads its logging settings once.
+    configure_dynamo_logging(args.log_verbose, os.environ)
     from .control import MODEL_REPOSITORY, parse_restricted_api
     from .server import ServerOptions, StartupError, serve
 

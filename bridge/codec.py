@@ -16,6 +16,7 @@ import numpy as np
 
 from model_repository_loader.inference import InferRequest
 from model_repository_loader.pb_utils import InferenceResponse, Tensor
+from model_repository_loader.validation import RequestError
 
 # Dynamo's datatype names ⇄ KServe's.
 TO_KSERVE = {
@@ -82,20 +83,50 @@ def decode_tensor(tensor: dict[str, Any]) -> Tensor:
 
 
 def decode_request(request: dict[str, Any]) -> InferRequest:
-    """A Dynamo tensor request → the loader's `InferRequest`."""
+    """A Dynamo tensor request → the loader's `InferRequest`.
+
+    Raises RequestError (INVALID_ARG) for a request the frontend let through but no model can
+    take: a reserved parameter of the wrong type, or a tensor that does not decode.
+    """
     parameters = request.get("parameters")
     outputs = request.get("outputs")
+    try:
+        inputs = [decode_tensor(t) for t in request.get("tensors", ())]
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise RequestError(f"malformed inference input: {type(exc).__name__}: {exc}") from None
     return InferRequest(
-        inputs=[decode_tensor(t) for t in request.get("tensors", ())],
+        inputs=inputs,
         requested_outputs=[o["name"] for o in outputs] if outputs else [],
         request_id=request.get("id", "") or "",
         parameters=decode_parameters(parameters) if parameters else {},
     )
 
 
+# Triton's reserved request parameters: the kinds its gRPC front end accepts for each, and the
+# end of its refusal text ("invalid value type for 'sequence_end' parameter, expected
+# bool_param." [S]). The frontend passes them through unchecked (spec dynamo_runtime §1), and the
+# loader converts them (int(timeout), the correlation id), so a wrong kind must stop here.
+_RESERVED_KINDS: dict[str, tuple[frozenset[str], str]] = {
+    "sequence_id": (frozenset({"int64", "uint64", "string"}), "int64_param or string_param"),
+    "sequence_start": (frozenset({"bool"}), "bool_param"),
+    "sequence_end": (frozenset({"bool"}), "bool_param"),
+    "priority": (frozenset({"int64", "uint64"}), "uint64_param"),
+    "timeout": (frozenset({"int64"}), "int64_param"),
+}
+
+
 def decode_parameters(parameters: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """`{name: {'int64': 3}}` → `{name: 3}` (each value carries one typed field)."""
-    return {name: next(iter(value.values())) for name, value in parameters.items()}
+    out = {}
+    for name, value in parameters.items():
+        kind, item = next(iter(value.items()))
+        reserved = _RESERVED_KINDS.get(name)
+        if reserved is not None and kind not in reserved[0]:
+            raise RequestError(
+                f"invalid value type for '{name}' parameter, expected {reserved[1]}."
+            )
+        out[name] = item
+    return out
 
 
 def encode_parameters(parameters: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -1,23 +1,66 @@
-"""Log lines in tritonserver's shape: `I1121 09:23:01.443324 8705 model.py:21] "message"`.
+"""Log lines in tritonserver's shape, and a log an operator can afford.
 
-Users grep Triton logs by that shape; model lines from `pb_utils.Logger` keep the calling model
-file's name and line, and are quoted as Triton quotes them.
+Shape: `I1121 09:23:01.443324 8705 model.py:21] "message"`. Users grep Triton logs by that
+shape; model lines from `pb_utils.Logger` keep the calling model file's name and line, and are
+quoted as Triton quotes them.
+
+Cost: a request that succeeds writes nothing (Triton writes nothing either), and a request
+that fails writes exactly one line, from bridge/errors.py. Four other writers would echo the
+same request; by default each is stopped here:
+- Dynamo's Rust tracing (`dynamo_log_filter`): one `route request completed` line per request
+  (about 486 bytes) and four lines per failure. Dynamo always adds `request_span=trace` after
+  reading DYN_LOG, which replaces a user's `request_span=<level>`; a directive naming a field
+  (`request_span[{request.outcome}]`) is more specific and wins.
+- Dynamo's Python binding prints every exception a handler raises on `sys.stderr`, traceback
+  included (`StderrGuard`).
+- the loader logs a failed `execute` once per batch (Triton's line); the bridge's per-request
+  line carries the same text (`_DuplicateFailureFilter`).
+`--log-verbose 1` brings Dynamo's and the loader's lines back (not the tracebacks: the bridge's
+own line says the same).
+
+Text a client chose (request ids, input names, anything a model echoes) is escaped: the failure
+line escapes every non-printable character, newlines included, and cuts long strings
+(`printable`); every other line has its control characters but newline and tab escaped, so no
+raw NUL or terminal escape sequence reaches the log. Colour only on a terminal.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
+import sys
+import threading
 import time
+from collections.abc import MutableMapping
+from typing import Any, TextIO
 
 from model_repository_loader.pb_utils.logger import LOGGER_NAME
+
+# Control characters other than newline and tab, DEL, and the C1 controls: as \xNN.
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)] if c not in (9, 10)}
+
+
+def printable(text: str, limit: int = 256) -> str:
+    """`text` on one line, escaped like repr() (no quotes), cut after `limit` characters.
+
+    For strings a client chose: a NUL, an ANSI colour code or a newline cannot reach the log
+    raw, and a 10 KB request id costs `limit` characters plus "…(N more)".
+    """
+    cut = len(text) - limit
+    if cut > 0:
+        text = text[:limit]
+    if not text.isprintable() or "\\" in text:
+        text = "".join(c if c.isprintable() and c != "\\" else repr(c)[1:-1] for c in text)
+    return f"{text}…({cut} more)" if cut > 0 else text
 
 
 class TritonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%m%d %H:%M:%S", time.localtime(record.created))
         micros = int((record.created % 1) * 1_000_000)
-        message = record.getMessage()
+        # Lines may hold text a client or a model chose: never a raw control character.
+        message = record.getMessage().translate(_CONTROL)
         if record.name == LOGGER_NAME:
             message = f'"{message}"'
         # Triton has no debug letter: its verbose lines print as `I` [V].
@@ -27,14 +70,131 @@ class TritonFormatter(logging.Formatter):
             f"{record.filename}:{record.lineno}] {message}"
         )
         if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
+            line += "\n" + self.formatException(record.exc_info).translate(_CONTROL)
         return line
+
+
+# The loader's text for a failed execute (Triton's, verified); the bridge logs it per request.
+_FAILURE_PREFIX = "Failed to process the request(s) for model "
+
+
+class _DuplicateFailureFilter(logging.Filter):
+    """Drops the loader's per-batch execute failure line: errors.py logs it per request."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            record.name == "model_repository_loader.execution"
+            and record.levelno == logging.ERROR
+            and isinstance(record.args, tuple)
+            and len(record.args) == 1
+            and str(record.args[0]).startswith(_FAILURE_PREFIX)
+        )
+
+
+class StderrGuard:
+    """`sys.stderr`, minus Dynamo's printout of exceptions the bridge has already logged.
+
+    Dynamo's Python binding (ai-dynamo-runtime 1.6) calls `PyErr_Display` for every exception
+    a request handler raises: a traceback and the raw message on `sys.stderr`, from one of its
+    own threads, where no Python frame is on the stack. Text written from such a place is held
+    until the `flush()` that ends every printout, then dropped if it is the printout of an
+    exception class that bridge/errors.py raises after logging the request's one line; any
+    other printout (an unexpected exception, a crash) passes through unchanged.
+    """
+
+    # How errors.py's classes print: `<module>.<qualname>: <message>` at a line start.
+    _REPORTED = re.compile(r"^bridge\.errors\.Reported\w*: ", re.MULTILINE)
+    _HOLD_LIMIT = 1 << 16  # never hold more than this; pass it through
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._held: dict[int, list[str]] = {}
+
+    def write(self, text: str) -> int:
+        if not _native_caller():
+            return self._stream.write(text)
+        held = self._held.setdefault(threading.get_ident(), [])
+        held.append(text)
+        if sum(map(len, held)) > self._HOLD_LIMIT:
+            self._release(passthrough=True)
+        return len(text)
+
+    def flush(self) -> None:
+        self._release()
+        self._stream.flush()
+
+    def _release(self, passthrough: bool = False) -> None:
+        held = self._held.pop(threading.get_ident(), None)
+        if held:
+            text = "".join(held)
+            if passthrough or not self._REPORTED.search(text):
+                self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _native_caller() -> bool:
+    """True when the caller of `StderrGuard.write` is C code with no Python frame above it."""
+    try:
+        sys._getframe(2)
+    except ValueError:
+        return True
+    return False
 
 
 def configure_logging(verbose: int) -> None:
     """Our lines at INFO (DEBUG with --log-verbose ≥ 1) on stderr, in Triton's shape."""
-    handler = logging.StreamHandler()
+    stream = sys.stderr
+    if isinstance(stream, StderrGuard):
+        stream = stream._stream
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(TritonFormatter())
+    if verbose <= 0:
+        handler.addFilter(_DuplicateFailureFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose > 0 else logging.INFO)
+    sys.stderr = StderrGuard(stream)  # type: ignore[assignment]
+
+
+# Dynamo's per-request lines, off unless --log-verbose ≥ 1 or DYN_LOG names the target.
+QUIET_DYNAMO_TARGETS = {
+    # `route request completed` (INFO) and `route request failed` (WARN), one per request, and
+    # `request cancellation received` (INFO), one per failed or cancelled request.
+    "request_span[{request.outcome}]": "error",
+    "request_span[{request_id}]": "error",
+    # `request completed ... status=error` (ERROR), one per failed request.
+    "dynamo_llm::http::service::metrics[{error_detail}]": "off",
+    # `Failed to fold completions stream: <the error>` (ERROR), one per failed request.
+    "dynamo_llm::grpc::service::kserve": "off",
+    # `Stream closed unexpectedly; issuing cancellation` (WARN), per failure or client cancel.
+    "dynamo_llm::http::service::disconnect": "error",
+}
+
+
+def dynamo_log_filter(verbose: int, user_filter: str | None) -> str:
+    """The DYN_LOG to give Dynamo: the user's (default `warn`) plus the quiet targets.
+
+    A target the user names in DYN_LOG is left as the user set it.
+    """
+    base = user_filter if user_filter else "warn"
+    if verbose > 0:
+        return base
+    named = {part.split("=")[0].split("[")[0].strip() for part in base.split(",")}
+    extra = [
+        f"{target}={level}"
+        for target, level in QUIET_DYNAMO_TARGETS.items()
+        if target.split("[")[0] not in named
+    ]
+    return ",".join([base, *extra])
+
+
+def configure_dynamo_logging(verbose: int, environ: MutableMapping[str, str]) -> None:
+    """Set Dynamo's logging variables; it reads them once, when its runtime starts."""
+    environ["DYN_LOG"] = dynamo_log_filter(verbose, environ.get("DYN_LOG"))
+    # Dynamo colours its lines unless told not to, terminal or not (https://no-color.org too).
+    if environ.get("NO_COLOR") or not sys.stderr.isatty():
+        environ.setdefault("DYN_SDK_DISABLE_ANSI_LOGGING", "1")
+    # A failed request is a normal outcome here, not a crash: no Rust backtrace for each one.
+    environ.setdefault("RUST_LIB_BACKTRACE", "0")

@@ -159,7 +159,18 @@ async def serve(options: ServerOptions) -> None:
     frontend = asyncio.ensure_future(
         run_grpc_frontend(runtime, options.grpc_port, options.metrics_port, options.host)
     )
-    log.info("serving KServe gRPC on %s:%d", options.host, options.grpc_port)
+    # Dynamo 1.6's KServe frontend listens on every interface whatever `http_host` says (seen
+    # with `ss -ltnp`), its metrics port too. Print the real address, and say it loudly.
+    if options.host not in ("0.0.0.0", "::"):
+        log.warning(
+            "--host %s is not honoured: Dynamo's KServe frontend binds gRPC (port %d) and "
+            "metrics (port %d) on every interface (0.0.0.0), so both are reachable from other "
+            "hosts; restrict them with a firewall or a network namespace",
+            options.host,
+            options.grpc_port,
+            options.metrics_port,
+        )
+    log.info("serving KServe gRPC on 0.0.0.0:%d (all interfaces)", options.grpc_port)
     stopped = asyncio.ensure_future(stop.wait())
     await asyncio.wait({frontend, stopped}, return_when=asyncio.FIRST_COMPLETED)
     if frontend.done() and frontend.exception() is not None:

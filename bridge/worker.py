@@ -22,6 +22,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from model_repository_loader.model import Model
 from model_repository_loader.pb_utils import InferenceResponse, TritonError
+from model_repository_loader.validation import RequestError
 
 from .codec import (
     TO_DYNAMO,
@@ -30,7 +31,7 @@ from .codec import (
     encode_response,
     wants_empty_final_response,
 )
-from .errors import to_dynamo_exception
+from .errors import request_failed
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,12 @@ class ModelWorker:
         empty_final = self._decoupled and wants_empty_final_response(request)
         responses = _Responses(loop, self.name)
         model = self._serving_model() or self.model
-        pending = model.submit(decode_request(request), responses.respond)
+        try:
+            infer_request = decode_request(request)
+        except RequestError as exc:
+            error = TritonError(exc.message, exc.code)
+            raise request_failed(self.name, request.get("id") or "", error) from None
+        pending = model.submit(infer_request, responses.respond)
         watching = context is not None and pending is not None
         if watching:
             self._cancellations.watch(loop, responses, context)
@@ -192,7 +198,7 @@ class ModelWorker:
                     # Dynamo ends the request at an error, even one the model sent mid-stream
                     # (stream_error_ends_request): the model is told by cancellation below.
                     finished = final
-                    raise to_dynamo_exception(item)
+                    raise request_failed(self.name, request.get("id") or "", item)
                 if item is not None:
                     yield item
                 elif final and empty_final:

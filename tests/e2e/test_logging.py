@@ -1,15 +1,21 @@
-"""pb_utils.Logger lines in the bridge log: Triton's shape, the model file's name and line.
+"""The bridge log: Triton's line shape, and what each request costs in it.
 
-Triton [V] (spec §1.9): `I1121 09:23:01.443324 8705 model.py:21] "info msg"`; verbose lines only
-with `--log-verbose` ≥ 1, and then with the letter `I` like info lines (seen on Triton 2.51 with
-the `chatty` model: `I… model.py:23] "chatty-execute-verbose"`).
+pb_utils.Logger lines: Triton [V] (spec §1.9): `I1121 09:23:01.443324 8705 model.py:21] "info msg"`;
+verbose lines only with `--log-verbose` ≥ 1, and then with the letter `I` like info lines (seen on
+Triton 2.51 with the `chatty` model: `I… model.py:23] "chatty-execute-verbose"`).
+
+Cost (issue 16): a successful request writes nothing, a failed one exactly one line with the
+client's strings escaped and cut; no colour codes in a log that is not a terminal; the start-up
+lines never claim a bind address that is not the real one.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+from tritonclient.utils import InferenceServerException
 
 from tests.e2e.support import SERVING, fp32_input, line_of, wait_until
 
@@ -78,3 +84,99 @@ def test_verbose_lines_shown_with_log_verbose(verbose, message: str) -> None:
     # Triton prints verbose lines with the INFO letter [V].
     pattern = log_line("I", message)
     wait_until(lambda: pattern.search(verbose.log_text), f"the {message!r} line")
+
+
+# -- what a request costs in the log (issue 16) ---------------------------------------------------
+
+
+def lines_since(server, start: int, marker: str) -> list[str]:
+    """The log's lines after offset `start`, once a line holding `marker` has been written.
+
+    Lines are written in order by one process, so a later request's line coming out means the
+    earlier requests' lines (if any) are already there.
+    """
+    wait_until(lambda: marker in server.log_text[start:], f"{marker!r} in the log")
+    return server.log_text[start:].splitlines()
+
+
+def fail_echo(server, request_id: str, input_name: str = "NOPE") -> None:
+    """A request the bridge refuses (INVALID_ARG: echo has no input `input_name`)."""
+    with pytest.raises(InferenceServerException):
+        server.client().infer("echo", [fp32_input([1.0], input_name)], request_id=request_id)
+
+
+def test_successful_requests_write_no_lines(quiet) -> None:
+    start = len(quiet.log_text)
+    client = quiet.client()
+    for n in range(20):
+        client.infer("echo", [fp32_input([float(n)])], request_id=f"ok-{n}")
+    # chatty's own lines mark the point by which the echo requests' lines would be out.
+    call_chatty(quiet, "after-the-good-ones")
+    lines = lines_since(quiet, start, "chatty-execute-error")
+    assert all('] "chatty-execute-' in line for line in lines), "\n".join(lines)
+
+
+@pytest.mark.parametrize(
+    "model, request_id, input_name, code",
+    [
+        # The bridge refuses it: the message echoes the input name.
+        ("echo", "bad\x00\x1b[31mred\x1b[0m", "IN\x00\x1b[31mPUT", "INVALID_ARG"),
+        # The model raises: the message spans lines ("At:" and the model's stack).
+        ("flaky", "raise\x00\x1b[31m", "INPUT0", "INTERNAL"),
+    ],
+)
+def test_failed_request_writes_one_escaped_line(
+    quiet, model: str, request_id: str, input_name: str, code: str
+) -> None:
+    start = len(quiet.log_text)
+    with pytest.raises(InferenceServerException):
+        quiet.client().infer(model, [fp32_input([-1.0], input_name)], request_id=request_id)
+    escaped_id = request_id.replace("\x00", "\\x00").replace("\x1b", "\\x1b")
+    lines = lines_since(quiet, start, escaped_id)
+    assert len(lines) == 1, "\n".join(lines)
+    (line,) = lines
+    assert re.match(r"^[WE]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ errors\.py:\d+\] request failed: ", line)
+    assert f"model '{model}'" in line and f"id '{escaped_id}'" in line and f" {code}: " in line
+    if input_name != "INPUT0":
+        assert "IN\\x00\\x1b[31mPUT" in line
+    assert "\x00" not in line and "\x1b" not in line
+
+
+def test_client_strings_are_cut(quiet) -> None:
+    start = len(quiet.log_text)
+    fail_echo(quiet, "long-" + "x" * 10_000, input_name="Y" * 10_000)
+    (line,) = lines_since(quiet, start, "long-")
+    assert "…(9749 more)" in line  # the id: 256 characters kept of 10,005
+    assert len(line) < 1_500, len(line)  # the message is cut too
+
+
+def test_no_colour_when_the_log_is_not_a_terminal(verbose) -> None:
+    # With --log-verbose Dynamo writes its per-request lines; the log here is a file.
+    start = len(verbose.log_text)
+    verbose.client().infer("echo", [fp32_input([1.0])], request_id="colourless")
+    lines_since(verbose, start, "route request completed")
+    assert "\x1b[" not in verbose.log_text
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local IPv4 addresses listening on `port`, from /proc/net/tcp (what `ss -ltn` reads)."""
+    found = set()
+    for row in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = row.split()[1], row.split()[3]
+        address, hex_port = local.split(":")
+        if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+            found.add(".".join(str(b) for b in reversed(bytes.fromhex(address))))
+    return found
+
+
+def test_startup_lines_tell_the_real_bind_address(quiet) -> None:
+    port = quiet.grpc_port
+    assert listening_addresses(port) == {"0.0.0.0"}  # Dynamo 1.6 ignores http_host
+    text = quiet.log_text
+    assert re.search(
+        r"^W\d{4} .*\] --host 127\.0\.0\.1 is not honoured: .* every interface \(0\.0\.0\.0\)",
+        text,
+        re.MULTILINE,
+    )
+    assert f"serving KServe gRPC on 0.0.0.0:{port}" in text
+    assert f"127.0.0.1:{port}" not in text

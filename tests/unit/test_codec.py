@@ -11,6 +11,8 @@ import pytest
 
 from bridge.codec import decode_request, decode_tensor, encode_response, encode_tensor
 from model_repository_loader.pb_utils import InferenceResponse, Tensor
+from model_repository_loader.pb_utils.errors import ErrorCode
+from model_repository_loader.validation import RequestError
 
 
 def wire(name: str, data_type: str, shape: list[int], values: list) -> dict:
@@ -126,3 +128,49 @@ def test_response_carries_tensors_and_typed_parameters():
     assert out["tensors"][0]["data"]["values"] == [1, 2]
     assert out["parameters"] == {"done": {"bool": True}, "n": {"int64": 2}, "tag": {"string": "x"}}
     assert "parameters" not in encode_response("m", InferenceResponse([]))
+
+
+# -- malformed requests the frontend lets through (issue 16) --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("timeout", {"string": "soon"}, "int64_param"),
+        ("timeout", {"double": float("inf")}, "int64_param"),
+        ("priority", {"string": "high"}, "uint64_param"),
+        ("sequence_id", {"double": 1.5}, "int64_param or string_param"),
+        ("sequence_start", {"int64": 1}, "bool_param"),
+        ("sequence_end", {"string": "true"}, "bool_param"),
+    ],
+)
+def test_reserved_parameter_of_the_wrong_kind_is_invalid_arg(name, value, expected):
+    with pytest.raises(RequestError) as caught:
+        decode_request({"tensors": [], "parameters": {name: value}})
+    assert str(caught.value) == f"invalid value type for '{name}' parameter, expected {expected}."
+    assert caught.value.code == ErrorCode.INVALID_ARG
+
+
+def test_reserved_parameters_of_the_right_kinds_and_custom_ones_pass():
+    parameters = {
+        "timeout": {"int64": 5},
+        "priority": {"uint64": 2},
+        "sequence_id": {"string": "s"},
+        "sequence_start": {"bool": True},
+        "custom": {"double": 1.5},
+    }
+    request = decode_request({"tensors": [], "parameters": parameters})
+    assert request.parameters == {
+        "timeout": 5,
+        "priority": 2,
+        "sequence_id": "s",
+        "sequence_start": True,
+        "custom": 1.5,
+    }
+
+
+def test_undecodable_tensor_is_invalid_arg():
+    broken = wire("X", "Float32", [3], [1.0, 2.0])  # 2 values for 3 elements
+    with pytest.raises(RequestError) as caught:
+        decode_request({"tensors": [broken]})
+    assert str(caught.value).startswith("malformed inference input: ValueError: ")
