@@ -51,7 +51,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-port",
         type=int,
         default=8002,
-        help="port of the Dynamo frontend's /metrics and /health (default 8002)",
+        help="port of /metrics (Triton's nv_inference_*, custom metrics and Dynamo's frontend "
+        "metrics) and of the frontend's /health and /live (default 8002)",
+    )
+    p.add_argument(
+        "--allow-metrics",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="BOOL",
+        help="serve the metrics port (default true)",
+    )
+    p.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        metavar="ADDRESS",
+        help="address of the metrics port (default 127.0.0.1)",
+    )
+    p.add_argument(
+        "--metrics-config",
+        dest="metrics_config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="as tritonserver: summary_latencies=true (quantile summaries), "
+        "counter_latencies=false, histogram_latencies=true; repeat for several",
     )
     p.add_argument(
         "--strict-model-config",
@@ -133,12 +158,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("DYN_LOG", "warn")
     # A failed request is a normal outcome here, not a crash: no Rust backtrace for each one.
     os.environ.setdefault("RUST_LIB_BACKTRACE", "0")
+    from .metrics.triton import parse_metrics_config
     from .server import ServerOptions, StartupError, serve
+
+    try:
+        metrics_config = parse_metrics_config(args.metrics_config)
+    except ValueError as exc:
+        build_parser().error(str(exc))
 
     options = ServerOptions(
         model_repositories=args.model_repositories,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
+        allow_metrics=args.allow_metrics,
+        metrics_address=args.metrics_address,
+        metrics_config=metrics_config,
         host=args.host,
         exit_on_error=args.exit_on_error,
         model_control_mode=args.model_control_mode,

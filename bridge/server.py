@@ -24,11 +24,14 @@ from dynamo.runtime import DistributedRuntime
 from model_repository_loader import pb_utils, repository
 from model_repository_loader.config import ConfigOptions
 from model_repository_loader.loader import LoadedRepository, ModelStatus, load_repository
+from model_repository_loader.pb_utils import metrics as custom_metrics
 
 from . import heap
 from .control import ControlServer
 from .frontend import run_grpc_frontend
 from .manager import ManagerOptions, ModelControl, ModelManager, digests_of
+from .metrics.server import MetricsServer, free_loopback_port
+from .metrics.triton import MetricsConfig, TritonMetrics
 from .reload import RepositoryWatcher
 from .status_table import format_status_table
 
@@ -40,6 +43,9 @@ class ServerOptions:
     model_repositories: list[Path]
     grpc_port: int = 8001
     metrics_port: int = 8002
+    allow_metrics: bool = True
+    metrics_address: str = "127.0.0.1"
+    metrics_config: MetricsConfig = field(default_factory=MetricsConfig)
     host: str = "127.0.0.1"
     namespace: str = "dynamo_bridge"
     exit_on_error: bool = False
@@ -107,6 +113,9 @@ async def serve(options: ServerOptions) -> None:
 
     _pin_request_plane_to_loopback()
     runtime = DistributedRuntime(loop, "mem", "tcp")
+    # Dynamo's frontend serves its own HTTP port; it moves to a private loopback port and the
+    # bridge serves --metrics-port itself, adding its frontend's metrics (bridge/metrics/).
+    frontend_port = free_loopback_port()
     manager = ModelManager(
         runtime,
         ManagerOptions(
@@ -114,7 +123,7 @@ async def serve(options: ServerOptions) -> None:
             loader=options.loader,
             namespace=options.namespace,
             mode=mode,
-            frontend_metrics_port=options.metrics_port,
+            frontend_metrics_port=frontend_port,
         ),
         loaded,
     )
@@ -145,12 +154,23 @@ async def serve(options: ServerOptions) -> None:
             "through pb_utils.load_model"
         )
 
+    metrics_server: MetricsServer | None = None
+    if options.allow_metrics:
+        triton_metrics = TritonMetrics(lambda: manager.repository.models, options.metrics_config)
+        metrics_server = MetricsServer(
+            options.metrics_address,
+            options.metrics_port,
+            [triton_metrics.render, custom_metrics.render_prometheus],
+            frontend_port,
+        )
+        await metrics_server.start()
+
     heap.freeze()  # everything loaded so far lives as long as the server (heap.py)
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     frontend = asyncio.ensure_future(
-        run_grpc_frontend(runtime, options.grpc_port, options.metrics_port, options.host)
+        run_grpc_frontend(runtime, options.grpc_port, frontend_port, options.host)
     )
     log.info("serving KServe gRPC on %s:%d", options.host, options.grpc_port)
     stopped = asyncio.ensure_future(stop.wait())
@@ -164,6 +184,8 @@ async def serve(options: ServerOptions) -> None:
     if control_server is not None:
         await control_server.stop()
     await manager.close()
+    if metrics_server is not None:
+        await metrics_server.stop()
     pb_utils.set_model_control(None)
     await asyncio.sleep(0.2)  # let the last responses leave through the frontend
     runtime.shutdown()

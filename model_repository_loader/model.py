@@ -78,9 +78,14 @@ class ModelVersion:
         self._scheduler: Scheduler = build_scheduler(
             config,
             self.instances,
-            lambda instance, batch: instance.run_batch(batch, self.decoupled),
+            self._run_batch,
             self.stats,
         )
+
+    def _run_batch(self, instance: ModelInstance | IsolatedInstance, batch: list[Pending]) -> None:
+        for pending in batch:  # out of the queue gauge as execute starts (Triton's "pending")
+            pending.left_queue()
+        instance.run_batch(batch, self.decoupled)
 
     @property
     def ready(self) -> bool:
@@ -115,6 +120,8 @@ class ModelVersion:
             # own re-entry point when it has one (the sequence batcher keeps the slot).
             pending.requeue = getattr(self._scheduler, "reschedule", self._scheduler.enqueue)
         params = request.parameters
+        pending.queued = True
+        self.stats.queue_changed(1)
         self._scheduler.enqueue(pending, _priority(params) if params else 0)
         return pending
 

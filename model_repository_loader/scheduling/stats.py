@@ -4,13 +4,24 @@ The schedulers record into a `ModelStats`; a metrics or statistics endpoint read
 Durations are nanoseconds, as in Triton. `inference_count` sums the batch sizes of successful
 requests, `execution_count` counts `execute` calls, and `batch_stats` is keyed by the summed batch
 size of one `execute` call.
+
+For Triton's Prometheus metrics the stats also keep: failures by Triton's reason (`REJECTED`,
+`CANCELED`, `BACKEND`, `OTHER`), the number of requests waiting in the queue (`queued`, a gauge),
+and the latest per-request latencies (`recent`, a bounded window for quantile summaries).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
+
+# Triton's failure reasons (label `reason` of nv_inference_request_failure) [V on 2.51].
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+# Latency samples kept per kind for quantiles: enough for a scrape interval of a busy model,
+# small enough to sort at scrape time. Kinds: request, queue, compute_input/infer/output.
+RECENT_SAMPLES = 4096
 
 
 @dataclass(slots=True)
@@ -47,6 +58,8 @@ class StatsSnapshot:
     compute_infer: Duration
     compute_output: Duration
     batch_stats: list[BatchStats]
+    failures: dict[str, int] = field(default_factory=dict)  # by reason; every reason present
+    queued: int = 0
 
 
 class ModelStats:
@@ -64,16 +77,36 @@ class ModelStats:
         self._compute_infer = Duration()
         self._compute_output = Duration()
         self._batches: dict[int, BatchStats] = {}
+        self._failures = dict.fromkeys(FAILURE_REASONS, 0)
+        self._queued = 0
+        # (monotonic ns when recorded, duration ns) per latency kind, newest last.
+        self.recent: dict[str, deque[tuple[int, int]]] = {
+            kind: deque(maxlen=RECENT_SAMPLES)
+            for kind in ("request", "queue", "compute_input", "compute_infer", "compute_output")
+        }
 
-    def record_request(self, ok: bool, batch_size: int, duration_ns: int) -> None:
-        """A request got its final response: `duration_ns` from arrival to that response."""
+    def record_request(
+        self, ok: bool, batch_size: int, duration_ns: int, reason: str = "BACKEND"
+    ) -> None:
+        """A request got its final response: `duration_ns` from arrival to that response.
+
+        A failed request counts under `reason`, one of FAILURE_REASONS.
+        """
+        now = time.monotonic_ns()
         with self._lock:
             self._last_inference_ms = time.time_ns() // 1_000_000
             if ok:
                 self._success.add(duration_ns)
                 self._inference_count += batch_size
+                self.recent["request"].append((now, duration_ns))
             else:
                 self._fail.add(duration_ns)
+                self._failures[reason if reason in self._failures else "OTHER"] += 1
+
+    def queue_changed(self, delta: int) -> None:
+        """`delta` requests entered (+) or left (-) the scheduler's queue."""
+        with self._lock:
+            self._queued += delta
 
     def record_execution(
         self,
@@ -103,6 +136,22 @@ class ModelStats:
             stats.compute_input.add(input_ns)
             stats.compute_infer.add(infer_ns)
             stats.compute_output.add(output_ns)
+            now = time.monotonic_ns()
+            each_queue = queue_ns // requests if requests else 0
+            for kind, ns in (
+                ("queue", each_queue),
+                ("compute_input", input_ns),
+                ("compute_infer", infer_ns),
+                ("compute_output", output_ns),
+            ):
+                window = self.recent[kind]
+                for _ in range(requests):
+                    window.append((now, ns))
+
+    def recent_values(self, kind: str, since_ns: int) -> list[int]:
+        """The latencies of `kind` recorded at or after monotonic `since_ns`, in ns."""
+        with self._lock:
+            return [ns for at, ns in self.recent[kind] if at >= since_ns]
 
     def snapshot(self) -> StatsSnapshot:
         """A consistent copy of every counter."""
@@ -130,4 +179,6 @@ class ModelStats:
                     )
                     for _, b in sorted(self._batches.items())
                 ],
+                failures=dict(self._failures),
+                queued=self._queued,
             )
