@@ -78,14 +78,9 @@ class ModelVersion:
         self._scheduler: Scheduler = build_scheduler(
             config,
             self.instances,
-            self._run_batch,
+            lambda instance, batch: instance.run_batch(batch, self.decoupled),
             self.stats,
         )
-
-    def _run_batch(self, instance: ModelInstance | IsolatedInstance, batch: list[Pending]) -> None:
-        for pending in batch:  # out of the queue gauge as execute starts (Triton's "pending")
-            pending.left_queue()
-        instance.run_batch(batch, self.decoupled)
 
     @property
     def ready(self) -> bool:
