@@ -49,6 +49,8 @@ class RequestStats(Protocol):
 
     def queue_changed(self, delta: int) -> None: ...
 
+    def record_first_response(self, duration_ns: int) -> None: ...
+
 
 # Triton's failure reason for a request the server failed with this code; a model's own error
 # response (a TritonError in an InferenceResponse) counts as a success, as in Triton [V on 2.51].
@@ -83,6 +85,7 @@ class Pending:
         "batch_size",
         "arrival_ns",
         "queued",
+        "_answered",
         "_respond",
         "_finish",
         "_closed",
@@ -108,6 +111,7 @@ class Pending:
         self.batch_size = 1
         self.arrival_ns = time.monotonic_ns()
         self.queued = False
+        self._answered = False
         self.request = build_request(self)
 
     @property
@@ -168,6 +172,9 @@ class Pending:
             if self._closed:
                 return False
             self._closed = final
+            first, self._answered = not self._answered, True
+        if first and self.stats is not None:
+            self.stats.record_first_response(time.monotonic_ns() - self.arrival_ns)
         if final and self.stats is not None:
             self.left_queue()
             self.stats.record_request(

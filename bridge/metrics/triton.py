@@ -6,6 +6,10 @@ metrics port [V]: counters in whole microseconds, labels `model` and `version`, 
 an exception in `execute` as BACKEND), and the `nv_inference_pending_request_count` gauge.
 With `summary_latencies=true` the `*_summary_us` families add quantiles 0.5/0.9/0.95/0.99/0.999
 over the last 60 s, as Triton's defaults; their `_count` and `_sum` match the counters.
+With `histogram_latencies=true`, decoupled models get `nv_inference_first_response_histogram_ms`
+(time to a request's first response). Triton 2.51 accepts the setting and shows nothing [V];
+the family, decoupled-only, is that of later releases, and its default buckets
+(FIRST_RESPONSE_BUCKETS_MS) are not verified against an oracle.
 
 The renderer holds no registry of its own: it reads the models it is given at each scrape, so a
 model that unloads is gone from the next scrape and a reloaded one starts again from zero.
@@ -19,7 +23,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from model_repository_loader.scheduling.stats import FAILURE_REASONS, ModelStats, StatsSnapshot
+from model_repository_loader.scheduling.stats import (
+    FAILURE_REASONS,
+    FIRST_RESPONSE_BUCKETS_MS,
+    ModelStats,
+    StatsSnapshot,
+)
 
 # prometheus-cpp's Summary defaults as Triton uses them: a 60 s sliding window.
 SUMMARY_QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999)
@@ -129,6 +138,8 @@ def parse_metrics_config(items: Iterable[str]) -> MetricsConfig:
 
 
 Models = Callable[[], Mapping[str, Any]]
+# model, version, its stats, a snapshot of them, decoupled
+Row = tuple[str, str, ModelStats, StatsSnapshot, bool]
 
 
 class TritonMetrics:
@@ -152,7 +163,7 @@ class TritonMetrics:
             "nv_inference_request_success",
             "counter",
             "Number of successful inference requests, all batch sizes",
-            [(_labels(m, v), s.success.count) for m, v, _, s in rows],
+            [(_labels(m, v), s.success.count) for m, v, _, s, _ in rows],
         )
         _family(
             lines,
@@ -161,7 +172,7 @@ class TritonMetrics:
             "Number of failed inference requests, all batch sizes",
             [
                 (_labels(m, v, reason=r), s.failures.get(r, 0))
-                for m, v, _, s in rows
+                for m, v, _, s, _ in rows
                 for r in FAILURE_REASONS
             ],
         )
@@ -173,28 +184,31 @@ class TritonMetrics:
                 name,
                 "counter",
                 help_text,
-                [(_labels(m, v), value(s)) for m, v, _, s in rows],
+                [(_labels(m, v), value(s)) for m, v, _, s, _ in rows],
             )
         _family(
             lines,
             "nv_inference_pending_request_count",
             "gauge",
             "Instantaneous number of pending requests awaiting execution per-model.",
-            [(_labels(m, v), s.queued) for m, v, _, s in rows],
+            [(_labels(m, v), s.queued) for m, v, _, s, _ in rows],
         )
+        if self.config.histogram_latencies:
+            _first_response_histogram(lines, [r for r in rows if r[4]])
         if self.config.summary_latencies:
             since = time.monotonic_ns() - int(SUMMARY_WINDOW_S * 1e9)
             for name, kind, help_text, duration in _SUMMARIES:
                 _summary(lines, name, help_text, rows, kind, duration, since)
         return "".join(line + "\n" for line in lines)
 
-    def _snapshots(self) -> list[tuple[str, str, ModelStats, StatsSnapshot]]:
+    def _snapshots(self) -> list[Row]:
         rows = []
         for name, model in sorted(self._models().items()):
             for version, served in sorted(getattr(model, "versions", {}).items()):
                 stats = getattr(served, "stats", None)
                 if isinstance(stats, ModelStats):
-                    rows.append((name, str(version), stats, stats.snapshot()))
+                    decoupled = bool(getattr(served, "decoupled", False))
+                    rows.append((name, str(version), stats, stats.snapshot(), decoupled))
         return rows
 
 
@@ -222,7 +236,7 @@ def _summary(
     lines: list[str],
     name: str,
     help_text: str,
-    rows: list[tuple[str, str, ModelStats, StatsSnapshot]],
+    rows: list[Row],
     kind: str,
     duration: Callable[[StatsSnapshot], Any],
     since_ns: int,
@@ -231,7 +245,7 @@ def _summary(
         return
     lines.append(f"# HELP {name} {help_text}")
     lines.append(f"# TYPE {name} summary")
-    for model, version, stats, snapshot in rows:
+    for model, version, stats, snapshot, _ in rows:
         labels = _labels(model, version)
         total = duration(snapshot)
         lines.append(f"{name}_count{{{labels}}} {total.count}")
@@ -247,3 +261,22 @@ def _quantile(values: list[int], q: float) -> str:
         return "Nan"
     index = min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))
     return str(values[index] // 1000)
+
+
+def _first_response_histogram(lines: list[str], rows: list[Row]) -> None:
+    if not rows:
+        return
+    name = "nv_inference_first_response_histogram_ms"
+    lines.append(f"# HELP {name} Duration from request to first response in milliseconds")
+    lines.append(f"# TYPE {name} histogram")
+    for model, version, _, snapshot, _ in rows:
+        labels = _labels(model, version)
+        first = snapshot.first_response
+        # prometheus-cpp's order: _count, _sum, then the cumulative buckets up to +Inf.
+        lines.append(f"{name}_count{{{labels}}} {first.count}")
+        lines.append(f"{name}_sum{{{labels}}} {first.ns // 1_000_000}")
+        cumulative = 0
+        bounds = [f"{b:g}" for b in FIRST_RESPONSE_BUCKETS_MS] + ["+Inf"]
+        for bound, count in zip(bounds, snapshot.first_response_buckets, strict=True):
+            cumulative += count
+            lines.append(f'{name}_bucket{{{labels},le="{bound}"}} {cumulative}')

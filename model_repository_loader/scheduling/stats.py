@@ -19,6 +19,10 @@ from dataclasses import dataclass, field
 
 # Triton's failure reasons (label `reason` of nv_inference_request_failure) [V on 2.51].
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+# Buckets (ms) of the time to a request's first response, Triton's first-response histogram.
+# Triton 2.51 has no such histogram; these are the defaults later releases document
+# (unverified against an oracle).
+FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)
 # Latency samples kept per kind for quantiles: enough for a scrape interval of a busy model,
 # small enough to sort at scrape time. Kinds: request, queue, compute_input/infer/output.
 RECENT_SAMPLES = 4096
@@ -60,6 +64,9 @@ class StatsSnapshot:
     batch_stats: list[BatchStats]
     failures: dict[str, int] = field(default_factory=dict)  # by reason; every reason present
     queued: int = 0
+    # Time to first response: per FIRST_RESPONSE_BUCKETS_MS bucket (+Inf last, not cumulative).
+    first_response: Duration = field(default_factory=Duration)
+    first_response_buckets: list[int] = field(default_factory=list)
 
 
 class ModelStats:
@@ -79,6 +86,8 @@ class ModelStats:
         self._batches: dict[int, BatchStats] = {}
         self._failures = dict.fromkeys(FAILURE_REASONS, 0)
         self._queued = 0
+        self._first = Duration()
+        self._first_buckets = [0] * (len(FIRST_RESPONSE_BUCKETS_MS) + 1)
         # (monotonic ns when recorded, duration ns) per latency kind, newest last.
         self.recent: dict[str, deque[tuple[int, int]]] = {
             kind: deque(maxlen=RECENT_SAMPLES)
@@ -102,6 +111,17 @@ class ModelStats:
             else:
                 self._fail.add(duration_ns)
                 self._failures[reason if reason in self._failures else "OTHER"] += 1
+
+    def record_first_response(self, duration_ns: int) -> None:
+        """A request's first response (final or not) left `duration_ns` after its arrival."""
+        ms = duration_ns / 1e6
+        index = next(
+            (i for i, bound in enumerate(FIRST_RESPONSE_BUCKETS_MS) if ms <= bound),
+            len(FIRST_RESPONSE_BUCKETS_MS),
+        )
+        with self._lock:
+            self._first.add(duration_ns)
+            self._first_buckets[index] += 1
 
     def queue_changed(self, delta: int) -> None:
         """`delta` requests entered (+) or left (-) the scheduler's queue."""
@@ -181,4 +201,6 @@ class ModelStats:
                 ],
                 failures=dict(self._failures),
                 queued=self._queued,
+                first_response=copy(self._first),
+                first_response_buckets=list(self._first_buckets),
             )

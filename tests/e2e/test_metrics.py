@@ -9,14 +9,17 @@ tests/differential/test_diff_metrics.py compares with the real Triton).
 
 from __future__ import annotations
 
+import queue
 import urllib.error
 import urllib.request
 
+import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 
 from tests.e2e.metrics_support import METRICS, rows_input, scrape, send_known_traffic, value
 from tests.e2e.reload_support import control
-from tests.e2e.support import BackgroundInfer, Gate, wait_until
+from tests.e2e.support import REPOSITORIES, WAIT_S, BackgroundInfer, Gate, wait_until
 from tests.harness.ports import free_port
 
 M = {"model": "counted", "version": "1"}
@@ -133,3 +136,30 @@ def test_allow_metrics_false_serves_nothing(bridge_server) -> None:
     assert server.client().is_model_ready("counted")
     with pytest.raises(urllib.error.URLError):
         get(server.metrics_port, "/metrics")
+
+
+def test_first_response_histogram_of_a_decoupled_model(bridge_server) -> None:
+    server = bridge_server(
+        REPOSITORIES / "streaming",
+        "--model-control-mode=explicit",
+        "--load-model=repeat",
+        "--metrics-config=histogram_latencies=true",
+    )
+    client = server.client()
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put(error))
+    tensor = grpcclient.InferInput("IN", [3], "INT32")
+    tensor.set_data_from_numpy(np.array([1, 2, 3], np.int32))
+    client.async_stream_infer("repeat", [tensor])
+    assert [answers.get(timeout=WAIT_S) for _ in range(3)] == [None, None, None]
+    client.stop_stream()
+    labels = {"model": "repeat", "version": "1"}
+    name = "nv_inference_first_response_histogram_ms"
+
+    def counted() -> dict | None:
+        samples = scrape(server.metrics_port)
+        return samples if value(samples, f"{name}_count", **labels) == 1 else None
+
+    samples = wait_until(counted, "the first response to be counted")
+    assert value(samples, f"{name}_bucket", le="+Inf", **labels) == 1
+    assert value(samples, "nv_inference_request_success", **labels) == 1

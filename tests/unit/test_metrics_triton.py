@@ -77,3 +77,27 @@ def test_metrics_config() -> None:
     for bad in ("summary_latencies", "summary_latencies=maybe", "nope=true"):
         with pytest.raises(ValueError):
             parse_metrics_config([bad])
+
+
+def test_first_response_histogram_of_decoupled_models() -> None:
+    models, stats = _models()
+    stats.record_first_response(50_000_000)  # 50 ms
+    stats.record_first_response(3_000_000_000)  # 3 s
+    decoupled = ModelStats()
+    decoupled.record_first_response(700_000_000)
+    models["d"] = SimpleNamespace(versions={1: SimpleNamespace(stats=decoupled, decoupled=True)})
+    text = TritonMetrics(lambda: models, MetricsConfig(histogram_latencies=True)).render()
+    name = "nv_inference_first_response_histogram_ms"
+    lines = [line for line in text.splitlines() if line.startswith(name)]
+    assert lines == [  # only the decoupled model has one
+        f'{name}_count{{model="d",version="1"}} 1',
+        f'{name}_sum{{model="d",version="1"}} 700',
+        f'{name}_bucket{{model="d",version="1",le="100"}} 0',
+        f'{name}_bucket{{model="d",version="1",le="500"}} 0',
+        f'{name}_bucket{{model="d",version="1",le="2000"}} 1',
+        f'{name}_bucket{{model="d",version="1",le="5000"}} 1',
+        f'{name}_bucket{{model="d",version="1",le="+Inf"}} 1',
+    ]
+    assert f"# TYPE {name} histogram" in text
+    assert name not in TritonMetrics(lambda: models).render()  # off by default
+    assert stats.snapshot().first_response_buckets == [1, 0, 0, 1, 0]
