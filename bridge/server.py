@@ -5,6 +5,9 @@ in explicit mode) are loaded first and a status table is printed; a model that f
 reported and skipped unless `--exit-on-error`. Then, by `--model-control-mode`: `poll` watches the
 repositories and swaps changed models with no gap (reload.py, manager.py), `explicit` takes
 load/unload from `--control-port` and `pb_utils.load_model`, `none` serves what loaded.
+The metrics port (`--metrics-port`, bridge/metrics/) serves Triton's `nv_inference_*` metrics,
+the models' custom metrics and Dynamo's frontend metrics; the frontend's own HTTP server runs on a
+private loopback port behind it.
 Shutdown (SIGINT/SIGTERM) stops advertising every model, lets in-flight requests finish, runs
 every instance's `finalize()`, and only then stops the runtime.
 """
