@@ -107,7 +107,9 @@ class MetricsServer:
         if self.frontend_port is None or self._session is None:
             raise web.HTTPNotFound()
         url = f"http://127.0.0.1:{self.frontend_port}{request.rel_url}"
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host",)}
+        headers = {
+            k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS | {"host"}
+        }
         try:
             async with self._session.request(
                 request.method, url, headers=headers, data=await request.read()
