@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-METRICS = __import__("pathlib").Path(__file__).resolve().parents[1] / "repositories" / "metrics"
+METRICS = Path(__file__).resolve().parents[1] / "repositories" / "metrics"
 
 
 def scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
