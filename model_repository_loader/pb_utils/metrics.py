@@ -129,6 +129,7 @@ class MetricRegistry:
         """Forget every family (tests; a fresh process has none)."""
         with self._lock:
             self._families.clear()
+            self._owned.clear()
 
     # -- used by MetricFamily / Metric ------------------------------------------------------
 
