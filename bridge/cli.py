@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="as tritonserver: summary_latencies=true (quantile summaries), "
-        "counter_latencies=false, histogram_latencies=true; repeat for several",
+        "summary_quantiles=Q:E,..., counter_latencies=false, histogram_latencies=true "
+        "(decoupled models' first-response histogram); repeat for several",
     )
     p.add_argument(
         "--strict-model-config",

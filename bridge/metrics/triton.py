@@ -116,6 +116,7 @@ class MetricsConfig:
     counter_latencies: bool = True
     summary_latencies: bool = False
     histogram_latencies: bool = False
+    summary_quantiles: tuple[float, ...] = SUMMARY_QUANTILES
 
 
 def parse_metrics_config(items: Iterable[str]) -> MetricsConfig:
@@ -124,10 +125,13 @@ def parse_metrics_config(items: Iterable[str]) -> MetricsConfig:
     Raises ValueError with the offending setting.
     """
     known = {"counter_latencies", "summary_latencies", "histogram_latencies"}
-    values: dict[str, bool] = {}
+    values: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         key = key.strip()
+        if sep and key == "summary_quantiles":
+            values[key] = _quantiles(value)
+            continue
         if not sep or key not in known:
             raise ValueError(f"unsupported --metrics-config setting '{item}'")
         text = value.strip().lower()
@@ -135,6 +139,17 @@ def parse_metrics_config(items: Iterable[str]) -> MetricsConfig:
             raise ValueError(f"--metrics-config {key} expects true or false, got '{value}'")
         values[key] = text in ("true", "1")
     return MetricsConfig(**values)
+
+
+def _quantiles(text: str) -> tuple[float, ...]:
+    """Triton's "<quantile>:<error>,..." (the error bound is not needed for exact quantiles)."""
+    try:
+        quantiles = tuple(float(part.split(":")[0]) for part in text.strip().strip('"').split(","))
+    except ValueError:
+        quantiles = ()
+    if not quantiles or any(not 0.0 <= q <= 1.0 for q in quantiles):
+        raise ValueError(f"--metrics-config summary_quantiles: cannot read '{text}'")
+    return quantiles
 
 
 Models = Callable[[], Mapping[str, Any]]
@@ -197,8 +212,9 @@ class TritonMetrics:
             _first_response_histogram(lines, [r for r in rows if r[4]])
         if self.config.summary_latencies:
             since = time.monotonic_ns() - int(SUMMARY_WINDOW_S * 1e9)
+            quantiles = self.config.summary_quantiles
             for name, kind, help_text, duration in _SUMMARIES:
-                _summary(lines, name, help_text, rows, kind, duration, since)
+                _summary(lines, name, help_text, rows, kind, duration, since, quantiles)
         return "".join(line + "\n" for line in lines)
 
     def _snapshots(self) -> list[Row]:
@@ -240,6 +256,7 @@ def _summary(
     kind: str,
     duration: Callable[[StatsSnapshot], Any],
     since_ns: int,
+    quantiles: tuple[float, ...],
 ) -> None:
     if not rows:
         return
@@ -251,7 +268,7 @@ def _summary(
         lines.append(f"{name}_count{{{labels}}} {total.count}")
         lines.append(f"{name}_sum{{{labels}}} {total.ns // 1000}")
         window = sorted(stats.recent_values(kind, since_ns))
-        for q in SUMMARY_QUANTILES:
+        for q in quantiles:
             lines.append(f'{name}{{{labels},quantile="{q:g}"}} {_quantile(window, q)}')
 
 

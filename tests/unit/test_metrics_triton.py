@@ -74,7 +74,17 @@ def test_metrics_config() -> None:
     assert parse_metrics_config(["summary_latencies=true", "counter_latencies=false"]) == (
         MetricsConfig(counter_latencies=False, summary_latencies=True)
     )
-    for bad in ("summary_latencies", "summary_latencies=maybe", "nope=true"):
+    assert parse_metrics_config(['summary_quantiles="0.5:0.05,0.9:0.01"']).summary_quantiles == (
+        0.5,
+        0.9,
+    )
+    for bad in (
+        "summary_latencies",
+        "summary_latencies=maybe",
+        "nope=true",
+        "summary_quantiles=x",
+        "summary_quantiles=2:0.1",
+    ):
         with pytest.raises(ValueError):
             parse_metrics_config([bad])
 
