@@ -55,7 +55,33 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-port",
         type=int,
         default=8002,
-        help="port of the Dynamo frontend's /metrics and /health (default 8002)",
+        help="port of /metrics (Triton's nv_inference_*, custom metrics and Dynamo's frontend "
+        "metrics) and of the frontend's /health and /live (default 8002)",
+    )
+    p.add_argument(
+        "--allow-metrics",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="BOOL",
+        help="serve the metrics port (default true)",
+    )
+    p.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        metavar="ADDRESS",
+        help="address of the metrics port (default 127.0.0.1)",
+    )
+    p.add_argument(
+        "--metrics-config",
+        dest="metrics_config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="as tritonserver: summary_latencies=true (quantile summaries), "
+        "summary_quantiles=Q:E,..., counter_latencies=false, histogram_latencies=true "
+        "(decoupled models' first-response histogram); repeat for several",
     )
     p.add_argument(
         "--strict-model-config",
@@ -148,10 +174,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Before Dynamo's runtime starts: it reads its logging settings once.
     configure_dynamo_logging(args.log_verbose, os.environ)
     from .control import MODEL_REPOSITORY, parse_restricted_api
+    from .metrics.triton import parse_metrics_config
     from .server import ServerOptions, StartupError, serve
 
     try:
         restricted = parse_restricted_api(args.http_restricted_api)
+        metrics_config = parse_metrics_config(args.metrics_config)
     except ValueError as exc:
         parser.error(str(exc))
     if restricted and args.control_port is None:
@@ -166,6 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         model_repositories=args.model_repositories,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
+        allow_metrics=args.allow_metrics,
+        metrics_address=args.metrics_address,
+        metrics_config=metrics_config,
         host=args.host,
         exit_on_error=args.exit_on_error,
         model_control_mode=args.model_control_mode,

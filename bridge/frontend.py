@@ -14,7 +14,9 @@ async def run_grpc_frontend(
 
     The frontend discovers every TensorBased model registered on `runtime`'s discovery backend,
     including ones registered later. Note: Dynamo 1.6 binds gRPC on all interfaces whatever
-    `host` says (docs/frontend_differences.md).
+    `host` says (docs/frontend_differences.md). `metrics_port` is the frontend's own HTTP port
+    (`/metrics`, `/health`, `/live`, `/v1/models`); the embedded default keeps it private and
+    serves the public metrics port itself (bridge/metrics/server.py).
     """
     args = EntrypointArgs(
         EngineType.Dynamic, http_host=host, http_port=grpc_port, http_metrics_port=metrics_port

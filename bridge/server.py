@@ -5,6 +5,9 @@ in explicit mode) are loaded first and a status table is printed; a model that f
 reported and skipped unless `--exit-on-error`. Then, by `--model-control-mode`: `poll` watches the
 repositories and swaps changed models with no gap (reload.py, manager.py), `explicit` takes
 load/unload from `--control-port` and `pb_utils.load_model`, `none` serves what loaded.
+The metrics port (`--metrics-port`, bridge/metrics/) serves Triton's `nv_inference_*` metrics,
+the models' custom metrics and Dynamo's frontend metrics; the frontend's own HTTP server runs on a
+private loopback port behind it.
 Shutdown (SIGINT/SIGTERM) stops advertising every model, lets in-flight requests finish, runs
 every instance's `finalize()`, and only then stops the runtime.
 """
@@ -24,11 +27,14 @@ from dynamo.runtime import DistributedRuntime
 from model_repository_loader import pb_utils, repository
 from model_repository_loader.config import ConfigOptions
 from model_repository_loader.loader import LoadedRepository, ModelStatus, load_repository
+from model_repository_loader.pb_utils import metrics as custom_metrics
 
 from . import heap
 from .control import MODEL_REPOSITORY, ControlServer, Restriction
 from .frontend import run_grpc_frontend
 from .manager import ManagerOptions, ModelControl, ModelManager, digests_of
+from .metrics.server import MetricsServer, free_loopback_port
+from .metrics.triton import MetricsConfig, TritonMetrics
 from .reload import RepositoryWatcher
 from .status_table import format_status_table
 
@@ -40,6 +46,9 @@ class ServerOptions:
     model_repositories: list[Path]
     grpc_port: int = 8001
     metrics_port: int = 8002
+    allow_metrics: bool = True
+    metrics_address: str = "127.0.0.1"
+    metrics_config: MetricsConfig = field(default_factory=MetricsConfig)
     host: str = "127.0.0.1"
     namespace: str = "dynamo_bridge"
     exit_on_error: bool = False
@@ -109,6 +118,9 @@ async def serve(options: ServerOptions) -> None:
 
     _pin_request_plane_to_loopback()
     runtime = DistributedRuntime(loop, "mem", "tcp")
+    # Dynamo's frontend serves its own HTTP port; it moves to a private loopback port and the
+    # bridge serves --metrics-port itself, adding its frontend's metrics (bridge/metrics/).
+    frontend_port = free_loopback_port()
     manager = ModelManager(
         runtime,
         ManagerOptions(
@@ -116,7 +128,7 @@ async def serve(options: ServerOptions) -> None:
             loader=options.loader,
             namespace=options.namespace,
             mode=mode,
-            frontend_metrics_port=options.metrics_port,
+            frontend_metrics_port=frontend_port,
         ),
         loaded,
     )
@@ -152,23 +164,35 @@ async def serve(options: ServerOptions) -> None:
             "through pb_utils.load_model"
         )
 
+    metrics_server: MetricsServer | None = None
+    if options.allow_metrics:
+        triton_metrics = TritonMetrics(lambda: manager.repository.models, options.metrics_config)
+        metrics_server = MetricsServer(
+            options.metrics_address,
+            options.metrics_port,
+            [triton_metrics.render, custom_metrics.render_prometheus],
+            frontend_port,
+        )
+        await metrics_server.start()
+
     heap.freeze()  # everything loaded so far lives as long as the server (heap.py)
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     frontend = asyncio.ensure_future(
-        run_grpc_frontend(runtime, options.grpc_port, options.metrics_port, options.host)
+        run_grpc_frontend(runtime, options.grpc_port, frontend_port, options.host)
     )
     # Dynamo 1.6's KServe frontend listens on every interface whatever `http_host` says (seen
-    # with `ss -ltnp`), its metrics port too. Print the real address, and say it loudly.
+    # with `ss -ltnp`), its own HTTP port too. Print the real address, and say it loudly.
     if options.host not in ("0.0.0.0", "::"):
         log.warning(
-            "--host %s is not honoured: Dynamo's KServe frontend binds gRPC (port %d) and "
-            "metrics (port %d) on every interface (0.0.0.0), so both are reachable from other "
-            "hosts; restrict them with a firewall or a network namespace",
+            "--host %s is not honoured: Dynamo's KServe frontend binds gRPC (port %d) and its "
+            "own HTTP port (%d, which the metrics port passes through to) on every interface "
+            "(0.0.0.0), so both are reachable from other hosts; restrict them with a firewall "
+            "or a network namespace",
             options.host,
             options.grpc_port,
-            options.metrics_port,
+            frontend_port,
         )
     log.info("serving KServe gRPC on 0.0.0.0:%d (all interfaces)", options.grpc_port)
     stopped = asyncio.ensure_future(stop.wait())
@@ -182,6 +206,8 @@ async def serve(options: ServerOptions) -> None:
     if control_server is not None:
         await control_server.stop()
     await manager.close()
+    if metrics_server is not None:
+        await metrics_server.stop()
     pb_utils.set_model_control(None)
     await asyncio.sleep(0.2)  # let the last responses leave through the frontend
     runtime.shutdown()

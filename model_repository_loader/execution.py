@@ -43,7 +43,21 @@ RESCHEDULE_UNSUPPORTED = (
 class RequestStats(Protocol):
     """Where a request's outcome is counted (scheduling.stats.ModelStats)."""
 
-    def record_request(self, ok: bool, batch_size: int, duration_ns: int) -> None: ...
+    def record_request(
+        self, ok: bool, batch_size: int, duration_ns: int, reason: str = "BACKEND"
+    ) -> None: ...
+
+    def queue_changed(self, delta: int) -> None: ...
+
+    def record_first_response(self, duration_ns: int) -> None: ...
+
+
+# Triton's failure reason for a request the server failed with this code; a model's own error
+# response (a TritonError in an InferenceResponse) counts as a success, as in Triton [V on 2.51].
+_FAILURE_REASONS = {
+    pb_utils.TritonError.CANCELLED: "CANCELED",
+    pb_utils.TritonError.UNAVAILABLE: "REJECTED",  # queue full, queue timeout
+}
 
 
 class Pending:
@@ -55,7 +69,9 @@ class Pending:
 
     `stats` (set by the scheduler that queues the request) is told the request's outcome when
     its final response leaves, however the model answers (returned list, response sender,
-    error): success or failure, `batch_size`, and the time since `arrival_ns`.
+    error): success or failure, `batch_size`, and the time since `arrival_ns`. While `queued`
+    (set by `ModelVersion.submit`) it counts in the stats' queue gauge, until `left_queue()`
+    (its `execute` starts) or its final response, whichever comes first.
 
     Built once per request on the caller's event loop, so it stays small: cancellation is a
     plain flag (one attribute write is atomic under the GIL) rather than a `threading.Event`,
@@ -68,6 +84,8 @@ class Pending:
         "stats",
         "batch_size",
         "arrival_ns",
+        "queued",
+        "_answered",
         "_respond",
         "_finish",
         "_closed",
@@ -92,6 +110,8 @@ class Pending:
         self.stats: RequestStats | None = None
         self.batch_size = 1
         self.arrival_ns = time.monotonic_ns()
+        self.queued = False
+        self._answered = False
         self.request = build_request(self)
 
     @property
@@ -129,23 +149,49 @@ class Pending:
                 return
         callback()
 
-    def deliver(self, response: pb_utils.InferenceResponse | None, final: bool) -> bool:
-        """Send one response to the caller; False if the request was already closed."""
+    def left_queue(self) -> None:
+        """The request leaves the scheduler's queue (its `execute` starts, or it is answered)."""
+        with self._lock:
+            if not self.queued:
+                return
+            self.queued = False
+        if self.stats is not None:
+            self.stats.queue_changed(-1)
+
+    def deliver(
+        self,
+        response: pb_utils.InferenceResponse | None,
+        final: bool,
+        failure: str | None = None,
+    ) -> bool:
+        """Send one response to the caller; False if the request was already closed.
+
+        `failure` (a Triton failure reason) marks a request the server failed, not the model.
+        """
         with self._lock:
             if self._closed:
                 return False
             self._closed = final
+            first, self._answered = not self._answered, True
+        if first and self.stats is not None:
+            self.stats.record_first_response(time.monotonic_ns() - self.arrival_ns)
         if final and self.stats is not None:
-            ok = response is None or response._error is None
-            self.stats.record_request(ok, self.batch_size, time.monotonic_ns() - self.arrival_ns)
+            self.left_queue()
+            self.stats.record_request(
+                failure is None,
+                self.batch_size,
+                time.monotonic_ns() - self.arrival_ns,
+                failure or "BACKEND",
+            )
         self._respond(self._finish(response), final)
         return True
 
     def fail(self, message: str, code: Any = None) -> None:
-        error = pb_utils.TritonError(
-            message, code if code is not None else pb_utils.TritonError.INTERNAL
+        code = code if code is not None else pb_utils.TritonError.INTERNAL
+        error = pb_utils.TritonError(message, code)
+        self.deliver(
+            pb_utils.InferenceResponse(error=error), True, _FAILURE_REASONS.get(code, "BACKEND")
         )
-        self.deliver(pb_utils.InferenceResponse(error=error), True)
 
     def fail_cancelled(self) -> None:
         """Close a request cancelled before it reached `execute`, as Triton's schedulers do.

@@ -115,6 +115,8 @@ class ModelVersion:
             # own re-entry point when it has one (the sequence batcher keeps the slot).
             pending.requeue = getattr(self._scheduler, "reschedule", self._scheduler.enqueue)
         params = request.parameters
+        pending.queued = True
+        self.stats.queue_changed(1)
         self._scheduler.enqueue(pending, _priority(params) if params else 0)
         return pending
 

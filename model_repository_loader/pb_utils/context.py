@@ -50,6 +50,13 @@ _PHASE: ContextVar[str | None] = ContextVar("pb_utils_phase", default=None)
 _bound_lock = threading.Lock()
 _bound: dict[int, list[Any]] = {}  # id(ctx) -> [ctx, times bound]
 _sole: ModelContext | None = None
+# Told when an instance's last binding ends (the instance is gone): e.g. its metric families go.
+_unbound_listeners: list[Any] = []
+
+
+def on_unbound(listener: Any) -> None:
+    """Call `listener(context)` whenever a context's last binding ends."""
+    _unbound_listeners.append(listener)
 
 
 class model_context:  # noqa: N801 - used like a function: `with model_context(...):`
@@ -153,13 +160,18 @@ def _register(context: ModelContext) -> None:
 
 def _unregister(context: ModelContext) -> None:
     global _sole
+    unbound = False
     with _bound_lock:
         entry = _bound.get(id(context))
         if entry is not None:
             entry[1] -= 1
             if entry[1] <= 0:
                 del _bound[id(context)]
+                unbound = True
         _sole = _only_bound()
+    if unbound:
+        for listener in _unbound_listeners:
+            listener(context)
 
 
 def _only_bound() -> ModelContext | None:

@@ -5,7 +5,10 @@ Semantics follow Triton (python backend + core + prometheus-cpp), texts verified
   first description wins), with another kind is an error;
 * metrics with the same labels share one time series; a series lives while a `Metric` object
   for it exists, a family while a `MetricFamily` object for it exists;
-* deleting a `MetricFamily` object before its `Metric` objects makes those metrics unusable.
+* deleting a `MetricFamily` object before its `Metric` objects makes those metrics unusable;
+* a family goes away with the model instance that made it, as the stub process ends under Triton:
+  when an instance's thread ends (unload, reload), the families it acquired are released
+  whether or not the model still holds the objects.
 `render_prometheus()` gives the text exposition format for the bridge's /metrics endpoint.
 """
 
@@ -94,11 +97,12 @@ class _Family:
 class _Handle:
     """Per `MetricFamily` object: its metrics stop working when the object is deleted."""
 
-    __slots__ = ("family", "deleted")
+    __slots__ = ("family", "deleted", "owner")
 
-    def __init__(self, family: _Family) -> None:
+    def __init__(self, family: _Family, owner: int | None) -> None:
         self.family = family
         self.deleted = False
+        self.owner = owner  # id() of the ModelContext of the instance that made it
 
 
 class MetricRegistry:
@@ -107,6 +111,8 @@ class MetricRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._families: dict[str, _Family] = {}
+        # id(ModelContext) -> the live handles acquired by that instance.
+        self._owned: dict[int, dict[int, _Handle]] = {}
 
     def render_prometheus(self) -> str:
         """The Prometheus text exposition of all families (empty string when there are none)."""
@@ -123,6 +129,7 @@ class MetricRegistry:
         """Forget every family (tests; a fresh process has none)."""
         with self._lock:
             self._families.clear()
+            self._owned.clear()
 
     # -- used by MetricFamily / Metric ------------------------------------------------------
 
@@ -137,15 +144,34 @@ class MetricRegistry:
                     + _request_failed("Family name already exists with different type")
                 )
             family.handles += 1
-            return _Handle(family)
+            owner = context.current_model()
+            handle = _Handle(family, id(owner) if owner is not None else None)
+            if handle.owner is not None:
+                self._owned.setdefault(handle.owner, {})[id(handle)] = handle
+            return handle
 
     def _release_family(self, handle: _Handle) -> None:
         with self._lock:
-            handle.deleted = True
-            family = handle.family
-            family.handles -= 1
-            if family.handles <= 0 and self._families.get(family.name) is family:
-                del self._families[family.name]
+            self._release_locked(handle)
+
+    def _release_locked(self, handle: _Handle) -> None:
+        if handle.deleted:
+            return
+        handle.deleted = True
+        if handle.owner is not None:
+            owned = self._owned.get(handle.owner)
+            if owned is not None:
+                owned.pop(id(handle), None)
+        family = handle.family
+        family.handles -= 1
+        if family.handles <= 0 and self._families.get(family.name) is family:
+            del self._families[family.name]
+
+    def release_instance(self, instance: context.ModelContext) -> None:
+        """Release every family `instance` acquired and still holds (the instance is gone)."""
+        with self._lock:
+            for handle in list(self._owned.pop(id(instance), {}).values()):
+                self._release_locked(handle)
 
     def _acquire_series(
         self, family: _Family, labels: tuple[tuple[str, str], ...], bounds: tuple[float, ...] | None
@@ -167,6 +193,7 @@ class MetricRegistry:
 
 
 REGISTRY = MetricRegistry()
+context.on_unbound(REGISTRY.release_instance)
 
 
 def render_prometheus() -> str:

@@ -60,6 +60,7 @@ class DefaultScheduler:
 
     def _execute(self, instance: ModelInstance, pending: Pending) -> None:
         start = time.monotonic_ns()
+        pending.left_queue()
         self._run_batch(instance, [pending])
         infer_ns = time.monotonic_ns() - start
         self._stats.record_execution(

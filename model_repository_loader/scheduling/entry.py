@@ -60,6 +60,8 @@ def run_timed(
     """
     start = time.monotonic_ns()
     queue_ns = sum(start - entry.arrival_ns for entry in entries)
+    for entry in entries:  # no longer pending: its execute starts (even as part of a stack)
+        entry.pending.left_queue()
     run_batch(instance, pendings if pendings is not None else [e.pending for e in entries])
     infer_ns = time.monotonic_ns() - start
     batch_size = sum(e.batch_size for e in entries)

@@ -4,13 +4,28 @@ The schedulers record into a `ModelStats`; a metrics or statistics endpoint read
 Durations are nanoseconds, as in Triton. `inference_count` sums the batch sizes of successful
 requests, `execution_count` counts `execute` calls, and `batch_stats` is keyed by the summed batch
 size of one `execute` call.
+
+For Triton's Prometheus metrics the stats also keep: failures by Triton's reason (`REJECTED`,
+`CANCELED`, `BACKEND`, `OTHER`), the number of requests waiting in the queue (`queued`, a gauge),
+and the latest per-request latencies (`recent`, a bounded window for quantile summaries).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
+
+# Triton's failure reasons (label `reason` of nv_inference_request_failure) [V on 2.51].
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+# Buckets (ms) of the time to a request's first response, Triton's first-response histogram.
+# Triton 2.51 has no such histogram; these are the defaults later releases document
+# (unverified against an oracle).
+FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)
+# Latency samples kept per kind for quantiles: enough for a scrape interval of a busy model,
+# small enough to sort at scrape time. Kinds: request, queue, compute_input/infer/output.
+RECENT_SAMPLES = 4096
 
 
 @dataclass(slots=True)
@@ -47,6 +62,11 @@ class StatsSnapshot:
     compute_infer: Duration
     compute_output: Duration
     batch_stats: list[BatchStats]
+    failures: dict[str, int] = field(default_factory=dict)  # by reason; every reason present
+    queued: int = 0
+    # Time to first response: per FIRST_RESPONSE_BUCKETS_MS bucket (+Inf last, not cumulative).
+    first_response: Duration = field(default_factory=Duration)
+    first_response_buckets: list[int] = field(default_factory=list)
 
 
 class ModelStats:
@@ -64,16 +84,49 @@ class ModelStats:
         self._compute_infer = Duration()
         self._compute_output = Duration()
         self._batches: dict[int, BatchStats] = {}
+        self._failures = dict.fromkeys(FAILURE_REASONS, 0)
+        self._queued = 0
+        self._first = Duration()
+        self._first_buckets = [0] * (len(FIRST_RESPONSE_BUCKETS_MS) + 1)
+        # (monotonic ns when recorded, duration ns) per latency kind, newest last.
+        self.recent: dict[str, deque[tuple[int, int]]] = {
+            kind: deque(maxlen=RECENT_SAMPLES)
+            for kind in ("request", "queue", "compute_input", "compute_infer", "compute_output")
+        }
 
-    def record_request(self, ok: bool, batch_size: int, duration_ns: int) -> None:
-        """A request got its final response: `duration_ns` from arrival to that response."""
+    def record_request(
+        self, ok: bool, batch_size: int, duration_ns: int, reason: str = "BACKEND"
+    ) -> None:
+        """A request got its final response: `duration_ns` from arrival to that response.
+
+        A failed request counts under `reason`, one of FAILURE_REASONS.
+        """
+        now = time.monotonic_ns()
         with self._lock:
             self._last_inference_ms = time.time_ns() // 1_000_000
             if ok:
                 self._success.add(duration_ns)
                 self._inference_count += batch_size
+                self.recent["request"].append((now, duration_ns))
             else:
                 self._fail.add(duration_ns)
+                self._failures[reason if reason in self._failures else "OTHER"] += 1
+
+    def record_first_response(self, duration_ns: int) -> None:
+        """A request's first response (final or not) left `duration_ns` after its arrival."""
+        ms = duration_ns / 1e6
+        index = next(
+            (i for i, bound in enumerate(FIRST_RESPONSE_BUCKETS_MS) if ms <= bound),
+            len(FIRST_RESPONSE_BUCKETS_MS),
+        )
+        with self._lock:
+            self._first.add(duration_ns)
+            self._first_buckets[index] += 1
+
+    def queue_changed(self, delta: int) -> None:
+        """`delta` requests entered (+) or left (-) the scheduler's queue."""
+        with self._lock:
+            self._queued += delta
 
     def record_execution(
         self,
@@ -103,6 +156,22 @@ class ModelStats:
             stats.compute_input.add(input_ns)
             stats.compute_infer.add(infer_ns)
             stats.compute_output.add(output_ns)
+            now = time.monotonic_ns()
+            each_queue = queue_ns // requests if requests else 0
+            for kind, ns in (
+                ("queue", each_queue),
+                ("compute_input", input_ns),
+                ("compute_infer", infer_ns),
+                ("compute_output", output_ns),
+            ):
+                window = self.recent[kind]
+                for _ in range(requests):
+                    window.append((now, ns))
+
+    def recent_values(self, kind: str, since_ns: int) -> list[int]:
+        """The latencies of `kind` recorded at or after monotonic `since_ns`, in ns."""
+        with self._lock:
+            return [ns for at, ns in self.recent[kind] if at >= since_ns]
 
     def snapshot(self) -> StatsSnapshot:
         """A consistent copy of every counter."""
@@ -130,4 +199,8 @@ class ModelStats:
                     )
                     for _, b in sorted(self._batches.items())
                 ],
+                failures=dict(self._failures),
+                queued=self._queued,
+                first_response=copy(self._first),
+                first_response_buckets=list(self._first_buckets),
             )

@@ -282,3 +282,21 @@ def test_instance_name_comes_from_the_context() -> None:
     with context.model_context(model_name="other", instance_name="other_3", version_dir="/o/1"):
         message = _error(lambda: metric.set(1))
     assert "for model 'other_3'" in message
+
+
+def test_families_go_with_the_instance_that_made_them() -> None:
+    """Under Triton a model's families end with its stub process, whatever the model holds;
+    here they end when the instance's binding does (unload, reload)."""
+    with context.model_context(model_name="gone", instance_name="gone_0", version_dir="/g/1"):
+        kept = MetricFamily("gone_total", "made by an instance", MetricFamily.COUNTER)
+        metric = kept.Metric(labels={"a": "b"})
+        shared = MetricFamily("shared_total", "made by both", MetricFamily.COUNTER)
+        metric.increment(1)
+        assert "gone_total" in render_prometheus()
+    ours = MetricFamily("shared_total", "made by both", MetricFamily.COUNTER)  # probe_0's
+    text = render_prometheus()
+    assert "gone_total" not in text  # `kept` is still held; the family is gone all the same
+    assert "# TYPE shared_total counter" in text  # probe_0 still holds it
+    with pytest.raises(TritonModelException, match="Invalid metric operation"):
+        metric.increment(1)
+    del kept, shared, metric, ours

@@ -99,16 +99,25 @@ def test_failed_requests_are_counted_as_failures(batching: LoadedRepository):
     assert rejected[0].responses[-1].error().code() == pb_utils.TritonError.UNAVAILABLE
     snap = stats.snapshot()
     assert (snap.success.count, snap.fail.count, snap.execution_count) == (3, 1, 3)
+    # Triton's failure reason for a full queue, and nothing left waiting.
+    assert snap.failures == {"REJECTED": 1, "CANCELED": 0, "BACKEND": 0, "OTHER": 0}
+    assert snap.queued == 0
 
 
 def test_a_request_cancelled_in_the_queue_is_not_executed(batching: LoadedRepository):
+    stats = batching.models["dyn_delay"].latest.stats
+    cancelled_before = stats.snapshot().failures["CANCELED"]
     kept = Call(batching, "dyn_delay", "kept")
     dropped = Call(batching, "dyn_delay", "dropped")
+    assert stats.snapshot().queued == 2  # both wait out the queue delay
     dropped.pending.cancel()  # well inside the 300 ms queue delay
     assert kept.report()["ids"] == ["kept"]
     response = dropped.wait()
     assert response.has_error()
     assert response.error().code() == pb_utils.TritonError.CANCELLED
+    snap = stats.snapshot()
+    assert snap.failures["CANCELED"] == cancelled_before + 1
+    assert snap.queued == 0
 
 
 def test_stacking_hands_execute_one_request(batching: LoadedRepository):

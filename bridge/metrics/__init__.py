@@ -1,0 +1,1 @@
+"""Metrics: Triton's `nv_inference_*` families (triton.py) and the metrics port (server.py)."""
