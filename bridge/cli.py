@@ -13,7 +13,7 @@ import uvloop
 
 from model_repository_loader.config import ConfigOptions
 
-from .logs import configure_dynamo_logging, configure_logging
+from .logs import LOG_FORMATS, configure_dynamo_logging, configure_logging, redirect_output
 
 log = logging.getLogger("dynamo_bridge")
 
@@ -164,13 +164,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="1 or more shows verbose (debug) lines, pb_utils.Logger.log_verbose included, and "
         "Dynamo's per-request lines",
     )
+    p.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="default",
+        help="time stamps as tritonserver writes them: default (I1121 09:23:01.443324) or "
+        "ISO8601 (2026-11-21T09:23:01Z I)",
+    )
+    p.add_argument(
+        "--log-file",
+        default="",
+        metavar="PATH",
+        help="append all output (the bridge's, Dynamo's, the model instances') to PATH "
+        "instead of the console",
+    )
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    configure_logging(args.log_verbose)
+    if args.log_file:
+        try:
+            redirect_output(args.log_file)
+        except OSError as exc:
+            parser.error(f"--log-file: cannot open '{args.log_file}': {exc.strerror}")
+    configure_logging(args.log_verbose, args.log_format)
     # Before Dynamo's runtime starts: it reads its logging settings once.
     configure_dynamo_logging(args.log_verbose, os.environ)
     from .control import MODEL_REPOSITORY, parse_restricted_api

@@ -55,23 +55,55 @@ def printable(text: str, limit: int = 256) -> str:
     return f"{text}…({cut} more)" if cut > 0 else text
 
 
+LOG_FORMATS = ("default", "ISO8601")
+
+
 class TritonFormatter(logging.Formatter):
+    """tritonserver's two `--log-format`s; they differ only in the time stamp [D]:
+
+    default  `I1121 09:23:01.443324 8705 model.py:21] message` (local time)
+    ISO8601  `2026-11-21T09:23:01Z I 8705 model.py:21] message` (UTC)
+    """
+
+    def __init__(self, log_format: str = "default") -> None:
+        super().__init__()
+        if log_format not in LOG_FORMATS:
+            raise ValueError(f"unknown log format '{log_format}'")
+        self.iso8601 = log_format == "ISO8601"
+
     def format(self, record: logging.LogRecord) -> str:
-        stamp = time.strftime("%m%d %H:%M:%S", time.localtime(record.created))
-        micros = int((record.created % 1) * 1_000_000)
         # Lines may hold text a client or a model chose: never a raw control character.
         message = record.getMessage().translate(_CONTROL)
         if record.name == LOGGER_NAME:
             message = f'"{message}"'
         # Triton has no debug letter: its verbose lines print as `I` [V].
         letter = "I" if record.levelno < logging.WARNING else record.levelname[0]
-        line = (
-            f"{letter}{stamp}.{micros:06d} {os.getpid()} "
-            f"{record.filename}:{record.lineno}] {message}"
-        )
+        where = f"{os.getpid()} {record.filename}:{record.lineno}] {message}"
+        if self.iso8601:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created))
+            line = f"{stamp} {letter} {where}"
+        else:
+            stamp = time.strftime("%m%d %H:%M:%S", time.localtime(record.created))
+            micros = int((record.created % 1) * 1_000_000)
+            line = f"{letter}{stamp}.{micros:06d} {where}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info).translate(_CONTROL)
         return line
+
+
+def redirect_output(path: str) -> None:
+    """`--log-file`: everything the process writes goes to `path` (appended), not the console.
+
+    Done on the file descriptors, so Dynamo's own lines (written by Rust to fd 2), the start-up
+    table and the output of instance processes (which inherit both) land in the same file, as
+    everything lands in tritonserver's log file. Raises OSError if the file cannot be opened.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 # The loader's text for a failed execute (Triton's, verified); the bridge logs it per request.
@@ -143,13 +175,13 @@ def _native_caller() -> bool:
     return False
 
 
-def configure_logging(verbose: int) -> None:
+def configure_logging(verbose: int, log_format: str = "default") -> None:
     """Our lines at INFO (DEBUG with --log-verbose ≥ 1) on stderr, in Triton's shape."""
     stream = sys.stderr
     if isinstance(stream, StderrGuard):
         stream = stream._stream
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(TritonFormatter())
+    handler.setFormatter(TritonFormatter(log_format))
     if verbose <= 0:
         handler.addFilter(_DuplicateFailureFilter())
     root = logging.getLogger()

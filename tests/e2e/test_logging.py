@@ -12,6 +12,8 @@ lines never claim a bind address that is not the real one.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -180,3 +182,44 @@ def test_startup_lines_tell_the_real_bind_address(quiet) -> None:
     )
     assert f"serving KServe gRPC on 0.0.0.0:{port}" in text
     assert f"127.0.0.1:{port}" not in text
+
+
+# -- --log-format and --log-file, as tritonserver has them ---------------------------------------
+
+ISO8601_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ [IWE] \d+ [\w.]+:\d+\] ", re.MULTILINE)
+DEFAULT_LINE = re.compile(r"^[IWE]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ [\w.]+:\d+\] ", re.MULTILINE)
+
+
+def test_iso8601_lines_go_to_the_log_file(shared_bridge_server, tmp_path: Path) -> None:
+    log_file = tmp_path / "bridge-file.log"
+    server = shared_bridge_server(SERVING, "--log-format", "ISO8601", "--log-file", str(log_file))
+    server.client().infer("chatty", [fp32_input([1.0])], request_id="in-file")
+    wait_until(
+        lambda: "chatty-execute-info id=in-file" in log_file.read_text(), "the line in the file"
+    )
+    text = log_file.read_text()
+    # Every line the bridge formats is in the ISO8601 shape, model lines quoted as Triton does.
+    assert re.search(
+        r'^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ I \d+ model\.py:\d+\] "chatty-initialize-info"$',
+        text,
+        re.MULTILINE,
+    )
+    assert ISO8601_LINE.search(text) and not DEFAULT_LINE.search(text)
+    assert "serving KServe gRPC on" in text  # the bridge's own lines
+    assert "+-------" in text  # the start-up table (stdout) too
+    # Nothing reaches the console any more.
+    assert "chatty" not in server.log_text
+    assert "serving KServe gRPC" not in server.log_text
+
+
+def test_unwritable_log_file_is_a_start_up_error(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-dir" / "bridge.log"
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", "--model-repository", SERVING, "--log-file", missing],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 2
+    assert f"--log-file: cannot open '{missing}'" in done.stderr

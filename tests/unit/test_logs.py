@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import re
 
 import pytest
 
@@ -54,3 +56,26 @@ def test_the_loaders_failure_line_is_left_to_the_bridge() -> None:
     assert not keep(record("model_repository_loader.execution", failure))
     assert keep(record("model_repository_loader.execution", "m_0: finalize failed: x"))
     assert keep(record("bridge.errors", failure))
+
+
+def _record(message: str) -> logging.LogRecord:
+    record = logging.LogRecord(
+        "dynamo_bridge", logging.WARNING, "/x/server.py", 42, message, (), None
+    )
+    record.created = 1_700_000_000.25  # 2023-11-14T22:13:20.25Z
+    return record
+
+
+def test_iso8601_format_is_utc_with_the_letter_after_the_stamp() -> None:
+    line = TritonFormatter("ISO8601").format(_record("hello"))
+    assert line == f"2023-11-14T22:13:20Z W {os.getpid()} server.py:42] hello"
+
+
+def test_default_format_keeps_micros_and_the_letter_first() -> None:
+    line = TritonFormatter().format(_record("hello"))
+    assert re.fullmatch(rf"W1114 \d\d:13:20\.250000 {os.getpid()} server\.py:42\] hello", line)
+
+
+def test_unknown_log_format_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown log format"):
+        TritonFormatter("json")
