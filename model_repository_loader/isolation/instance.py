@@ -153,9 +153,10 @@ class IsolatedInstance:
         attempt is left: the process is killed and reaped, its socket and folder are gone.
         """
         self._start()
-        self._set_alive(True)
+        self._health_changed(True)
 
     def _start(self) -> None:
+        """Start a process and initialize it; the instance is alive when this returns."""
         timeout = self._initialize_timeout()
         child = self._spawn()
         try:
@@ -176,6 +177,13 @@ class IsolatedInstance:
                 )
             if reply[0] != "loaded":
                 raise ModelLoadError(reply[1] if reply[0] == "load_failed" else _died(self.name))
+            with self._state:
+                # Checked with the lock held: if the process died already, its reader saw it
+                # before we get here (no restart for a never-alive child), so we must not live.
+                if child.exited or self._stopping:
+                    raise ModelLoadError(_died(self.name))
+                self._alive = True
+                self._state.notify_all()
         except BaseException:
             with self._state:
                 if self._child is child:
@@ -485,8 +493,7 @@ class IsolatedInstance:
         log.error(
             "%s: instance process exited (code %s); restarting it", self.name, child.process.poll()
         )
-        if self.on_health_change is not None:
-            self.on_health_change(False)
+        self._health_changed(False)
         self._restarter = threading.Thread(
             target=self._restart, args=(child,), name=f"restart:{self.name}", daemon=True
         )
@@ -521,14 +528,9 @@ class IsolatedInstance:
                 delay = min(delay * 2, self.restart_backoff_cap)
         self.restarts += 1
         log.info("%s: instance process restarted (pid %s)", self.name, self.pid)
-        self._set_alive(True)
+        self._health_changed(True)
 
-    def _set_alive(self, alive: bool) -> None:
-        with self._state:
-            if alive and self._stopping:
-                return
-            self._alive = alive
-            self._state.notify_all()
+    def _health_changed(self, alive: bool) -> None:
         if self.on_health_change is not None:
             self.on_health_change(alive)
 

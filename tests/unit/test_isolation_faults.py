@@ -27,13 +27,9 @@ from model_repository_loader import pb_utils
 from model_repository_loader.errors import ModelLoadError
 from model_repository_loader.inference import InferRequest
 from model_repository_loader.instance import InstanceSpec
-from model_repository_loader.isolation import IsolatedInstance
+from model_repository_loader.isolation import IsolatedInstance, tensors
 from model_repository_loader.isolation import instance as isolated
-from model_repository_loader.isolation.tensors import (
-    _SHM_ROOT,
-    SHARED_MEMORY_MIN_BYTES,
-    SegmentFolder,
-)
+from model_repository_loader.isolation.tensors import SHARED_MEMORY_MIN_BYTES, SegmentFolder
 from model_repository_loader.loader import LoadedRepository, load_repository
 
 REPOSITORIES = Path(__file__).resolve().parents[1] / "repositories"
@@ -128,7 +124,7 @@ def _children() -> list[int]:
 
 
 def _folders(label: str) -> list[Path]:
-    return list(_SHM_ROOT.glob(f"dynamo-bridge-{os.getpid()}-{label}*"))
+    return list(tensors._SHM_ROOT.glob(f"dynamo-bridge-{os.getpid()}-{label}*"))
 
 
 def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
@@ -233,6 +229,34 @@ def test_full_shared_memory_in_the_process_sends_outputs_inline(
     assert len(warnings) == 1
 
 
+@pytest.fixture
+def tiny_shm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A real 192 KiB tmpfs as the segment root (needs root; skipped elsewhere)."""
+    mount = tmp_path / "shm"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    monkeypatch.setattr(tensors, "_SHM_ROOT", mount)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_really_full_shared_memory_on_both_sides(load, tiny_shm: Path, caplog):
+    loaded = load("double")
+    # 256 KiB do not fit in 192 KiB: each side's write fails part-way with a real ENOSPC.
+    for _ in range(2):
+        np.testing.assert_array_equal(_y(_infer(loaded, "double", BIG)), BIG * 2)
+    warnings = [r for r in caplog.records if "shared memory is full" in r.getMessage()]
+    assert len(warnings) == 2  # once here (inputs), once in the process (outputs)
+    # The partly written segments were given back.
+    assert [p for p in tiny_shm.rglob("*") if p.is_file()] == []
+
+
 # -- item 2: bounded waits ---------------------------------------------------------------------
 
 
@@ -281,7 +305,8 @@ def test_process_that_never_starts_fails_the_load_and_leaves_nothing(
         with pytest.raises(ModelLoadError) as failure:
             instance.load()
         assert str(failure.value) == (
-            "Internal: the process of instance 'double_0_0' did not start within 1 s; it was stopped"
+            "Internal: the process of instance 'double_0_0' did not start within 1 s; it was "
+            "stopped"
         )
         assert _children() == []
         assert _folders("double") == []
