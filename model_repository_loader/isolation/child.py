@@ -39,6 +39,8 @@ from .messages import (
 )
 from .tensors import SegmentFolder
 
+log = logging.getLogger(__name__)
+
 
 class _ForwardLogs(logging.Handler):
     def __init__(self, channel: Channel) -> None:
@@ -87,7 +89,7 @@ class InstanceProcess:
                 if not self._handle(message):
                     return
             except Exception:  # one message's failure must not end the process
-                logging.getLogger(__name__).exception("handling a %r message failed", message[0])
+                log.exception("handling a %r message failed", message[0])
 
     def _handle(self, message: tuple[Any, ...]) -> bool:
         """Act on one message from the parent; False once the process should end."""
@@ -114,7 +116,7 @@ class InstanceProcess:
             if wire is not None:
                 self.folder.discard(wire.outputs)
             message = f"BLS call failed: could not read its response: {exc!r}"
-            logging.getLogger(__name__).error("%s", message)
+            log.error("%s", message)
             response, final = _error(message), True
         self.bls.answer(call, response, final)
 
@@ -128,7 +130,7 @@ class InstanceProcess:
             except Exception as exc:
                 self.folder.discard(wire.inputs)
                 message = _failure(instance, f"could not read the request: {exc!r}")
-                logging.getLogger(__name__).error("%s", message)
+                log.error("%s", message)
                 self._send(("respond", wire.key, pack_response(self.folder, _error(message)), True))
 
         def run() -> None:
@@ -137,7 +139,7 @@ class InstanceProcess:
                     run_execute(instance, batch, decoupled)
             except Exception as exc:
                 message = _failure(instance, repr(exc))
-                logging.getLogger(__name__).error("%s", message)
+                log.error("%s", message)
                 for pending in batch:
                     try:
                         pending.fail(message)
@@ -160,17 +162,17 @@ class InstanceProcess:
 
         def respond(response: pb_utils.InferenceResponse | None, final: bool) -> None:
             try:
-                wire = pack_response(self.folder, response)
+                packed = pack_response(self.folder, response)
             except Exception as exc:
                 # The request still gets an answer; whatever the model sends later is dropped.
                 instance = self.instance
                 assert instance is not None
                 message = _failure(instance, f"could not pass the response out: {exc!r}")
-                logging.getLogger(__name__).error("%s", message)
-                wire, final = pack_response(self.folder, _error(message)), True
+                log.error("%s", message)
+                packed, final = pack_response(self.folder, _error(message)), True
             if final:
                 self.open.pop(key, None)
-            self._send(("respond", key, wire, final))
+            self._send(("respond", key, packed, final))
 
         def build(pending: Pending) -> pb_utils.InferenceRequest:
             sender = pb_utils.InferenceResponseSender(
