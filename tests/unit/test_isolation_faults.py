@@ -294,6 +294,18 @@ def test_initialize_that_hangs_fails_the_load_and_leaves_nothing(load, copy: Pat
     assert len(os.listdir("/proc/self/fd")) == fds
 
 
+def test_initialize_bound_must_be_a_positive_number(load, copy: Path):
+    config = copy / "init_gate" / "config.pbtxt"
+    config.write_text(config.read_text().replace('string_value: "1"', 'string_value: "soon"'))
+    loaded = load("init_gate")
+    assert loaded.statuses["init_gate"].reason == (
+        "Invalid argument: parameter 'BRIDGE_INITIALIZE_TIMEOUT_SECONDS' of model 'init_gate' "
+        "is 'soon'; expected a positive number of seconds"
+    )
+    assert not (copy / "init_gate" / "initializing").exists()  # refused before starting
+    assert _children() == []
+
+
 def test_process_that_never_starts_fails_the_load_and_leaves_nothing(
     copy: Path, tmp_path: Path, child_faults: Path, monkeypatch: pytest.MonkeyPatch
 ):
