@@ -110,7 +110,9 @@ class ModelVersion:
                     else:
                         instance.stop()
                 except Exception:  # stop the others all the same
-                    log.exception("%s v%d: stopping %s failed", self.name, self.version, instance.name)
+                    log.exception(
+                        "%s v%d: stopping %s failed", self.name, self.version, instance.name
+                    )
             if isinstance(exc, ModelLoadError):
                 raise
             raise ModelLoadError(f"Internal: {type(exc).__name__}: {exc}") from exc
