@@ -92,19 +92,30 @@ class ModelVersion:
             self.on_readiness_change()
 
     def load(self) -> None:
-        """Initialize every instance; on failure finalize the ones that did initialize."""
-        loaded: list[ModelInstance] = []
+        """Initialize every instance; on failure finalize the ones that did initialize.
+
+        Whatever fails (an OSError starting an instance process too) becomes a ModelLoadError
+        once every instance is stopped: a failed load leaves no thread, process or folder.
+        """
+        loaded: list[ModelInstance | IsolatedInstance] = []
         try:
             for instance in self.instances:
                 instance.load()
                 loaded.append(instance)
-        except ModelLoadError:
+        except Exception as exc:
             for instance in self.instances:
-                if instance in loaded:
-                    instance.finalize()
-                else:
-                    instance.stop()
-            raise
+                try:
+                    if instance in loaded:
+                        instance.finalize()
+                    else:
+                        instance.stop()
+                except Exception:  # stop the others all the same
+                    log.exception(
+                        "%s v%d: stopping %s failed", self.name, self.version, instance.name
+                    )
+            if isinstance(exc, ModelLoadError):
+                raise
+            raise ModelLoadError(f"Internal: {type(exc).__name__}: {exc}") from exc
 
     def submit(self, request: InferRequest, respond: Respond) -> Pending | None:
         pending = self.admit(request, respond)

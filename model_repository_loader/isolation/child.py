@@ -6,6 +6,11 @@ response sender), so a model behaves the same in both kinds; only the requests' 
 responses' way out are messages to the parent. The main thread reads messages, so a cancel
 arrives while `execute` runs on the instance thread. Log records go to the parent, which prints
 them with the server's own format.
+
+The process says "started" as soon as it runs (the parent bounds that, then `initialize`). A
+failure while handling a message (a shared-memory read or write, a send) fails that request or
+BLS call with an INTERNAL text, and the batch is always reported "executed", so the parent never
+waits for an answer that cannot come.
 """
 
 from __future__ import annotations
@@ -26,12 +31,15 @@ from ..instance import ModelInstance
 from .messages import (
     Channel,
     WireRequest,
+    WireResponse,
     pack_request,
     pack_response,
     unpack_request,
     unpack_response,
 )
 from .tensors import SegmentFolder
+
+log = logging.getLogger(__name__)
 
 
 class _ForwardLogs(logging.Handler):
@@ -62,6 +70,7 @@ class InstanceProcess:
         pb_utils.set_bls_executor(self.bls)
 
     def serve(self) -> None:
+        self.channel.send(("started",))
         _, spec, log_level = self.channel.recv()
         logging.getLogger().setLevel(log_level)
         self.instance = ModelInstance(spec)
@@ -76,38 +85,94 @@ class InstanceProcess:
                 message = self.channel.recv()
             except (EOFError, OSError):
                 return  # the parent died: so do we, as Triton's stub does
-            kind = message[0]
-            if kind == "execute":
-                self._execute(message[1], message[2], message[3])
-            elif kind == "cancel":
-                pending = self.open.get(message[1])
-                if pending is not None:
-                    pending.cancel()
-            elif kind == "bls_respond":
-                self.bls.answer(message[1], unpack_response(self.folder, message[2]), message[3])
-            elif kind == "finalize":
-                self.instance.finalize()
-                self.channel.send(("finalized",))
-                return
+            try:
+                if not self._handle(message):
+                    return
+            except Exception:  # one message's failure must not end the process
+                log.exception("handling a %r message failed", message[0])
+
+    def _handle(self, message: tuple[Any, ...]) -> bool:
+        """Act on one message from the parent; False once the process should end."""
+        kind = message[0]
+        if kind == "execute":
+            self._execute(message[1], message[2], message[3])
+        elif kind == "cancel":
+            pending = self.open.get(message[1])
+            if pending is not None:
+                pending.cancel()
+        elif kind == "bls_respond":
+            self._bls_respond(message[1], message[2], message[3])
+        elif kind == "finalize":
+            assert self.instance is not None
+            self.instance.finalize()
+            self.channel.send(("finalized",))
+            return False
+        return True
+
+    def _bls_respond(self, call: int, wire: WireResponse | None, final: bool) -> None:
+        try:
+            response = unpack_response(self.folder, wire)
+        except Exception as exc:
+            if wire is not None:
+                self.folder.discard(wire.outputs)
+            message = f"BLS call failed: could not read its response: {exc!r}"
+            log.error("%s", message)
+            response, final = _error(message), True
+        self.bls.answer(call, response, final)
 
     def _execute(self, batch_id: int, requests: list[WireRequest], decoupled: bool) -> None:
-        batch = [self._pending(wire, decoupled) for wire in requests]
         instance = self.instance
         assert instance is not None
+        batch = []
+        for wire in requests:
+            try:
+                batch.append(self._pending(wire, decoupled))
+            except Exception as exc:
+                self.folder.discard(wire.inputs)
+                message = _failure(instance, f"could not read the request: {exc!r}")
+                log.error("%s", message)
+                self._send(("respond", wire.key, pack_response(self.folder, _error(message)), True))
 
         def run() -> None:
-            run_execute(instance, batch, decoupled)
-            self.channel.send(("executed", batch_id))
+            try:
+                if batch:
+                    run_execute(instance, batch, decoupled)
+            except Exception as exc:
+                message = _failure(instance, repr(exc))
+                log.error("%s", message)
+                for pending in batch:
+                    try:
+                        pending.fail(message)
+                    except Exception:
+                        pass  # the send itself is what fails; the parent hears of the death
+            finally:
+                # Always: the parent's dispatcher waits for it.
+                self._send(("executed", batch_id))
 
         instance.submit(run)
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        try:
+            self.channel.send(message)
+        except OSError:
+            pass  # the parent is gone; this process ends when its main thread sees it
 
     def _pending(self, wire: WireRequest, decoupled: bool) -> Pending:
         key = wire.key
 
         def respond(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+            try:
+                packed = pack_response(self.folder, response)
+            except Exception as exc:
+                # The request still gets an answer; whatever the model sends later is dropped.
+                instance = self.instance
+                assert instance is not None
+                message = _failure(instance, f"could not pass the response out: {exc!r}")
+                log.error("%s", message)
+                packed, final = pack_response(self.folder, _error(message)), True
             if final:
                 self.open.pop(key, None)
-            self.channel.send(("respond", key, pack_response(self.folder, response), final))
+            self._send(("respond", key, packed, final))
 
         def build(pending: Pending) -> pb_utils.InferenceRequest:
             sender = pb_utils.InferenceResponseSender(
@@ -145,7 +210,15 @@ class ForwardedBls:
         )
         with self._lock:
             self._calls[call] = iterator
-        self.channel.send(("bls", call, pack_request(self.folder, call, request), decoupled))
+        wire = None
+        try:
+            wire = pack_request(self.folder, call, request)
+            self.channel.send(("bls", call, wire, decoupled))
+        except Exception as exc:
+            # The call is answered with the failure rather than left waiting.
+            if wire is not None:
+                self.folder.discard(wire.inputs)
+            self.answer(call, _error(f"BLS call failed: could not send the request: {exc!r}"), True)
         if decoupled:
             return iterator
         return next(iterator)
@@ -155,6 +228,16 @@ class ForwardedBls:
             iterator = self._calls.pop(call, None) if final else self._calls.get(call)
         if iterator is not None:
             iterator._put(response, final)
+
+
+def _error(message: str) -> pb_utils.InferenceResponse:
+    return pb_utils.InferenceResponse(
+        error=pb_utils.TritonError(message, pb_utils.TritonError.INTERNAL)
+    )
+
+
+def _failure(instance: ModelInstance, what: str) -> str:
+    return f"Failed to process the request(s) for model '{instance.name}', message: {what}"
 
 
 def _unchanged(response: Any) -> Any:

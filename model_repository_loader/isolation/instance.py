@@ -5,15 +5,33 @@ dispatch thread of its own, and `run_batch(batch, decoupled)` sends the batch to
 returns when the model's `execute` returned (decoupled responses may keep coming after that).
 A reader thread turns the process's messages into `Pending.deliver` calls.
 
+Nothing on the way stops an instance: a failure while passing a batch in (a shared-memory write,
+a send) fails that batch's requests with an INTERNAL text, one that handling a message from the
+process fails that request (or BLS call) only, and both threads go on serving.
+
+Every wait is bounded. Starting is two steps, as Triton's stub start-up is: the process must say
+"started" (its interpreter and this package imported) within `start_timeout` (30 s, as Triton's
+`stub-timeout-seconds`), then `initialize` must finish within `initialize_timeout`: generous
+(10 min) because loading weights legitimately takes long, and set per model with the config
+parameter `BRIDGE_INITIALIZE_TIMEOUT_SECONDS`. A start that fails or runs out of time kills the
+process and leaves nothing behind (process, socket, shared-memory folder). `finalize(timeout)`
+and `stop(timeout)` are bounded in total; at the bound the process is killed and reaped.
+
 If the process dies, only the requests it held fail, with Triton's text ("Stub process '<name>'
-is not healthy."), and a new process is started and initialized. Batches dispatched meanwhile
-wait for it (bounded by `RESTART_WAIT_S`). `on_health_change(alive)` tells the owner, so a
-model whose instances are all down reports not ready.
+is not healthy."), and a new process is started and initialized, retried with exponential backoff
+(`restart_backoff`, doubling up to `restart_backoff_cap`) until it succeeds or the instance is
+stopped. Batches dispatched meanwhile wait for it (bounded by `RESTART_WAIT_S`).
+`on_health_change(alive)` tells the owner, so a model whose instances are all down reports not
+ready, and ready again once one is back.
+
+A cancel comes from the caller's thread (the server's event loop): it is only queued there, and
+a thread of the instance sends it, after the batch that holds the request was sent.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import queue
@@ -21,7 +39,9 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -44,106 +64,273 @@ log = logging.getLogger(__name__)
 
 RESTART_WAIT_S = 30.0
 FINALIZE_WAIT_S = 30.0
+# Triton's `stub-timeout-seconds` default: the process must be up and talking by then.
+START_TIMEOUT_S = 30.0
+# `initialize` loads weights: bounded so a hung one cannot block a load forever, but generously.
+INITIALIZE_TIMEOUT_S = 600.0
+INITIALIZE_TIMEOUT_PARAMETER = "BRIDGE_INITIALIZE_TIMEOUT_SECONDS"
+RESTART_BACKOFF_S = 0.5
+RESTART_BACKOFF_CAP_S = 30.0
+# After a kill, how long to wait for the reader to see the end of the stream.
+_REAP_S = 5.0
+
+
+@dataclass(eq=False)
+class _Child:
+    """One instance process and what belongs to it; a restart makes a new one."""
+
+    process: subprocess.Popen[bytes]
+    channel: Channel
+    folder: SegmentFolder
+    replies: queue.SimpleQueue[tuple[Any, ...]] = field(default_factory=queue.SimpleQueue)
+    reader: threading.Thread | None = None
+    # Requests and batches sent to this process (under IsolatedInstance._lock); `exited` once
+    # its reader saw the end, after which nothing more is registered.
+    open: dict[int, Pending] = field(default_factory=dict)
+    executing: dict[int, threading.Event] = field(default_factory=dict)
+    exited: bool = False
+    reaped: bool = False
+    reap_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class IsolatedInstance:
     """One instance of a model, run by a child Python process."""
 
     def __init__(
-        self, spec: InstanceSpec, on_health_change: Callable[[bool], None] | None = None
+        self,
+        spec: InstanceSpec,
+        on_health_change: Callable[[bool], None] | None = None,
+        *,
+        start_timeout: float = START_TIMEOUT_S,
+        initialize_timeout: float | None = None,
+        restart_backoff: float = RESTART_BACKOFF_S,
+        restart_backoff_cap: float = RESTART_BACKOFF_CAP_S,
     ) -> None:
+        """`initialize_timeout` None: the model's config parameter, else INITIALIZE_TIMEOUT_S."""
         self.spec = spec
         self.name = spec.instance_name
         self.on_health_change = on_health_change
         self.restarts = 0
-        self._folder = SegmentFolder.create(f"{spec.model_name}-{spec.instance_name}")
+        self.start_timeout = start_timeout
+        self.initialize_timeout = initialize_timeout
+        self.restart_backoff = restart_backoff
+        self.restart_backoff_cap = restart_backoff_cap
         self._keys = itertools.count(1)
-        self._open: dict[int, Pending] = {}
-        self._executing: dict[int, threading.Event] = {}
-        self._lock = threading.Lock()
-        self._alive = threading.Event()
+        self._lock = threading.Lock()  # each child's open, executing and exited
+        # Guards the life-cycle state: the current child, alive, stopping.
+        self._state = threading.Condition()
+        self._child: _Child | None = None
+        self._alive = False
         self._stopping = False
-        self._process: subprocess.Popen[bytes] | None = None
-        self._channel: Channel | None = None
-        self._replies: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._restarter: threading.Thread | None = None
         self._bls = _BlsCalls(self)
         self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._dispatcher = threading.Thread(
-            target=self._dispatch, name=f"isolated:{self.name}", daemon=True
-        )
-        self._dispatcher.start()
+        self._cancels: queue.SimpleQueue[tuple[_Child, int] | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._dispatch, name=f"isolated:{self.name}", daemon=True),
+            threading.Thread(
+                target=self._send_cancels, name=f"isolated-cancel:{self.name}", daemon=True
+            ),
+        ]
+        for thread in self._threads:
+            thread.start()
 
     @property
     def alive(self) -> bool:
-        return self._alive.is_set()
+        return self._alive
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        child = self._child
+        return child.process.pid if child is not None else None
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Start the process and run `initialize` in it; ModelLoadError with Triton's reason."""
-        reply = self._start_process()
-        if reply[0] != "loaded":
-            self._reap()
-            raise ModelLoadError(reply[1] if reply[0] == "load_failed" else _died(self.name))
-        self._set_alive(True)
+        """Start the process and run `initialize` in it; ModelLoadError with Triton's reason.
 
-    def _start_process(self) -> tuple[Any, ...]:
-        parent_end, child_end = socket.socketpair()
-        self._process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "model_repository_loader.isolation.child",
-                str(child_end.fileno()),
-                str(self._folder.path),
-            ],
-            pass_fds=[child_end.fileno()],
-            env=_child_environment(),
-        )
-        child_end.close()
-        self._channel = Channel(Connection(parent_end.detach()))
-        self._replies = queue.SimpleQueue()
-        threading.Thread(
-            target=self._read, args=(self._channel,), name=f"isolated-read:{self.name}", daemon=True
-        ).start()
-        self._channel.send(("load", self.spec, logging.getLogger().getEffectiveLevel()))
-        return self._replies.get()
+        On failure (the model's, an OSError starting the process, a timeout) nothing of the
+        attempt is left: the process is killed and reaped, its socket and folder are gone.
+        """
+        self._start()
+        self._health_changed(True)
 
-    def finalize(self) -> None:
-        """Run `finalize()` in the process, let it exit, and stop."""
-        self._stopping = True
-        channel = self._channel
-        if channel is not None and self.alive:
-            try:
-                channel.send(("finalize",))
-                self._replies.get(timeout=FINALIZE_WAIT_S)
-            except (OSError, queue.Empty):
-                log.warning("%s: finalize did not complete", self.name)
-        self.stop()
-
-    def stop(self) -> None:
-        """End the process (if still running) and the dispatch thread."""
-        self._stopping = True
-        self._reap()
-        self._calls.put(None)
-        self._dispatcher.join(timeout=30)
-        self._folder.remove()
-
-    def _reap(self) -> None:
-        process = self._process
-        if process is None:
-            return
+    def _start(self) -> None:
+        """Start a process and initialize it; the instance is alive when this returns."""
+        timeout = self._initialize_timeout()
+        child = self._spawn()
         try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if self._channel is not None:
-            self._channel.close()
+            started = _next_reply(child, self.start_timeout)
+            if started is None:
+                raise ModelLoadError(
+                    f"Internal: the process of instance '{self.name}' did not start within "
+                    f"{self.start_timeout:g} s; it was stopped"
+                )
+            if started[0] != "started":
+                raise ModelLoadError(_died(self.name))
+            reply = _next_reply(child, timeout)
+            if reply is None:
+                raise ModelLoadError(
+                    f"Internal: initialize of instance '{self.name}' did not finish within "
+                    f"{timeout:g} s (model config parameter {INITIALIZE_TIMEOUT_PARAMETER}); "
+                    "its process was stopped"
+                )
+            if reply[0] != "loaded":
+                raise ModelLoadError(reply[1] if reply[0] == "load_failed" else _died(self.name))
+            with self._state:
+                # Checked with the lock held: if the process died already, its reader saw it
+                # before we get here (no restart for a never-alive child), so we must not live.
+                if child.exited or self._stopping:
+                    raise ModelLoadError(_died(self.name))
+                self._alive = True
+                self._state.notify_all()
+        except BaseException:
+            with self._state:
+                if self._child is child:
+                    self._child = None
+            self._reap(child, 0.0)
+            raise
+
+    def _spawn(self) -> _Child:
+        """Start a process (not yet initialized) and its reader; ModelLoadError on OSError."""
+        folder: SegmentFolder | None = None
+        parent_end = child_end = None
+        try:
+            with self._state:
+                # Under the lock: `stop` sees every process started, or none starts after it.
+                if self._stopping:
+                    raise ModelLoadError(f"Internal: instance '{self.name}' is being stopped")
+                folder = SegmentFolder.create(f"{self.spec.model_name}-{self.name}")
+                parent_end, child_end = socket.socketpair()
+                process = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "model_repository_loader.isolation.child",
+                        str(child_end.fileno()),
+                        str(folder.path),
+                    ],
+                    pass_fds=[child_end.fileno()],
+                    env=_child_environment(),
+                )
+                channel = Channel(Connection(parent_end.detach()))
+                child = _Child(process, channel, folder)
+                self._child = child
+        except (OSError, subprocess.SubprocessError) as exc:
+            if parent_end is not None:
+                parent_end.close()
+            if folder is not None:
+                folder.remove()
+            raise ModelLoadError(
+                f"Internal: could not start the process of instance '{self.name}': {exc}"
+            ) from None
+        finally:
+            if child_end is not None:
+                child_end.close()
+        child.reader = threading.Thread(
+            target=self._read, args=(child,), name=f"isolated-read:{self.name}", daemon=True
+        )
+        child.reader.start()
+        try:
+            child.channel.send(("load", self.spec, logging.getLogger().getEffectiveLevel()))
+        except OSError:
+            pass  # the process died already: the reader says so
+        return child
+
+    def _initialize_timeout(self) -> float:
+        if self.initialize_timeout is not None:
+            return self.initialize_timeout
+        try:
+            parameters = json.loads(self.spec.args.get("model_config", "{}")).get("parameters")
+        except ValueError:
+            parameters = None
+        text = ((parameters or {}).get(INITIALIZE_TIMEOUT_PARAMETER) or {}).get("string_value")
+        if text is None:
+            return INITIALIZE_TIMEOUT_S
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not value > 0:
+            raise ModelLoadError(
+                f"Invalid argument: parameter '{INITIALIZE_TIMEOUT_PARAMETER}' of model "
+                f"'{self.spec.model_name}' is '{text}'; expected a positive number of seconds"
+            )
+        return value
+
+    def finalize(self, timeout: float | None = FINALIZE_WAIT_S) -> bool:
+        """Run `finalize()` in the process, let it exit, and stop.
+
+        Bounded by `timeout` seconds in total (None: no bound); past it the process is killed.
+        Returns False if finalize did not complete (or something had to be killed).
+        """
+        deadline = _deadline(timeout)
+        with self._state:
+            child = self._child if self._alive and not self._stopping else None
+        finished = False
+        if child is not None:
+            try:
+                child.channel.send(("finalize",))
+                reply = _next_reply(child, _remaining(deadline))
+                finished = reply is not None and reply[0] == "finalized"
+            except OSError:
+                pass
+            if not finished:
+                log.warning(
+                    "%s: finalize did not complete within %ss; stopping the instance process",
+                    self.name,
+                    timeout,
+                )
+        return self.stop(_remaining(deadline)) and (finished or child is None)
+
+    def stop(self, timeout: float | None = FINALIZE_WAIT_S) -> bool:
+        """End the process (at once if not finalized) and the instance's threads.
+
+        Bounded by `timeout` seconds (None: no bound); False if something had to be abandoned.
+        """
+        deadline = _deadline(timeout)
+        with self._state:
+            self._stopping = True
+            self._alive = False
+            child, self._child = self._child, None
+            self._state.notify_all()
+        clean = True
+        if child is not None:
+            clean = self._reap(child, _remaining(deadline))
+        self._calls.put(None)
+        self._cancels.put(None)
+        threads = [*self._threads, self._restarter]
+        for thread in threads:
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(_remaining(deadline))
+                clean = clean and not thread.is_alive()
+        return clean
+
+    def _reap(self, child: _Child, timeout: float | None) -> bool:
+        """End `child`: let it exit for `timeout` s, else kill it; then its socket and folder.
+
+        True if it exited by itself. Only the first call for a child does anything.
+        """
+        with child.reap_lock:
+            if child.reaped:
+                return True
+            child.reaped = True
+            # Shutting our end makes the process see the end of its input and exit, and wakes
+            # our reader; the descriptor stays ours until the reader is done (no reuse).
+            _shutdown(child.channel)
+            exited = True
+            try:
+                child.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                exited = False
+                child.process.kill()
+                child.process.wait()
+            reader = child.reader
+            if reader is not None and reader is not threading.current_thread():
+                reader.join(_REAP_S)
+            child.channel.close()
+            child.folder.remove()
+            return exited
 
     # -- running batches -------------------------------------------------------------------
 
@@ -152,173 +339,325 @@ class IsolatedInstance:
 
     def _dispatch(self) -> None:
         while (fn := self._calls.get()) is not None:
-            fn()
+            try:
+                fn()
+            except Exception:  # run_batch answers its own failures; this keeps the thread
+                log.exception("%s: a call on the dispatch thread failed", self.name)
 
     def run_batch(self, batch: list[Pending], decoupled: bool) -> None:
         """Send one batch to the process; return once its `execute` returned."""
-        if not self._alive.wait(RESTART_WAIT_S) or self._channel is None:
+        with self._state:
+            self._state.wait_for(lambda: self._alive or self._stopping, RESTART_WAIT_S)
+            child = self._child if self._alive and not self._stopping else None
+        if child is None:
             for pending in batch:
                 pending.fail(_died(self.name))
             return
         batch_id = next(self._keys)
         executed = threading.Event()
-        wires = []
+        keys = [next(self._keys) for _ in batch]
         with self._lock:
-            self._executing[batch_id] = executed
+            # Registered first: if the process dies meanwhile, its reader fails them.
+            if not child.exited:
+                child.executing[batch_id] = executed
+                child.open.update(zip(keys, batch, strict=True))
+        if child.exited:
             for pending in batch:
-                key = next(self._keys)
-                self._open[key] = pending
-                wires.append(pack_request(self._folder, key, pending.request))
-                pending.on_cancel(lambda key=key: self._send_cancel(key))
+                pending.fail(_died(self.name))
+            return
+        wires: list[WireRequest] = []
+        packed = False
         try:
-            self._channel.send(("execute", batch_id, wires, decoupled))
-        except OSError:
-            pass  # the reader sees the death and fails the batch
+            for key, pending in zip(keys, batch, strict=True):
+                wires.append(pack_request(child.folder, key, pending.request))
+            packed = True
+            child.channel.send(("execute", batch_id, wires, decoupled))
+        except Exception as exc:
+            for wire in wires:
+                child.folder.discard(wire.inputs)
+            if packed and isinstance(exc, OSError):
+                message = _died(self.name)  # the socket broke: the process is going
+            else:
+                message = self._failure(f"could not pass the requests to its process: {exc!r}")
+            log.error("%s", message)
+            self._fail_batch(child, batch_id, keys, message)
+            return
+        for key, pending in zip(keys, batch, strict=True):
+            # After the send, so a cancel never reaches the process before its request.
+            pending.on_cancel(lambda key=key: self._cancels.put((child, key)))
         executed.wait()
 
-    def _send_cancel(self, key: int) -> None:
-        channel = self._channel
-        if channel is not None and key in self._open:
+    def _fail_batch(self, child: _Child, batch_id: int, keys: list[int], message: str) -> None:
+        with self._lock:
+            child.executing.pop(batch_id, None)
+            failed = [p for k in keys if (p := child.open.pop(k, None)) is not None]
+        for pending in failed:
+            pending.fail(message)
+
+    def _failure(self, what: str) -> str:
+        return f"Failed to process the request(s) for model '{self.name}', message: {what}"
+
+    def _send_cancels(self) -> None:
+        # The cancel thread: a send may wait behind a large message, never on the caller.
+        while (item := self._cancels.get()) is not None:
+            child, key = item
+            if key not in child.open:
+                continue
             try:
-                channel.send(("cancel", key))
+                child.channel.send(("cancel", key))
             except OSError:
-                pass
+                pass  # the process is gone; the reader fails the request
+            except Exception:
+                log.exception("%s: could not send a cancellation", self.name)
 
     # -- messages from the process ---------------------------------------------------------
 
-    def _read(self, channel: Channel) -> None:
+    def _read(self, child: _Child) -> None:
         try:
             while True:
-                message = channel.recv()
-                kind = message[0]
-                if kind == "respond":
-                    self._respond(message[1], message[2], message[3])
-                elif kind == "executed":
-                    with self._lock:
-                        event = self._executing.pop(message[1], None)
-                    if event is not None:
-                        event.set()
-                elif kind == "log":
-                    _emit_log(message[1])
-                elif kind == "bls":
-                    self._bls.start(message[1], message[2], message[3])
-                elif kind == "bls_cancel":
-                    self._bls.cancel(message[1])
-                else:
-                    self._replies.put(message)
+                message = child.channel.recv()
+                try:
+                    self._handle(child, message)
+                except Exception:
+                    log.exception("%s: handling a %r message failed", self.name, message[0])
         except (EOFError, OSError):
             pass
-        self._on_exit()
+        except Exception:
+            # Unreadable stream: nothing after this can be trusted; treat it as a death.
+            log.exception("%s: unreadable message from the instance process", self.name)
+            child.process.kill()
+        self._on_exit(child)
 
-    def _respond(self, key: int, wire: Any, final: bool) -> None:
+    def _handle(self, child: _Child, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "respond":
+            self._respond(child, message[1], message[2], message[3])
+        elif kind == "executed":
+            with self._lock:
+                event = child.executing.pop(message[1], None)
+            if event is not None:
+                event.set()
+        elif kind == "log":
+            _emit_log(message[1])
+        elif kind == "bls":
+            self._bls.start(child, message[1], message[2], message[3])
+        elif kind == "bls_cancel":
+            self._bls.cancel(child, message[1])
+        else:
+            child.replies.put(message)
+
+    def _respond(self, child: _Child, key: int, wire: Any, final: bool) -> None:
         with self._lock:
-            pending = self._open.pop(key, None) if final else self._open.get(key)
-        if pending is not None:
-            pending.deliver(unpack_response(self._folder, wire), final)
+            pending = child.open.pop(key, None) if final else child.open.get(key)
+        if pending is None:
+            return
+        try:
+            response = unpack_response(child.folder, wire)
+        except Exception as exc:
+            with self._lock:
+                child.open.pop(key, None)
+            if wire is not None:
+                child.folder.discard(wire.outputs)
+            message = self._failure(f"could not read the response of its process: {exc!r}")
+            log.error("%s", message)
+            pending.fail(message)
+            return
+        try:
+            pending.deliver(response, final)
+        except Exception as exc:
+            # The caller's respond raised; the request still gets a final answer if it can.
+            with self._lock:
+                child.open.pop(key, None)
+            message = self._failure(f"could not deliver the response: {exc!r}")
+            log.error("%s", message)
+            pending.fail(message)
 
-    def _on_exit(self) -> None:
+    def _on_exit(self, child: _Child) -> None:
         """The process is gone: fail what it held, then restart it unless we are stopping."""
-        was_alive = self._alive.is_set()
-        self._alive.clear()
-        self._replies.put(("exited",))
         with self._lock:
-            lost, self._open = list(self._open.values()), {}
-            executing, self._executing = list(self._executing.values()), {}
+            child.exited = True
+            lost, child.open = list(child.open.values()), {}
+            executing, child.executing = list(child.executing.values()), {}
         message = _died(self.name)
         for pending in lost:
             pending.fail(message)
         for event in executing:
             event.set()
-        if self._stopping or not was_alive:
-            return
-        code = self._process.poll() if self._process is not None else None
-        log.error("%s: instance process exited (code %s); restarting it", self.name, code)
-        if self.on_health_change is not None:
-            self.on_health_change(False)
-        threading.Thread(target=self._restart, name=f"restart:{self.name}", daemon=True).start()
+        child.replies.put(("exited",))
+        with self._state:
+            was_alive = self._child is child and self._alive
+            if was_alive:
+                self._alive = False
+            if not was_alive or self._stopping:
+                return  # a failed start, or a stop: whoever started it cleans up
+        log.error(
+            "%s: instance process exited (code %s); restarting it", self.name, child.process.poll()
+        )
+        self._health_changed(False)
+        self._restarter = threading.Thread(
+            target=self._restart, args=(child,), name=f"restart:{self.name}", daemon=True
+        )
+        self._restarter.start()
 
-    def _restart(self) -> None:
-        self._reap()
-        self._folder.remove()
-        self._folder = SegmentFolder.create(f"{self.spec.model_name}-{self.name}")
-        if self._stopping:
-            return
-        reply = self._start_process()
-        if reply[0] != "loaded":
-            log.error("%s: restart failed: %s", self.name, reply[1:] or "process exited")
-            return
+    def _restart(self, dead: _Child) -> None:
+        """Start a new process until one initializes, backing off between failed attempts."""
+        with self._state:
+            if self._child is dead:
+                self._child = None
+        self._reap(dead, 0.0)
+        delay = self.restart_backoff
+        for attempt in itertools.count(1):
+            try:
+                self._start()
+                break
+            except Exception as exc:
+                # One line per attempt; the model's full text (its traceback) only the first time.
+                reason = str(exc) if attempt == 1 else str(exc).split("\n", 1)[0]
+                with self._state:
+                    if self._stopping:
+                        return
+                    log.error(
+                        "%s: restart attempt %d failed (next in %gs): %s",
+                        self.name,
+                        attempt,
+                        delay,
+                        reason,
+                    )
+                    if self._state.wait_for(lambda: self._stopping, delay):
+                        return
+                delay = min(delay * 2, self.restart_backoff_cap)
         self.restarts += 1
         log.info("%s: instance process restarted (pid %s)", self.name, self.pid)
-        self._set_alive(True)
+        self._health_changed(True)
 
-    def _set_alive(self, alive: bool) -> None:
-        if alive:
-            self._alive.set()
-        else:
-            self._alive.clear()
+    def _health_changed(self, alive: bool) -> None:
         if self.on_health_change is not None:
             self.on_health_change(alive)
 
     def kill(self) -> None:
         """SIGKILL the process (tests use this to check the restart)."""
-        if self._process is not None and self._process.poll() is None:
-            os.kill(self._process.pid, 9)
+        child = self._child
+        if child is not None and child.process.poll() is None:
+            os.kill(child.process.pid, 9)
 
 
 class _BlsCalls:
-    """BLS calls made by the model in the process, run here where the called models live."""
+    """BLS calls made by the model in the process, run here where the called models live.
+
+    Every call gets a final answer, an error response if running it failed here: the model in
+    the process waits for it.
+    """
 
     def __init__(self, instance: IsolatedInstance) -> None:
         self.instance = instance
-        self._running: dict[int, Any] = {}
+        # Keyed by process too: call numbers start again at 1 in a restarted process.
+        self._running: dict[tuple[_Child, int], Any] = {}
 
-    def start(self, call: int, wire: WireRequest, decoupled: bool) -> None:
+    def start(self, child: _Child, call: int, wire: WireRequest, decoupled: bool) -> None:
         # A call blocks until its target answers: never on the reader thread.
-        threading.Thread(
-            target=self._run, args=(call, wire, decoupled), name="isolated-bls", daemon=True
-        ).start()
+        try:
+            threading.Thread(
+                target=self._run,
+                args=(child, call, wire, decoupled),
+                name="isolated-bls",
+                daemon=True,
+            ).start()
+        except Exception as exc:
+            child.folder.discard(wire.inputs)
+            self._send(child, call, _bls_error(self.instance.name, exc), True)
 
-    def _run(self, call: int, wire: WireRequest, decoupled: bool) -> None:
-        instance = self.instance
-        folder = instance._folder
+    def _run(self, child: _Child, call: int, wire: WireRequest, decoupled: bool) -> None:
+        try:
+            response = self._call(child, call, wire, decoupled)
+        except Exception as exc:
+            child.folder.discard(wire.inputs)
+            response = _bls_error(self.instance.name, exc)
+            log.error("%s", response.error().message())  # type: ignore[union-attr]
+        self._send(child, call, response, True)
+
+    def _call(
+        self, child: _Child, call: int, wire: WireRequest, decoupled: bool
+    ) -> pb_utils.InferenceResponse | None:
+        """Run the call; send every response but the last, and return that one."""
         executor = pb_utils.request._bls_executor
         if executor is None:
             error = pb_utils.TritonError("BLS is not available: no model repository is loaded")
-            self._send(call, pb_utils.InferenceResponse(error=error), True)
-            return
-        request = unpack_request(folder, wire, response_sender=None)
+            return pb_utils.InferenceResponse(error=error)
+        request = unpack_request(child.folder, wire, response_sender=None)
         result = executor(request, decoupled)
         if not decoupled:
-            self._send(call, result, True)
-            return
-        self._running[call] = result
+            return result
+        self._running[child, call] = result
         # Hold each response back by one, so the last one goes out flagged final (the
         # iterator already ends with Triton's empty response where there is one).
         last: pb_utils.InferenceResponse | None = None
         try:
             for response in result:
                 if last is not None:
-                    self._send(call, last, False)
+                    self._send(child, call, last, False)
                 last = response
         finally:
-            self._running.pop(call, None)
-            self._send(call, last, True)
+            self._running.pop((child, call), None)
+        return last
 
-    def cancel(self, call: int) -> None:
-        iterator = self._running.get(call)
+    def cancel(self, child: _Child, call: int) -> None:
+        iterator = self._running.get((child, call))
         if iterator is not None:
             iterator.cancel()
 
-    def _send(self, call: int, response: pb_utils.InferenceResponse | None, final: bool) -> None:
-        channel = self.instance._channel
-        if channel is None:
-            return
+    def _send(
+        self,
+        child: _Child,
+        call: int,
+        response: pb_utils.InferenceResponse | None,
+        final: bool,
+    ) -> None:
         try:
-            channel.send(
-                ("bls_respond", call, pack_response(self.instance._folder, response), final)
-            )
+            wire = pack_response(child.folder, response)
+        except Exception as exc:
+            response = _bls_error(self.instance.name, exc)
+            log.error("%s", response.error().message())  # type: ignore[union-attr]
+            wire, final = pack_response(child.folder, response), True
+        try:
+            child.channel.send(("bls_respond", call, wire, final))
         except OSError:
             pass  # the process is gone; so is the caller
+
+
+def _next_reply(child: _Child, timeout: float | None) -> tuple[Any, ...] | None:
+    """The process's next reply (("exited",) if it died), or None after `timeout` seconds."""
+    try:
+        return child.replies.get(timeout=timeout)
+    except queue.Empty:
+        return None
+
+
+def _shutdown(channel: Channel) -> None:
+    try:
+        sock = socket.socket(fileno=channel.connection.fileno())
+    except OSError:
+        return  # already closed
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        sock.detach()  # the Connection still owns the descriptor
+
+
+def _bls_error(name: str, exc: BaseException) -> pb_utils.InferenceResponse:
+    message = f"BLS call from instance '{name}' failed in the server process: {exc!r}"
+    return pb_utils.InferenceResponse(
+        error=pb_utils.TritonError(message, pb_utils.TritonError.INTERNAL)
+    )
+
+
+def _deadline(timeout: float | None) -> float | None:
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def _child_environment() -> dict[str, str]:

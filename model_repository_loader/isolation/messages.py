@@ -4,7 +4,8 @@ Every message is a tuple whose first item names it. Sends are serialized by a lo
 child answers from several threads (a decoupled model sends from any thread it likes).
 
 Parent → child                              Child → parent
-  ("load", InstanceSpec)                      ("loaded",) | ("load_failed", reason)
+                                              ("started",)  (first, as soon as it runs)
+  ("load", InstanceSpec, log level)           ("loaded",) | ("load_failed", reason)
   ("execute", batch_id, [WireRequest], dec)   ("respond", key, WireResponse | None, final)
   ("cancel", key)                             ("executed", batch_id)
   ("finalize",)                               ("finalized",)

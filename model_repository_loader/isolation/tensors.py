@@ -8,10 +8,16 @@ are object arrays of `bytes`; they cross as a list of `bytes`, which pickles as 
 
 Every segment lives in one folder per instance (`SegmentFolder`), so whatever a crashed process
 left behind is removed with the folder.
+
+When shared memory is full (ENOSPC: Docker gives a container 64 MiB of /dev/shm unless told
+`--shm-size`), a tensor rides inline in the message instead: slower (two more copies), but the
+request is served. The first time, per folder, a warning says so and how to give more.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import shutil
 import tempfile
@@ -22,6 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from ..pb_utils import Tensor
+
+log = logging.getLogger(__name__)
 
 SHARED_MEMORY_MIN_BYTES = 64 * 1024
 
@@ -44,6 +52,7 @@ class SegmentFolder:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._warned_full = False
 
     @classmethod
     def create(cls, label: str) -> SegmentFolder:
@@ -65,18 +74,51 @@ class SegmentFolder:
             return WireTensor(*header, array.reshape(-1).tolist())
         if array.nbytes < SHARED_MEMORY_MIN_BYTES:
             return WireTensor(*header, array.tobytes())
-        return WireTensor(*header, self._write_segment(array))
+        try:
+            return WireTensor(*header, self._write_segment(array))
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            self._warn_full(exc, array.nbytes)
+            return WireTensor(*header, array.tobytes())
 
     def _write_segment(self, array: np.ndarray) -> str:
         name = uuid.uuid4().hex
-        fd = os.open(self.path / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        path = self.path / name
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         try:
             view = memoryview(np.ascontiguousarray(array)).cast("B")
             while view:
                 view = view[os.write(fd, view) :]
+        except BaseException:
+            # A partly written segment still takes room in a full /dev/shm: give it back.
+            os.unlink(path)
+            raise
         finally:
             os.close(fd)
         return name
+
+    def _warn_full(self, exc: OSError, nbytes: int) -> None:
+        if self._warned_full:
+            return
+        self._warned_full = True
+        log.warning(
+            "shared memory is full: could not write a %d-byte tensor under %s (%s); tensors "
+            "that do not fit are sent inline over the instance's socket instead, which is "
+            "slower. Give the server more shared memory (e.g. docker run --shm-size=1g).",
+            nbytes,
+            self.path.parent,
+            exc.strerror,
+        )
+
+    def discard(self, wires: list[WireTensor]) -> None:
+        """Remove the segments of `wires` that nobody will read (a message that did not go)."""
+        for wire in wires:
+            if isinstance(wire.data, str):
+                try:
+                    os.unlink(self.path / wire.data)
+                except OSError:
+                    pass
 
     # -- decoding ----------------------------------------------------------------------------
 
