@@ -4,6 +4,11 @@
 against that version's config (Triton's texts), turns it into the `pb_utils.InferenceRequest` the
 model sees, and queues it. Every outcome, including a validation error, comes back through
 `respond`, so callers have one path to handle.
+
+`close(timeout)` is bounded as a whole: from its start the version refuses new requests
+(UNAVAILABLE, `unavailable_text`), lets queued and executing ones finish until the bound, answers
+whatever is still open UNAVAILABLE, and finalizes its instances in parallel, abandoning any that
+is still busy at the bound. Nothing waits on a closed version.
 """
 
 from __future__ import annotations
@@ -11,8 +16,12 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import threading
+import time
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -27,6 +36,17 @@ from .scheduling import ModelStats, Scheduler, build_scheduler
 from .validation import RequestError, RequestValidator, unknown_model_error
 
 log = logging.getLogger(__name__)
+
+
+def unavailable_text(name: str, version: int) -> str:
+    """The answer of a version that is closing or closed (UNAVAILABLE).
+
+    Triton removes an unloading model from its table first, so a new request there fails the
+    lookup (`Request for unknown model: '<m>' has no available versions`, NOT_FOUND). A request
+    that reaches a version here was routed to it before the unload: it is told, in the words of
+    Triton's not-ready texts, that the version is going away, with a code a client may retry on.
+    """
+    return f"Model '{name}' version {version} is not ready: it is being unloaded"
 
 # Request parameters Triton consumes itself; the model never sees them in `parameters()`.
 _RESERVED_PARAMETERS = frozenset(
@@ -75,6 +95,10 @@ class ModelVersion:
         ]
         # Queue and compute times, batch sizes and counts (Triton's ModelStatistics).
         self.stats = ModelStats()
+        # Every request admitted and not yet freed, held weakly: what close() must still
+        # answer. None once closing: the version takes no more requests.
+        self._open: weakref.WeakSet[Pending] | None = weakref.WeakSet()
+        self._open_lock = threading.Lock()
         self._scheduler: Scheduler = build_scheduler(
             config,
             self.instances,
@@ -121,8 +145,12 @@ class ModelVersion:
     def admit(self, request: InferRequest, respond: Respond) -> Pending | None:
         """Check `request` and make the `Pending` that carries it to `execute`.
 
-        A refused request is answered here with Triton's error, and None comes back.
+        A refused request is answered here with Triton's error, and None comes back; so is
+        every request once the version is closing (UNAVAILABLE).
         """
+        if self._open is None:
+            self._refuse(respond)
+            return None
         try:
             batch_size = self.validator.validate(
                 request.request_id, request.inputs, request.requested_outputs
@@ -142,7 +170,18 @@ class ModelVersion:
         # outcome in the statistics when its final response leaves.
         pending.batch_size = batch_size
         pending.stats = self.stats
+        with self._open_lock:
+            open_requests = self._open
+            if open_requests is not None:
+                open_requests.add(pending)
+        if open_requests is None:  # close() began meanwhile
+            self._refuse(respond)
+            return None
         return pending
+
+    def _refuse(self, respond: Respond) -> None:
+        message = unavailable_text(self.name, self.version)
+        respond(_error_response(message, pb_utils.TritonError.UNAVAILABLE), True)
 
     @functools.cached_property
     def _iterative_sequence(self) -> bool:
@@ -210,16 +249,37 @@ class ModelVersion:
             return tensor  # Triton passes through what it cannot reshape
         return pb_utils.Tensor._from_wire(tensor.name(), reshaped, tensor._datatype)
 
-    def close(self, timeout: float | None = 30.0) -> None:
-        """Let queued and executing requests finish, then finalize every instance."""
-        if not self._scheduler.drain(timeout):
-            log.warning(
-                "%s v%d: requests still running after %ss", self.name, self.version, timeout
-            )
-        self._scheduler.close()
-        for instance in self.instances:
-            instance.finalize()
+    @property
+    def closed(self) -> bool:
+        """True from the moment close() begins: the version takes no more requests."""
+        return self._open is None
 
+    def close(self, timeout: float | None = 30.0) -> bool:
+        """Refuse new requests, drain, answer what is left UNAVAILABLE, finalize the instances.
+
+        `timeout` bounds the whole close (None: no bound). Returns False if it was reached:
+        requests were still running (now answered UNAVAILABLE) or an instance was abandoned.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._open_lock:
+            open_requests, self._open = self._open, None
+        if open_requests is None:
+            return True  # closed already
+        message = unavailable_text(self.name, self.version)
+        drained = self._scheduler.drain(_remaining(deadline))
+        if not drained:
+            log.warning(
+                "%s v%d: requests still running after %ss; answering them UNAVAILABLE",
+                self.name,
+                self.version,
+                timeout,
+            )
+        self._scheduler.close(message)
+        # Queued ones were answered by the scheduler; these are the executing ones (a hung
+        # execute, a decoupled model's sender still held somewhere).
+        for pending in list(open_requests):
+            pending.fail(message, pb_utils.TritonError.UNAVAILABLE)
+        return _finalize_all(self.instances, deadline) and drained
 
 class Model:
     """A model and the versions of it being served."""
@@ -266,12 +326,57 @@ class Model:
         """Run one request and wait for its (single, final) response. For in-process use."""
         return answer_of(self.submit, request, timeout, f"model '{self.name}'")
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = 30.0) -> bool:
+        """Close every version (see ModelVersion.close); `timeout` bounds the whole close.
+
+        Versions close one after another on a shared deadline; False if it was reached.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        finished = True
         for version in self.versions.values():
-            version.close()
+            finished = version.close(_remaining(deadline)) and finished
+        return finished
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _finalize_all(instances: list, deadline: float | None) -> bool:
+    """Finalize `instances` side by side, waiting no longer than `deadline` in total.
+
+    Each runs on a daemon thread of its own, so a hung instance neither delays the others'
+    finalize nor outlives the bound here; False if one was still busy at the deadline.
+    """
+    results: dict[int, bool] = {}
+
+    def run(index: int, instance: Any) -> None:
+        try:
+            if isinstance(instance, ModelInstance):
+                finished = instance.finalize(_remaining(deadline))
+            else:
+                # IsolatedInstance.finalize takes no bound (yet): the join below bounds it.
+                finished = instance.finalize()
+            results[index] = finished is not False
+        except BaseException:
+            log.exception("%s: finalize failed", instance.name)
+            results[index] = False
+
+    threads = [
+        threading.Thread(target=run, args=(i, inst), name=f"finalize:{inst.name}", daemon=True)
+        for i, inst in enumerate(instances)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(_remaining(deadline))
+    for index, instance in enumerate(instances):
+        if index not in results:
+            log.error("%s: abandoned: finalize still running at the close's bound", instance.name)
+    return len(results) == len(instances) and all(results.values())
 
 
 def _error_response(message: str, code: pb_utils.TritonError | int) -> pb_utils.InferenceResponse:
