@@ -194,13 +194,12 @@ def answer_failure(respond: Respond, exc: BaseException) -> None:
     unanswered: this is its last answer.
     """
     message = f"{RESPOND_FAILED}{type(exc).__name__}: {exc}"
-    outcome = "the request was closed with an INTERNAL error"
+    log.error("%s; closing the request with an INTERNAL error", message, exc_info=exc)
     error = pb_utils.TritonError(message, pb_utils.TritonError.INTERNAL)
     try:
         respond(pb_utils.InferenceResponse(error=error), True)
-    except BaseException:
-        outcome = "the request could not be answered"
-    log.error("%s; %s", message, outcome, exc_info=exc)
+    except BaseException as again:
+        log.warning("the error could not be answered either: %r", again)
 
 
 def run_execute(instance: ModelInstance, batch: list[Pending], decoupled: bool) -> None:
