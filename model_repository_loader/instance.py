@@ -126,7 +126,7 @@ class ModelInstance:
         if not finished:
             log.error(
                 "%s: abandoned: still busy after %ss (an execute that does not return?); "
-                "finalize did not run",
+                "finalize stays queued behind it",
                 self.name,
                 timeout,
             )

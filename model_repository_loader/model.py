@@ -7,8 +7,9 @@ model sees, and queues it. Every outcome, including a validation error, comes ba
 
 `close(timeout)` is bounded as a whole: from its start the version refuses new requests
 (UNAVAILABLE, `unavailable_text`), lets queued and executing ones finish until the bound, answers
-whatever is still open UNAVAILABLE, and finalizes its instances in parallel, abandoning any that
-is still busy at the bound. Nothing waits on a closed version.
+what is still queued UNAVAILABLE, finalizes its instances in parallel (abandoning any still busy
+at the bound), and then answers UNAVAILABLE whatever the model left open. Nothing waits on a
+closed version.
 """
 
 from __future__ import annotations
@@ -275,11 +276,15 @@ class ModelVersion:
                 timeout,
             )
         self._scheduler.close(message)
-        # Queued ones were answered by the scheduler; these are the executing ones (a hung
-        # execute, a decoupled model's sender still held somewhere).
+        # Queued requests were answered by the scheduler. Finalize comes before the rest: a
+        # decoupled model may still be answering from its own threads, and its finalize is
+        # where it waits for them (as Triton's examples do).
+        finalized = _finalize_all(self.instances, deadline)
+        # Whatever is still open now never gets an answer from the model: a hung execute, a
+        # response sender the model dropped without closing.
         for pending in list(open_requests):
             pending.fail(message, pb_utils.TritonError.UNAVAILABLE)
-        return _finalize_all(self.instances, deadline) and drained
+        return finalized and drained
 
 class Model:
     """A model and the versions of it being served."""

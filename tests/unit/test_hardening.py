@@ -294,6 +294,54 @@ def test_close_is_bounded_and_answers_everything(repo, gates, scheduler, caplog)
     assert len(running.items) == 1
 
 
+def test_close_lets_a_decoupled_model_finish_its_streams_in_finalize(repo, gates):
+    # As Triton's decoupled examples do: responses come from the model's own thread, and
+    # finalize waits for those threads. Close must not cut such a stream short.
+    source = """
+        import threading
+        import _hardening_gates as gates
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def initialize(self, args):
+                self.threads = []
+
+            def execute(self, requests):
+                for r in requests:
+                    x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+                    thread = threading.Thread(target=self.answer, args=(r.get_response_sender(), x))
+                    thread.start()
+                    self.threads.append(thread)
+                gates.entered.set()
+                return None
+
+            def answer(self, sender, x):
+                gates.release.wait()
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+            def finalize(self):
+                gates.finalizing.set()
+                for thread in self.threads:
+                    thread.join()
+    """
+    gates.finalizing = threading.Event()
+    model = repo("stream", source, "model_transaction_policy { decoupled: true }").models["stream"]
+    answers = Answers()
+    model.submit(request(7), answers)
+    assert gates.entered.wait(WAIT_S)
+    closer = threading.Thread(target=model.close, kwargs={"timeout": WAIT_S})
+    closer.start()
+    assert gates.finalizing.wait(WAIT_S)
+    gates.release.set()
+    closer.join(WAIT_S)
+    assert not closer.is_alive()
+    assert answers.closed.wait(WAIT_S)
+    data = [r for r, _final in answers.items if r is not None]
+    assert len(data) == 1 and not data[0].has_error(), data
+    assert data[0].output_tensors()[0].as_numpy().tolist() == [7]
+
+
 def test_bls_caller_waiting_on_a_hung_callee_is_answered_when_it_closes(tmp_path, gates):
     caller = """
         import triton_python_backend_utils as pb_utils
