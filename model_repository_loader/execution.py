@@ -66,6 +66,10 @@ class Pending:
     its final response leaves, however the model answers (returned list, response sender,
     error): success or failure, `batch_size`, and the time since `arrival_ns`.
 
+    `open_table` (set by the model version that admitted it) is the version's table of open
+    requests, keyed by id: the request leaves it when it is closed, and what is still there when
+    the version closes is answered UNAVAILABLE.
+
     Built once per request on the caller's event loop, so it stays small: cancellation is a
     plain flag (one attribute write is atomic under the GIL) rather than a `threading.Event`,
     and the list of cancellation callbacks exists only once someone registers one.
@@ -83,7 +87,7 @@ class Pending:
         "_lock",
         "_cancelled",
         "_cancel_callbacks",
-        "__weakref__",  # the version's set of open requests (model.py) holds them weakly
+        "open_table",
     )
 
     def __init__(
@@ -100,6 +104,7 @@ class Pending:
         self._cancel_callbacks: list[Callable[[], None]] | None = None
         self.requeue: Callable[[Pending], None] | None = None
         self.stats: RequestStats | None = None
+        self.open_table: dict[int, Pending] | None = None
         self.batch_size = 1
         self.arrival_ns = time.monotonic_ns()
         self.request = build_request(self)
@@ -153,6 +158,8 @@ class Pending:
                 # Nothing is left to cancel; this also breaks the cycle a scheduler's cancel
                 # callback makes back to this request.
                 self._cancel_callbacks = None
+        if final and self.open_table is not None:
+            self.open_table.pop(id(self), None)
         if final and self.stats is not None:
             ok = response is None or response._error is None
             self.stats.record_request(ok, self.batch_size, time.monotonic_ns() - self.arrival_ns)
@@ -166,6 +173,8 @@ class Pending:
         with self._lock:
             self._closed = True
             self._cancel_callbacks = None
+        if self.open_table is not None:
+            self.open_table.pop(id(self), None)
         if not was_final and self.stats is not None:
             self.stats.record_request(False, self.batch_size, time.monotonic_ns() - self.arrival_ns)
         answer_failure(self._respond, exc)

@@ -19,7 +19,6 @@ import json
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -96,10 +95,10 @@ class ModelVersion:
         ]
         # Queue and compute times, batch sizes and counts (Triton's ModelStatistics).
         self.stats = ModelStats()
-        # Every request admitted and not yet freed, held weakly: what close() must still
-        # answer. None once closing: the version takes no more requests.
-        self._open: weakref.WeakSet[Pending] | None = weakref.WeakSet()
-        self._open_lock = threading.Lock()
+        # Every request admitted and not yet closed (by id; each leaves with its final
+        # response): what close() must still answer.
+        self._open: dict[int, Pending] = {}
+        self._closing = False  # set once by close(): the version takes no more requests
         self._scheduler: Scheduler = build_scheduler(
             config,
             self.instances,
@@ -149,7 +148,7 @@ class ModelVersion:
         A refused request is answered here with Triton's error, and None comes back; so is
         every request once the version is closing (UNAVAILABLE).
         """
-        if self._open is None:
+        if self._closing:
             self._refuse(respond)
             return None
         try:
@@ -171,11 +170,10 @@ class ModelVersion:
         # outcome in the statistics when its final response leaves.
         pending.batch_size = batch_size
         pending.stats = self.stats
-        with self._open_lock:
-            open_requests = self._open
-            if open_requests is not None:
-                open_requests.add(pending)
-        if open_requests is None:  # close() began meanwhile
+        pending.open_table = self._open
+        self._open[id(pending)] = pending
+        if self._closing:  # close() began meanwhile (it may not have seen this one)
+            del self._open[id(pending)]
             self._refuse(respond)
             return None
         return pending
@@ -253,7 +251,7 @@ class ModelVersion:
     @property
     def closed(self) -> bool:
         """True from the moment close() begins: the version takes no more requests."""
-        return self._open is None
+        return self._closing
 
     def close(self, timeout: float | None = 30.0) -> bool:
         """Refuse new requests, drain, answer what is left UNAVAILABLE, finalize the instances.
@@ -262,10 +260,9 @@ class ModelVersion:
         requests were still running (now answered UNAVAILABLE) or an instance was abandoned.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._open_lock:
-            open_requests, self._open = self._open, None
-        if open_requests is None:
-            return True  # closed already
+        if self._closing:
+            return True  # closed (or closing) already
+        self._closing = True
         message = unavailable_text(self.name, self.version)
         drained = self._scheduler.drain(_remaining(deadline))
         if not drained:
@@ -282,8 +279,9 @@ class ModelVersion:
         finalized = _finalize_all(self.instances, deadline)
         # Whatever is still open now never gets an answer from the model: a hung execute, a
         # response sender the model dropped without closing.
-        for pending in list(open_requests):
+        for pending in list(self._open.values()):  # each leaves the table as it is failed
             pending.fail(message, pb_utils.TritonError.UNAVAILABLE)
+        self._open.clear()
         return finalized and drained
 
 class Model:
