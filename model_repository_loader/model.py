@@ -349,37 +349,46 @@ def _remaining(deadline: float | None) -> float | None:
 
 
 def _finalize_all(instances: list, deadline: float | None) -> bool:
-    """Finalize `instances` side by side, waiting no longer than `deadline` in total.
+    """Finalize `instances` side by side, waiting no longer than `deadline` in total."""
 
-    Each runs on a daemon thread of its own, so a hung instance neither delays the others'
-    finalize nor outlives the bound here; False if one was still busy at the deadline.
+    def finalize(instance: Any) -> Callable[[], object]:
+        if isinstance(instance, ModelInstance):
+            return lambda: instance.finalize(_remaining(deadline))
+        # IsolatedInstance.finalize takes no bound (yet): side_by_side's wait bounds it.
+        return instance.finalize
+
+    return side_by_side([(i.name, finalize(i)) for i in instances], deadline, "finalize")
+
+
+def side_by_side(
+    calls: list[tuple[str, Callable[[], object]]], deadline: float | None, what: str
+) -> bool:
+    """Run each named call on a daemon thread of its own; wait for them until `deadline`.
+
+    One that hangs neither delays the others nor outlives the deadline here: it is logged as
+    abandoned. False if a call raised, returned False, or was still running at the deadline.
     """
     results: dict[int, bool] = {}
 
-    def run(index: int, instance: Any) -> None:
+    def run(index: int, name: str, call: Callable[[], object]) -> None:
         try:
-            if isinstance(instance, ModelInstance):
-                finished = instance.finalize(_remaining(deadline))
-            else:
-                # IsolatedInstance.finalize takes no bound (yet): the join below bounds it.
-                finished = instance.finalize()
-            results[index] = finished is not False
+            results[index] = call() is not False
         except BaseException:
-            log.exception("%s: finalize failed", instance.name)
+            log.exception("%s: %s failed", name, what)
             results[index] = False
 
     threads = [
-        threading.Thread(target=run, args=(i, inst), name=f"finalize:{inst.name}", daemon=True)
-        for i, inst in enumerate(instances)
+        threading.Thread(target=run, args=(i, name, call), name=f"{what}:{name}", daemon=True)
+        for i, (name, call) in enumerate(calls)
     ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(_remaining(deadline))
-    for index, instance in enumerate(instances):
+    for index, (name, _call) in enumerate(calls):
         if index not in results:
-            log.error("%s: abandoned: finalize still running at the close's bound", instance.name)
-    return len(results) == len(instances) and all(results.values())
+            log.error("%s: abandoned: %s still running at the bound", name, what)
+    return len(results) == len(calls) and all(results.values())
 
 
 def _error_response(message: str, code: pb_utils.TritonError | int) -> pb_utils.InferenceResponse:
