@@ -48,6 +48,7 @@ def unavailable_text(name: str, version: int) -> str:
     """
     return f"Model '{name}' version {version} is not ready: it is being unloaded"
 
+
 # Request parameters Triton consumes itself; the model never sees them in `parameters()`.
 _RESERVED_PARAMETERS = frozenset(
     {
@@ -248,11 +249,6 @@ class ModelVersion:
             return tensor  # Triton passes through what it cannot reshape
         return pb_utils.Tensor._from_wire(tensor.name(), reshaped, tensor._datatype)
 
-    @property
-    def closed(self) -> bool:
-        """True from the moment close() begins: the version takes no more requests."""
-        return self._closing
-
     def close(self, timeout: float | None = 30.0) -> bool:
         """Refuse new requests, drain, answer what is left UNAVAILABLE, finalize the instances.
 
@@ -283,6 +279,7 @@ class ModelVersion:
             pending.fail(message, pb_utils.TritonError.UNAVAILABLE)
         self._open.clear()
         return finalized and drained
+
 
 class Model:
     """A model and the versions of it being served."""

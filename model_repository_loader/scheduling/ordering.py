@@ -66,9 +66,7 @@ class InOrder:
                 self._head += 1
 
 
-def _hand_over(
-    respond: _Respond, response: pb_utils.InferenceResponse | None, final: bool
-) -> bool:
+def _hand_over(respond: _Respond, response: pb_utils.InferenceResponse | None, final: bool) -> bool:
     """Call `respond`; True once the request is done (its final went, or respond failed)."""
     try:
         respond(response, final)

@@ -411,9 +411,7 @@ def test_cancelled_requests_leave_the_queue_at_once(repo, gates, scheduler):
     gc.collect()
     before = _live_pendings()
     answers = [Answers() for _ in range(count)]
-    handles = [
-        model.submit(request(i, scheduler, corrid=i + 1), a) for i, a in enumerate(answers)
-    ]
+    handles = [model.submit(request(i, scheduler, corrid=i + 1), a) for i, a in enumerate(answers)]
     if hasattr(version._scheduler, "_ready"):
         # The dynamic batcher has formed its next payload and waits for the instance: from
         # here on only the cancellations themselves can take requests out of its queue.
