@@ -234,18 +234,15 @@ class SequenceBatcher:
             # An iterative sequence keeps its slot while its request is rescheduled.
             if entry.pending.request.flags() & _END and not self._iterative
         ]
-        for _slot, entry in heads:
-            request = entry.pending.request
-            if entry.base_inputs is None:
-                entry.base_inputs = list(request._inputs)
-            entry.rescheduled = False
-            self._in_flight[id(entry.pending)] = entry
-            request._inputs = entry.base_inputs + self._controls.tensors(
-                request.correlation_id(), request.flags(), ready=True
-            )
-        pendings: list = [entry.pending for _, entry in heads]
-        if self._direct and self._batching:
-            pendings = self._pad(heads)
+        try:
+            pendings = self._prepare(heads)
+        except BaseException as exc:  # these requests are off their slots: answer them here
+            fail_batch(holder.instance.name, [entry.pending for _, entry in heads], exc)
+            for corrid in ended:
+                if self._active.get(corrid) is not None:
+                    self._release(corrid)
+            self._schedule(holder)  # each failed round consumed requests, so this ends
+            return
         holder.busy = True
         self._busy += 1
         for corrid in ended:
@@ -253,6 +250,23 @@ class SequenceBatcher:
                 self._release(corrid)
         entries = [entry for _, entry in heads]
         holder.instance.submit(lambda: self._run(holder, entries, pendings))
+
+    def _prepare(self, heads: list[tuple[int, Entry]]) -> list:
+        """The batch `execute` gets for `heads`: control inputs added, padding if direct."""
+        for _slot, entry in heads:
+            request = entry.pending.request
+            if entry.base_inputs is None:
+                entry.base_inputs = list(request._inputs)
+            entry.rescheduled = False
+            request._inputs = entry.base_inputs + self._controls.tensors(
+                request.correlation_id(), request.flags(), ready=True
+            )
+        pendings: list = [entry.pending for _, entry in heads]
+        if self._direct and self._batching:
+            pendings = self._pad(heads)
+        for _slot, entry in heads:
+            self._in_flight[id(entry.pending)] = entry
+        return pendings
 
     def _pad(self, heads: list[tuple[int, Entry]]) -> list:
         """The direct strategy's batch: one request per slot up to the highest busy one."""

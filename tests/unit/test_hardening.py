@@ -186,6 +186,28 @@ def test_raising_respond_fails_its_request_and_the_instance_goes_on(repo, schedu
     assert after.values() == [2]
 
 
+def test_sequence_batch_that_cannot_be_prepared_fails_and_the_slot_goes_on(repo, monkeypatch):
+    model = repo("seq", ECHO, SCHEDULERS["sequence"]).models["seq"]
+    controls = model.latest._scheduler._controls
+    real = controls.tensors
+    calls = [0]
+
+    def tensors_failing_once(*args: Any, **kwargs: Any) -> list:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError("bad control")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(controls, "tensors", tensors_failing_once)
+    first = Answers()
+    model.submit(request(1, "sequence", corrid=1), first)
+    message, code = first.error()
+    assert code == INTERNAL and message.endswith("internal error: RuntimeError: bad control")
+    second = Answers()
+    model.submit(request(2, "sequence", corrid=2), second)
+    assert second.values() == [2]
+
+
 def test_a_sender_whose_respond_raises_does_not_raise_into_the_model(repo, tmp_path):
     source = """
         import json
