@@ -120,17 +120,18 @@ class ModelInstance:
 
         try:
             self.call(_finalize, _remaining(deadline))
-            finished = True
         except TimeoutError:
-            finished = False
-        if not finished:
             log.error(
                 "%s: abandoned: still busy after %ss (an execute that does not return?); "
                 "finalize stays queued behind it",
                 self.name,
                 timeout,
             )
-        return self.stop(_remaining(deadline)) and finished
+            self.stop(0)
+            return False
+        # Only the stop sentinel is left for the thread: it ends at once, bound or not.
+        self.stop(_remaining(deadline))
+        return True
 
     def stop(self, timeout: float | None = 30.0) -> bool:
         """End the instance thread (and its event loop) once the calls already queued have run.
@@ -143,13 +144,9 @@ class ModelInstance:
         stopped = not self._thread.is_alive()
         loop, thread = self.event_loop, self._loop_thread
         if loop is not None and thread is not None:
-            loop.call_soon_threadsafe(loop.stop)
+            loop.call_soon_threadsafe(loop.stop)  # the loop thread then closes its loop
             thread.join(_remaining(deadline))
-            if thread.is_alive():
-                stopped = False
-            else:
-                loop.close()
-                self.event_loop = self._loop_thread = None
+            stopped = stopped and not thread.is_alive()
         return stopped
 
     # -- coroutines (`async def execute`) ----------------------------------------------------
@@ -197,7 +194,13 @@ class ModelInstance:
         asyncio.set_event_loop(loop)
         bind_model_folders(self.spec.model_file)
         with pb_utils.context.model_context(context=self._bound_context):
-            loop.run_forever()
+            try:
+                loop.run_forever()
+            finally:
+                # Closed here, by its own thread, so that a stop() that gave up waiting still
+                # frees the loop's selector and file descriptors.
+                loop.close()
+                self.event_loop = self._loop_thread = None
 
     # -- running calls on the instance thread -----------------------------------------------
 

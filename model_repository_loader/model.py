@@ -272,7 +272,7 @@ class ModelVersion:
         # Queued requests were answered by the scheduler. Finalize comes before the rest: a
         # decoupled model may still be answering from its own threads, and its finalize is
         # where it waits for them (as Triton's examples do).
-        finalized = _finalize_all(self.instances, deadline)
+        finalized = _finalize_all(self.instances, _with_grace(deadline))
         # Whatever is still open now never gets an answer from the model: a hung execute, a
         # response sender the model dropped without closing.
         for pending in list(self._open.values()):  # each leaves the table as it is failed
@@ -345,6 +345,15 @@ def _remaining(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
+# Finalize gets at least this long, even when draining used up a close's bound: an idle instance
+# is then still finalized rather than abandoned. A close so takes at most `timeout` + this.
+FINALIZE_GRACE_S = 1.0
+
+
+def _with_grace(deadline: float | None) -> float | None:
+    return None if deadline is None else max(deadline, time.monotonic() + FINALIZE_GRACE_S)
+
+
 def _finalize_all(instances: list, deadline: float | None) -> bool:
     """Finalize `instances` side by side, waiting no longer than `deadline` in total."""
 
@@ -380,8 +389,10 @@ def side_by_side(
     ]
     for thread in threads:
         thread.start()
+    # A moment past the deadline: calls bounded by the same deadline then report on their own.
+    late = None if deadline is None else deadline + 0.1
     for thread in threads:
-        thread.join(_remaining(deadline))
+        thread.join(_remaining(late))
     for index, (name, _call) in enumerate(calls):
         if index not in results:
             log.error("%s: abandoned: %s still running at the bound", name, what)
