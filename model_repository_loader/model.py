@@ -5,11 +5,11 @@ against that version's config (Triton's texts), turns it into the `pb_utils.Infe
 model sees, and queues it. Every outcome, including a validation error, comes back through
 `respond`, so callers have one path to handle.
 
-`close(timeout)` is bounded as a whole: from its start the version refuses new requests
-(UNAVAILABLE, `unavailable_text`), lets queued and executing ones finish until the bound, answers
-what is still queued UNAVAILABLE, finalizes its instances in parallel (abandoning any still busy
-at the bound), and then answers UNAVAILABLE whatever the model left open. Nothing waits on a
-closed version.
+`close(timeout)` is bounded as a whole. From its start the version refuses new requests
+(UNAVAILABLE, `unavailable_text`). It lets queued and executing ones finish until the bound (less
+a reserve for finalize, `FINALIZE_RESERVE_S`), answers what is still queued UNAVAILABLE,
+finalizes its instances side by side (abandoning any still busy at the bound), and then answers
+UNAVAILABLE whatever the model left open. Nothing waits on a closed version.
 """
 
 from __future__ import annotations
@@ -260,7 +260,10 @@ class ModelVersion:
             return True  # closed (or closing) already
         self._closing = True
         message = unavailable_text(self.name, self.version)
-        drained = self._scheduler.drain(_remaining(deadline))
+        drain_until = None
+        if timeout is not None and deadline is not None:
+            drain_until = deadline - min(FINALIZE_RESERVE_S, timeout / 2)
+        drained = self._scheduler.drain(_remaining(drain_until))
         if not drained:
             log.warning(
                 "%s v%d: requests still running after %ss; answering them UNAVAILABLE",
@@ -272,7 +275,7 @@ class ModelVersion:
         # Queued requests were answered by the scheduler. Finalize comes before the rest: a
         # decoupled model may still be answering from its own threads, and its finalize is
         # where it waits for them (as Triton's examples do).
-        finalized = _finalize_all(self.instances, _with_grace(deadline))
+        finalized = _finalize_all(self.instances, deadline)
         # Whatever is still open now never gets an answer from the model: a hung execute, a
         # response sender the model dropped without closing.
         for pending in list(self._open.values()):  # each leaves the table as it is failed
@@ -345,13 +348,9 @@ def _remaining(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
-# Finalize gets at least this long, even when draining used up a close's bound: an idle instance
-# is then still finalized rather than abandoned. A close so takes at most `timeout` + this.
-FINALIZE_GRACE_S = 1.0
-
-
-def _with_grace(deadline: float | None) -> float | None:
-    return None if deadline is None else max(deadline, time.monotonic() + FINALIZE_GRACE_S)
+# The part of a close's bound kept for finalize (half the bound if that is less): draining may
+# not use it all, so an instance that did finish its work is finalized rather than abandoned.
+FINALIZE_RESERVE_S = 1.0
 
 
 def _finalize_all(instances: list, deadline: float | None) -> bool:
@@ -389,10 +388,8 @@ def side_by_side(
     ]
     for thread in threads:
         thread.start()
-    # A moment past the deadline: calls bounded by the same deadline then report on their own.
-    late = None if deadline is None else deadline + 0.1
     for thread in threads:
-        thread.join(_remaining(late))
+        thread.join(_remaining(deadline))
     for index, (name, _call) in enumerate(calls):
         if index not in results:
             log.error("%s: abandoned: %s still running at the bound", name, what)
