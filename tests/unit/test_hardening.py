@@ -87,21 +87,28 @@ def gates() -> Iterator[types.SimpleNamespace]:
     sys.modules.pop("_hardening_gates", None)
 
 
+def write_model(
+    root: Path, name: str, source: str, extra: str = "", max_batch_size: int = 0
+) -> None:
+    """One model folder: IN -> OUT (INT32, variable length), one in-process instance."""
+    folder = root / name
+    (folder / "1").mkdir(parents=True)
+    (folder / "1" / "model.py").write_text(textwrap.dedent(source))
+    (folder / "config.pbtxt").write_text(
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: {max_batch_size}\n'
+        'input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
+        "instance_group [ { kind: KIND_CPU count: 1 } ]\n" + extra
+    )
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Iterator[Callable[..., LoadedRepository]]:
     """`repo(name, source, extra="", max_batch_size=0)`: load one model from `source`."""
     loaded: list[LoadedRepository] = []
 
     def make(name: str, source: str, extra: str = "", max_batch_size: int = 0) -> LoadedRepository:
-        folder = tmp_path / name
-        (folder / "1").mkdir(parents=True)
-        (folder / "1" / "model.py").write_text(textwrap.dedent(source))
-        (folder / "config.pbtxt").write_text(
-            f'name: "{name}"\nbackend: "python"\nmax_batch_size: {max_batch_size}\n'
-            'input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
-            'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
-            "instance_group [ { kind: KIND_CPU count: 1 } ]\n" + extra
-        )
+        write_model(tmp_path, name, source, extra, max_batch_size)
         repository = load_repository([tmp_path], only=[name])
         assert not repository.failures, repository.failures
         loaded.append(repository)
@@ -233,7 +240,7 @@ def test_a_sender_whose_respond_raises_does_not_raise_into_the_model(repo, tmp_p
     model.submit(request(1, report=str(report)), broken)
     message, code = broken.error()
     assert code == INTERNAL and message.startswith(RESPOND_FAILED)
-    wait_for(report.exists, "the model's report")
+    wait_for(lambda: report.exists() and report.read_text() != "", "the model's report")
     assert report.read_text() == "sent", "send() raised into the model"
 
 
@@ -249,7 +256,7 @@ def test_a_closed_model_answers_unavailable_at_once(repo):
     assert response.error().message() == unavailable_text("echo", 1)
 
 
-def test_bls_into_a_closed_model_answers(repo, tmp_path):
+def test_bls_into_a_closed_model_answers(tmp_path):
     caller = """
         import triton_python_backend_utils as pb_utils
 
@@ -267,14 +274,7 @@ def test_bls_into_a_closed_model_answers(repo, tmp_path):
                 return out
     """
     for name, source in (("echo", ECHO), ("caller", caller)):
-        folder = tmp_path / name
-        (folder / "1").mkdir(parents=True)
-        (folder / "1" / "model.py").write_text(textwrap.dedent(source))
-        (folder / "config.pbtxt").write_text(
-            f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
-            'input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
-            'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
-        )
+        write_model(tmp_path, name, source)
     loaded = load_repository([tmp_path])
     try:
         assert not loaded.failures, loaded.failures
@@ -382,14 +382,7 @@ def test_bls_caller_waiting_on_a_hung_callee_is_answered_when_it_closes(tmp_path
                 return out
     """
     for name, source in (("hung", BLOCKING), ("caller", caller)):
-        folder = tmp_path / name
-        (folder / "1").mkdir(parents=True)
-        (folder / "1" / "model.py").write_text(textwrap.dedent(source))
-        (folder / "config.pbtxt").write_text(
-            f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
-            'input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
-            'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
-        )
+        write_model(tmp_path, name, source)
     loaded = load_repository([tmp_path])
     try:
         assert not loaded.failures, loaded.failures
@@ -486,16 +479,8 @@ def _rss() -> int:
 def _load_serve_close(tmp_path: Path, scheduler: str, kept: list) -> weakref.ref:
     """Load, serve, cancel one request, close; `kept` keeps the closed Model object reachable,
     as a caller may (a late request's handle, a retired generation): its weights must go."""
-    folder = tmp_path / "heavy"
-    if not folder.exists():
-        (folder / "1").mkdir(parents=True)
-        (folder / "1" / "model.py").write_text(textwrap.dedent(HEAVY))
-        (folder / "config.pbtxt").write_text(
-            'name: "heavy"\nbackend: "python"\nmax_batch_size: 0\n'
-            'input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
-            'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
-            + SCHEDULERS[scheduler]
-        )
+    if not (tmp_path / "heavy").exists():
+        write_model(tmp_path, "heavy", HEAVY, SCHEDULERS[scheduler])
     loaded = load_repository([tmp_path], only=["heavy"])
     assert not loaded.failures, loaded.failures
     model = loaded.models["heavy"]
