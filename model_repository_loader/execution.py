@@ -7,6 +7,11 @@ list `execute` returns, from a response sender on any thread, or from an error.
 `async def execute` coroutines run on the instance's own event loop (instance.py), for default and
 decoupled models alike, and the instance thread is free for the next batch while they await.
 Triton serializes default-mode coroutines; overlapping them is the point of writing one.
+
+No exception on a request's way back may strand it or its instance: `deliver` closes a request
+whose `respond` callback raised (with an INTERNAL error, if the callback still takes one) and
+never raises into model code, and `run_execute` fails the open requests of a batch when routing
+its result raises. The instance thread and the schedulers' loops carry the last guard.
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ RESCHEDULE_UNSUPPORTED = (
     "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not "
     "configured to handle such a flag."
 )
+
+
+# The text a request is closed with when its response could not be handed to the caller.
+RESPOND_FAILED = "internal error while sending the response: "
 
 
 class RequestStats(Protocol):
@@ -73,6 +82,10 @@ class Pending:
     (set by `ModelVersion.submit`) it counts in the stats' queue gauge, until `left_queue()`
     (its `execute` starts) or its final response, whichever comes first.
 
+    `open_table` (set by the model version that admitted it) is the version's table of open
+    requests, keyed by id: the request leaves it when it is closed, and what is still there when
+    the version closes is answered UNAVAILABLE.
+
     Built once per request on the caller's event loop, so it stays small: cancellation is a
     plain flag (one attribute write is atomic under the GIL) rather than a `threading.Event`,
     and the list of cancellation callbacks exists only once someone registers one.
@@ -92,6 +105,7 @@ class Pending:
         "_lock",
         "_cancelled",
         "_cancel_callbacks",
+        "open_table",
     )
 
     def __init__(
@@ -108,6 +122,7 @@ class Pending:
         self._cancel_callbacks: list[Callable[[], None]] | None = None
         self.requeue: Callable[[Pending], None] | None = None
         self.stats: RequestStats | None = None
+        self.open_table: dict[int, Pending] | None = None
         self.batch_size = 1
         self.arrival_ns = time.monotonic_ns()
         self.queued = False
@@ -167,12 +182,20 @@ class Pending:
         """Send one response to the caller; False if the request was already closed.
 
         `failure` (a Triton failure reason) marks a request the server failed, not the model.
+        Never raises: if finishing or handing over the response fails, the request is closed
+        with an INTERNAL error instead (see `_respond_failed`), and the model goes on.
         """
         with self._lock:
             if self._closed:
                 return False
             self._closed = final
             first, self._answered = not self._answered, True
+            if final:
+                # Nothing is left to cancel; this also breaks the cycle a scheduler's cancel
+                # callback makes back to this request.
+                self._cancel_callbacks = None
+        if final and self.open_table is not None:
+            self.open_table.pop(id(self), None)
         if first and self.stats is not None:
             self.stats.record_first_response(time.monotonic_ns() - self.arrival_ns)
         if final and self.stats is not None:
@@ -183,8 +206,24 @@ class Pending:
                 time.monotonic_ns() - self.arrival_ns,
                 failure or "BACKEND",
             )
-        self._respond(self._finish(response), final)
+        try:
+            self._respond(self._finish(response), final)
+        except BaseException as exc:  # the caller's callback must not stop the instance
+            self._respond_failed(exc, final)
         return True
+
+    def _respond_failed(self, exc: BaseException, was_final: bool) -> None:
+        with self._lock:
+            self._closed = True
+            self._cancel_callbacks = None
+        if self.open_table is not None:
+            self.open_table.pop(id(self), None)
+        if not was_final and self.stats is not None:
+            self.left_queue()
+            self.stats.record_request(
+                False, self.batch_size, time.monotonic_ns() - self.arrival_ns, "OTHER"
+            )
+        answer_failure(self._respond, exc)
 
     def fail(self, message: str, code: Any = None) -> None:
         code = code if code is not None else pb_utils.TritonError.INTERNAL
@@ -202,10 +241,53 @@ class Pending:
         self.fail("", pb_utils.TritonError.CANCELLED)
 
 
+def answer_failure(respond: Respond, exc: BaseException) -> None:
+    """`respond` raised `exc` instead of taking a response: answer the request with an INTERNAL
+    error if `respond` still takes one (a small error often goes where a large response could
+    not), and log it once. Never raises.
+
+    A respond call that raised did not take its response, final or not, so the request is still
+    unanswered: this is its last answer.
+    """
+    message = f"{RESPOND_FAILED}{type(exc).__name__}: {exc}"
+    log.error("%s; closing the request with an INTERNAL error", message, exc_info=exc)
+    error = pb_utils.TritonError(message, pb_utils.TritonError.INTERNAL)
+    try:
+        respond(pb_utils.InferenceResponse(error=error), True)
+    except BaseException as again:
+        log.warning("the error could not be answered either: %r", again)
+
+
 def run_execute(instance: ModelInstance, batch: list[Pending], decoupled: bool) -> None:
-    """Run `execute` for one batch on the instance thread and route what comes back."""
+    """Run `execute` for one batch on the instance thread and route what comes back.
+
+    Never raises: whatever fails on the way (the model, the checks, the routing) fails the
+    batch's open requests, so the instance goes on serving.
+    """
+    try:
+        _execute(instance, batch, decoupled)
+    except BaseException as exc:
+        fail_batch(instance.name, batch, exc)
+
+
+def fail_batch(instance_name: str, batch: list[Pending], exc: BaseException) -> None:
+    """The last guard of a batch: log `exc` once and fail the requests not yet closed."""
+    message = (
+        f"Failed to process the request(s) for model '{instance_name}', message: "
+        f"{INTERNAL_FAILURE}{type(exc).__name__}: {exc}"
+    )
+    log.error("%s", message, exc_info=exc)
     for pending in batch:
-        if pending.is_cancelled():
+        pending.fail(message)
+
+
+# What a batch's requests are closed with when something outside the model's code failed.
+INTERNAL_FAILURE = "internal error: "
+
+
+def _execute(instance: ModelInstance, batch: list[Pending], decoupled: bool) -> None:
+    for pending in batch:
+        if pending.is_cancelled() or pending.closed:
             batch = _drop_cancelled(batch)
             if not batch:
                 return
@@ -241,11 +323,12 @@ def _failure_prefix(instance: ModelInstance) -> str:
 
 
 def _drop_cancelled(batch: list[Pending]) -> list[Pending]:
-    """Requests cancelled while they waited never reach execute (Triton's scheduler check)."""
-    if not any(p.is_cancelled() for p in batch):
-        return batch
+    """Requests cancelled while they waited never reach execute (Triton's scheduler check), nor
+    do requests already closed (answered UNAVAILABLE by a closing model)."""
     live = []
     for pending in batch:
+        if pending.closed:
+            continue
         if pending.is_cancelled():
             pending.fail_cancelled()
         else:
@@ -259,7 +342,10 @@ def _coroutine_done(
     """Route what an `async def execute` coroutine returned (runs on the instance's loop)."""
     exc = outcome.exception()
     if exc is None:
-        _route_result(instance, batch, decoupled, outcome.result())
+        try:
+            _route_result(instance, batch, decoupled, outcome.result())
+        except BaseException as routing_failure:
+            fail_batch(instance.name, batch, routing_failure)
         return
     message = _failure_prefix(instance) + format_python_error(exc)
     if decoupled:

@@ -7,6 +7,12 @@ model sees the thread affinity it would see in Triton's one-process-per-instance
 `async def execute` coroutines run on a second thread of the instance, which runs the instance's
 own event loop (started on first use, as Triton's stub starts its loop). Coroutines of one instance
 interleave there; another model's loop is another thread, so a slow coroutine stalls nobody else.
+
+The instance thread survives whatever a call does: an exception that escapes a call is logged and
+the thread takes the next one. `finalize(timeout)` is bounded: an instance whose thread never
+comes back (an `execute` that never returns) is abandoned at the bound, logged, and left to die
+with the process (its threads are daemons). Once finalized, the instance lets go of the model
+object, so a closed version's weights are freed.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -89,35 +96,58 @@ class ModelInstance:
         except BaseException as exc:
             raise ModelLoadError(f"Internal: {format_python_error(exc)}") from None
 
-    def finalize(self) -> None:
-        """Run `finalize()` (errors are only logged, as in Triton) and stop the thread."""
+    def finalize(self, timeout: float | None = 30.0) -> bool:
+        """Run `finalize()` (errors are only logged, as in Triton) and stop the thread.
+
+        Everything, waiting for running coroutines and for the calls queued before, is bounded
+        by `timeout` seconds in total (None: no bound). Returns False if the instance was
+        abandoned at the bound: its thread is still busy and is left behind.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
 
         def _finalize() -> None:
-            finalize = getattr(self.model, "finalize", None)
-            if finalize is None:
-                return
             try:
-                with pb_utils.context.phase("finalize"):
-                    finalize()
+                # On the instance thread, so the wait counts in the same bound.
+                self.wait_coroutines(_remaining(deadline))
+                finalize = getattr(self.model, "finalize", None)
+                if finalize is not None:
+                    with pb_utils.context.phase("finalize"):
+                        finalize()
             except BaseException as exc:
                 log.error("%s: finalize failed: %s", self.name, format_python_error(exc))
+            finally:
+                self.model = None  # the weights go with the version, not with this object
 
-        self.wait_coroutines(timeout=30)
         try:
-            self.call(_finalize)
-        finally:
-            self.stop()
+            self.call(_finalize, _remaining(deadline))
+        except TimeoutError:
+            log.error(
+                "%s: abandoned: still busy after %ss (an execute that does not return?); "
+                "finalize stays queued behind it",
+                self.name,
+                timeout,
+            )
+            self.stop(0)
+            return False
+        # Only the stop sentinel is left for the thread: it ends at once, bound or not.
+        self.stop(_remaining(deadline))
+        return True
 
-    def stop(self) -> None:
-        """End the instance thread (and its event loop) once the calls already queued have run."""
+    def stop(self, timeout: float | None = 30.0) -> bool:
+        """End the instance thread (and its event loop) once the calls already queued have run.
+
+        Waits at most `timeout` seconds in total; False if a thread is still running then.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
         self._calls.put(None)
-        self._thread.join(timeout=30)
+        self._thread.join(_remaining(deadline))
+        stopped = not self._thread.is_alive()
         loop, thread = self.event_loop, self._loop_thread
         if loop is not None and thread is not None:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=30)
-            if not thread.is_alive():
-                loop.close()
+            loop.call_soon_threadsafe(loop.stop)  # the loop thread then closes its loop
+            thread.join(_remaining(deadline))
+            stopped = stopped and not thread.is_alive()
+        return stopped
 
     # -- coroutines (`async def execute`) ----------------------------------------------------
 
@@ -164,7 +194,13 @@ class ModelInstance:
         asyncio.set_event_loop(loop)
         bind_model_folders(self.spec.model_file)
         with pb_utils.context.model_context(context=self._bound_context):
-            loop.run_forever()
+            try:
+                loop.run_forever()
+            finally:
+                # Closed here, by its own thread, so that a stop() that gave up waiting still
+                # frees the loop's selector and file descriptors.
+                loop.close()
+                self.event_loop = self._loop_thread = None
 
     # -- running calls on the instance thread -----------------------------------------------
 
@@ -182,8 +218,12 @@ class ModelInstance:
         """Run `fn` on the instance thread, after the calls already queued."""
         self._calls.put(fn)
 
-    def call(self, fn: Callable[[], Any]) -> Any:
-        """Run `fn` on the instance thread and wait for its result (or exception)."""
+    def call(self, fn: Callable[[], Any], timeout: float | None = None) -> Any:
+        """Run `fn` on the instance thread and wait for its result (or exception).
+
+        Raises TimeoutError if `fn` has not finished after `timeout` seconds (None: no bound);
+        it then still runs when the thread gets to it.
+        """
         done = threading.Event()
         outcome: dict[str, Any] = {}
 
@@ -196,7 +236,8 @@ class ModelInstance:
                 done.set()
 
         self.submit(run)
-        done.wait()
+        if not done.wait(timeout):
+            raise TimeoutError(f"{self.name}: no answer from the instance thread in {timeout}s")
         if "error" in outcome:
             raise outcome["error"]
         return outcome.get("value")
@@ -210,4 +251,13 @@ class ModelInstance:
         ) as bound:
             self._bound_context = bound
             while (fn := self._calls.get()) is not None:
-                fn()
+                try:
+                    fn()
+                except BaseException:  # schedulers fail their batch; this keeps the thread
+                    log.exception("%s: a call on the instance thread failed", self.name)
+            self._bound_context = None
+
+
+def _remaining(deadline: float | None) -> float | None:
+    """Seconds left until `deadline` (a time.monotonic() value), never negative; None if none."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())

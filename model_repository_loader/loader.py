@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from .config import (
 )
 from .errors import ModelLoadError
 from .importer import import_model_module
-from .model import Model, ModelVersion
+from .model import Model, ModelVersion, side_by_side
 from .repository import ModelSource
 
 log = logging.getLogger(__name__)
@@ -62,10 +63,20 @@ class LoadedRepository:
         # BLS calls and ensemble steps look models up in this very dict, at call time.
         composition.install(self.models, self.statuses)
 
-    def close(self) -> None:
-        for model in self.models.values():
-            model.close()
+    def close(self, timeout: float | None = 30.0) -> bool:
+        """Close every model side by side; `timeout` bounds the whole (False if reached)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        closes = [
+            (name, lambda model=model: model.close(_remaining(deadline)))
+            for name, model in self.models.items()
+        ]
+        finished = side_by_side(closes, deadline, "close")
         composition.uninstall(self.models)
+        return finished
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def load_repository(

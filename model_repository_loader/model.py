@@ -4,6 +4,12 @@
 against that version's config (Triton's texts), turns it into the `pb_utils.InferenceRequest` the
 model sees, and queues it. Every outcome, including a validation error, comes back through
 `respond`, so callers have one path to handle.
+
+`close(timeout)` is bounded as a whole. From its start the version refuses new requests
+(UNAVAILABLE, `unavailable_text`). It lets queued and executing ones finish until the bound (less
+a reserve for finalize, `FINALIZE_RESERVE_S`), answers what is still queued UNAVAILABLE,
+finalizes its instances side by side (abandoning any still busy at the bound), and then answers
+UNAVAILABLE whatever the model left open. Nothing waits on a closed version.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -27,6 +35,18 @@ from .scheduling import ModelStats, Scheduler, build_scheduler
 from .validation import RequestError, RequestValidator, unknown_model_error
 
 log = logging.getLogger(__name__)
+
+
+def unavailable_text(name: str, version: int) -> str:
+    """The answer of a version that is closing or closed (UNAVAILABLE).
+
+    Triton removes an unloading model from its table first, so a new request there fails the
+    lookup (`Request for unknown model: '<m>' has no available versions`, NOT_FOUND). A request
+    that reaches a version here was routed to it before the unload: it is told, in the words of
+    Triton's not-ready texts, that the version is going away, with a code a client may retry on.
+    """
+    return f"Model '{name}' version {version} is not ready: it is being unloaded"
+
 
 # Request parameters Triton consumes itself; the model never sees them in `parameters()`.
 _RESERVED_PARAMETERS = frozenset(
@@ -75,6 +95,10 @@ class ModelVersion:
         ]
         # Queue and compute times, batch sizes and counts (Triton's ModelStatistics).
         self.stats = ModelStats()
+        # Every request admitted and not yet closed (by id; each leaves with its final
+        # response): what close() must still answer.
+        self._open: dict[int, Pending] = {}
+        self._closing = False  # set once by close(): the version takes no more requests
         self._scheduler: Scheduler = build_scheduler(
             config,
             self.instances,
@@ -134,8 +158,12 @@ class ModelVersion:
     def admit(self, request: InferRequest, respond: Respond) -> Pending | None:
         """Check `request` and make the `Pending` that carries it to `execute`.
 
-        A refused request is answered here with Triton's error, and None comes back.
+        A refused request is answered here with Triton's error, and None comes back; so is
+        every request once the version is closing (UNAVAILABLE).
         """
+        if self._closing:
+            self._refuse(respond)
+            return None
         try:
             batch_size = self.validator.validate(
                 request.request_id, request.inputs, request.requested_outputs
@@ -155,7 +183,17 @@ class ModelVersion:
         # outcome in the statistics when its final response leaves.
         pending.batch_size = batch_size
         pending.stats = self.stats
+        pending.open_table = self._open
+        self._open[id(pending)] = pending
+        if self._closing:  # close() began meanwhile (it may not have seen this one)
+            del self._open[id(pending)]
+            self._refuse(respond)
+            return None
         return pending
+
+    def _refuse(self, respond: Respond) -> None:
+        message = unavailable_text(self.name, self.version)
+        respond(_error_response(message, pb_utils.TritonError.UNAVAILABLE), True)
 
     @functools.cached_property
     def _iterative_sequence(self) -> bool:
@@ -223,15 +261,39 @@ class ModelVersion:
             return tensor  # Triton passes through what it cannot reshape
         return pb_utils.Tensor._from_wire(tensor.name(), reshaped, tensor._datatype)
 
-    def close(self, timeout: float | None = 30.0) -> None:
-        """Let queued and executing requests finish, then finalize every instance."""
-        if not self._scheduler.drain(timeout):
+    def close(self, timeout: float | None = 30.0) -> bool:
+        """Refuse new requests, drain, answer what is left UNAVAILABLE, finalize the instances.
+
+        `timeout` bounds the whole close (None: no bound). Returns False if it was reached:
+        requests were still running (now answered UNAVAILABLE) or an instance was abandoned.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._closing:
+            return True  # closed (or closing) already
+        self._closing = True
+        message = unavailable_text(self.name, self.version)
+        drain_until = None
+        if timeout is not None and deadline is not None:
+            drain_until = deadline - min(FINALIZE_RESERVE_S, timeout / 2)
+        drained = self._scheduler.drain(_remaining(drain_until))
+        if not drained:
             log.warning(
-                "%s v%d: requests still running after %ss", self.name, self.version, timeout
+                "%s v%d: requests still running after %ss; answering them UNAVAILABLE",
+                self.name,
+                self.version,
+                timeout,
             )
-        self._scheduler.close()
-        for instance in self.instances:
-            instance.finalize()
+        self._scheduler.close(message)
+        # Queued requests were answered by the scheduler. Finalize comes before the rest: a
+        # decoupled model may still be answering from its own threads, and its finalize is
+        # where it waits for them (as Triton's examples do).
+        finalized = _finalize_all(self.instances, deadline)
+        # Whatever is still open now never gets an answer from the model: a hung execute, a
+        # response sender the model dropped without closing.
+        for pending in list(self._open.values()):  # each leaves the table as it is failed
+            pending.fail(message, pb_utils.TritonError.UNAVAILABLE)
+        self._open.clear()
+        return finalized and drained
 
 
 class Model:
@@ -279,12 +341,70 @@ class Model:
         """Run one request and wait for its (single, final) response. For in-process use."""
         return answer_of(self.submit, request, timeout, f"model '{self.name}'")
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = 30.0) -> bool:
+        """Close every version (see ModelVersion.close); `timeout` bounds the whole close.
+
+        Versions close one after another on a shared deadline; False if it was reached.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        finished = True
         for version in self.versions.values():
-            version.close()
+            finished = version.close(_remaining(deadline)) and finished
+        return finished
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+# The part of a close's bound kept for finalize (half the bound if that is less): draining may
+# not use it all, so an instance that did finish its work is finalized rather than abandoned.
+FINALIZE_RESERVE_S = 1.0
+
+
+def _finalize_all(
+    instances: list[ModelInstance | IsolatedInstance], deadline: float | None
+) -> bool:
+    """Finalize `instances` side by side, waiting no longer than `deadline` in total."""
+
+    def finalize(instance: ModelInstance | IsolatedInstance) -> Callable[[], object]:
+        return lambda: instance.finalize(_remaining(deadline))
+
+    return side_by_side([(i.name, finalize(i)) for i in instances], deadline, "finalize")
+
+
+def side_by_side(
+    calls: list[tuple[str, Callable[[], object]]], deadline: float | None, what: str
+) -> bool:
+    """Run each named call on a daemon thread of its own; wait for them until `deadline`.
+
+    One that hangs neither delays the others nor outlives the deadline here: it is logged as
+    abandoned. False if a call raised, returned False, or was still running at the deadline.
+    """
+    results: dict[int, bool] = {}
+
+    def run(index: int, name: str, call: Callable[[], object]) -> None:
+        try:
+            results[index] = call() is not False
+        except BaseException:
+            log.exception("%s: %s failed", name, what)
+            results[index] = False
+
+    threads = [
+        threading.Thread(target=run, args=(i, name, call), name=f"{what}:{name}", daemon=True)
+        for i, (name, call) in enumerate(calls)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(_remaining(deadline))
+    for index, (name, _call) in enumerate(calls):
+        if index not in results:
+            log.error("%s: abandoned: %s still running at the bound", name, what)
+    return len(results) == len(calls) and all(results.values())
 
 
 def _error_response(message: str, code: pb_utils.TritonError | int) -> pb_utils.InferenceResponse:

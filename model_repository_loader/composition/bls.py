@@ -11,11 +11,17 @@ As in Triton 2.51, failures come back inside the response, never raised [V]:
 - errors the callee itself produces (an exception in `execute`, a TritonError response) arrive
   as the callee wrote them;
 - the code is always INTERNAL (Triton HEAD keeps the callee's code; 2.51 does not) [V].
+
+`exec()` waits without a bound, as Triton's does, since a slow callee is not a failed one. Every
+wait has an end that answers: the callee answers (or fails) its request; a callee that closes
+answers what it still holds UNAVAILABLE (model.py), and refuses new calls at once; an exception
+on the way in (submitting, or running the call on a lent thread) answers the call INTERNAL.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -25,6 +31,8 @@ from ..execution import run_execute
 from ..inference import InferRequest
 from .tensors import handed_over, response_handed_over
 from .waits import BlockedCall, calling_instance
+
+log = logging.getLogger(__name__)
 
 # The code of every BLS error response in Triton 2.51 [V] (HEAD: the callee's own code).
 BLS_ERROR_CODE = pb_utils.TritonError.INTERNAL
@@ -91,10 +99,16 @@ class BlsExecutor:
         validated = [True]
 
         def submit() -> None:
-            validated[0] = model.submit(infer_request, respond) is not None
+            try:
+                validated[0] = model.submit(infer_request, respond) is not None
+            except BaseException as exc:  # the wait below must still end
+                _answer_failed_call(respond, name, exc)
 
         def lend(lender: Any) -> None:
-            validated[0] = _run_nested(version, lender, infer_request, respond)
+            try:
+                validated[0] = _run_nested(version, lender, infer_request, respond)
+            except BaseException as exc:
+                _answer_failed_call(respond, name, exc)
 
         if blocked is None:
             submit()
@@ -183,6 +197,13 @@ def _run_nested(version: Any, instance: Any, request: InferRequest, respond: Any
         return False
     run_execute(instance, [pending], version.decoupled)
     return True
+
+
+def _answer_failed_call(respond: Any, model_name: str, exc: BaseException) -> None:
+    """End a call whose way in raised: its exec() gets an INTERNAL error, not a hang."""
+    log.error("BLS call to '%s' failed: %r", model_name, exc, exc_info=exc)
+    message = f"internal error: {type(exc).__name__}: {exc}"
+    respond(pb_utils.InferenceResponse._create([], pb_utils.TritonError(message)), True)
 
 
 def _is_decoupled(version: Any) -> bool:

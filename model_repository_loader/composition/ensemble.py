@@ -16,6 +16,8 @@
 
 Composing models are looked up by name when a step runs, in the loaded repository (hot reload
 replaces entries of that dict in place).
+
+Once `close` begins, a new request is answered UNAVAILABLE at once (as a closing Model does).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from .. import pb_utils
 from ..inference import InferRequest, Respond, answer_of
+from ..model import unavailable_text
 from ..validation import RequestError, RequestValidator, triton_input_order, unknown_model_error
 from . import registry
 from .tensors import handed_over
@@ -57,6 +60,7 @@ class EnsembleModel:
         self._steps = list(config.ensemble_scheduling.step)
         self._runs: set[EnsembleRun] = set()
         self._idle = threading.Condition()
+        self._closing = False
 
     @property
     def models(self) -> Mapping[str, Any]:
@@ -64,6 +68,10 @@ class EnsembleModel:
 
     def submit(self, request: InferRequest, respond: Respond) -> EnsembleRun | None:
         """Validate and start `request`; None when it was refused (answered already)."""
+        if self._closing:
+            message = unavailable_text(self.name, self.version)
+            respond(_error(message, pb_utils.TritonError.UNAVAILABLE), True)
+            return None
         if request.model_version not in (-1, self.version):
             message = unknown_model_error(self.name, request.model_version)
             respond(_error(message, pb_utils.TritonError.NOT_FOUND), True)
@@ -90,10 +98,13 @@ class EnsembleModel:
         """Run one request and wait for its last response. For in-process use."""
         return answer_of(self.submit, request, timeout, f"ensemble '{self.name}'")
 
-    def close(self, timeout: float | None = 30.0) -> None:
-        """Wait for in-flight requests; the composing models are closed on their own."""
+    def close(self, timeout: float | None = 30.0) -> bool:
+        """Refuse new requests and wait (up to `timeout` s) for in-flight ones; False if some
+        are still running. The composing models are closed on their own, and a closing one
+        answers the steps it still holds, so no run waits on it for good."""
         with self._idle:
-            self._idle.wait_for(lambda: not self._runs, timeout=timeout)
+            self._closing = True
+            return self._idle.wait_for(lambda: not self._runs, timeout=timeout)
 
 
 class EnsembleRun:

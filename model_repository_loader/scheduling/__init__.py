@@ -3,7 +3,10 @@
 `build_scheduler` picks Triton's scheduler for a config: the sequence batcher when
 `sequence_batching` is set, the dynamic batcher when `dynamic_batching` is set, else the default
 scheduler (each request alone on the next free instance). Every scheduler offers
-`enqueue(pending, priority=0)`, `drain(timeout)` and `close()`, and records into a `ModelStats`.
+`enqueue(pending, priority=0)`, `drain(timeout)` and `close(unavailable)`, and records into a
+`ModelStats`. Each takes a cancelled request out of its queue at once (answered CANCELLED), fails a
+batch whose run raised instead of losing the instance, and once closed answers whatever it still
+holds, and every later request, UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ class Scheduler(Protocol):
 
     def drain(self, timeout: float | None = None) -> bool: ...
 
-    def close(self) -> None: ...
+    def close(self, unavailable: str) -> None: ...
 
 
 def build_scheduler(

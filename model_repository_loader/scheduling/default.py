@@ -5,8 +5,13 @@ straight to an idle instance if there is one; otherwise it waits, and the instan
 next picks it up. Dispatch happens under one lock and never blocks, so callers on an event loop can
 enqueue.
 
-A request cancelled while it waits is answered with `fail_cancelled()` when its turn comes and never
-reaches an instance, as Triton's schedulers do.
+A request cancelled while it waits leaves the queue at once and is answered with
+`fail_cancelled()`; it never reaches an instance, as Triton's schedulers do. Cancelled requests
+queued behind a hung instance are so freed, not kept until the instance comes back.
+
+A failure on the way (anything `execute`'s own guard did not catch) fails that request and the
+instance takes the next one. Once closed, the scheduler answers what it still holds, and any
+later request, UNAVAILABLE.
 
 This is the path of most requests, so it works on `Pending` itself, with no per-request entry
 object: the request's batch size, arrival time and statistics are already on it (model.py sets
@@ -20,7 +25,8 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
-from ..execution import Pending
+from .. import pb_utils
+from ..execution import Pending, fail_batch
 from ..instance import ModelInstance
 from .entry import RunBatch
 from .stats import ModelStats
@@ -37,16 +43,35 @@ class DefaultScheduler:
         self._lock = threading.Lock()
         self._busy = 0
         self._drained = threading.Condition(self._lock)
+        self._unavailable: str | None = None  # set by close(): the answer to late requests
 
     def enqueue(self, pending: Pending, priority: int = 0) -> None:
         """Queue one request (the default scheduler has no priorities)."""
         with self._lock:
-            if not self._idle:
-                self._pending.append(pending)
-                return
-            instance = self._idle.popleft()
-            self._busy += 1
-        instance.submit(lambda: self._run(instance, pending))
+            refused = self._unavailable
+            if refused is None:
+                if not self._idle:
+                    self._pending.append(pending)
+                    instance = None
+                else:
+                    instance = self._idle.popleft()
+                    self._busy += 1
+        if refused is not None:
+            pending.fail(refused, pb_utils.TritonError.UNAVAILABLE)
+        elif instance is None:
+            # Registered outside the lock: it runs at once if the request is already cancelled.
+            pending.on_cancel(lambda: self._cancelled(pending))
+        else:
+            instance.submit(lambda: self._run(instance, pending))
+
+    def _cancelled(self, pending: Pending) -> None:
+        """A queued request was cancelled: out of the queue, answered CANCELLED, now."""
+        with self._lock:
+            try:
+                self._pending.remove(pending)
+            except ValueError:
+                return  # an instance has it already; run_execute drops it
+        pending.fail_cancelled()
 
     def _run(self, instance: ModelInstance, pending: Pending | None) -> None:
         while pending is not None:
@@ -55,6 +80,8 @@ class DefaultScheduler:
                     pending.fail_cancelled()
                 else:
                     self._execute(instance, pending)
+            except BaseException as exc:  # the instance goes on with the next request
+                fail_batch(instance.name, [pending], exc)
             finally:
                 pending = self._next_or_idle(instance)
 
@@ -89,5 +116,11 @@ class DefaultScheduler:
                 lambda: self._busy == 0 and not self._pending, timeout=timeout
             )
 
-    def close(self) -> None:
-        return None
+    def close(self, unavailable: str) -> None:
+        """Stop: answer every queued request, and every later one, UNAVAILABLE `unavailable`."""
+        with self._lock:
+            self._unavailable = unavailable
+            queued, self._pending = self._pending, deque()
+            self._drained.notify_all()
+        for pending in queued:
+            pending.fail(unavailable, pb_utils.TritonError.UNAVAILABLE)

@@ -13,11 +13,15 @@ One batcher thread per model version turns the queue into *payloads* (the reques
   reaches the largest preferred size, as Triton's payload prefetching does [V]; with a queue
   policy (timeouts, size limit, priorities) requests instead wait in the queue (queue_policy.py);
 * `max_batch_size: 0` keeps the queue policy but never batches [V].
+
+A request cancelled while it waits (in the queue, or in a payload no instance has taken yet) leaves
+at once and is answered CANCELLED. A payload whose run raised fails its requests and the instance
+goes on; the batcher thread itself fails what it holds rather than die. Once closed, the batcher
+answers what it still holds, and every later request, UNAVAILABLE.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import deque
@@ -26,15 +30,13 @@ from collections.abc import Sequence
 from tritonclient.grpc import model_config_pb2 as mc
 
 from .. import pb_utils
-from ..execution import Pending
+from ..execution import Pending, fail_batch
 from ..instance import ModelInstance
 from .entry import Entry, RunBatch, drop_if_cancelled, run_timed
 from .ordering import InOrder
 from .queue_policy import TIMEOUT_EXPIRED, PriorityQueues, QueueFull
 from .stacking import stacked_pending
 from .stats import ModelStats
-
-log = logging.getLogger(__name__)
 
 
 def request_prefix(request_id: str) -> str:
@@ -85,7 +87,7 @@ class DynamicBatcher:
         self._ready: deque[_Payload] = deque()  # formed, waiting for an instance
         self._current: _Payload | None = None  # the newest payload, which may still grow
         self._busy = 0
-        self._stopped = False
+        self._unavailable: str | None = None  # set by close(): the answer to late requests
         self._cond = threading.Condition()
         # Started with the first request, so a version that never serves leaves no thread.
         self._thread = threading.Thread(
@@ -98,17 +100,46 @@ class DynamicBatcher:
         request = pending.request
         entry = Entry(pending, priority=priority, shape_key=self._shape_key(request))
         with self._cond:
-            if self._thread.ident is None and not self._stopped:
-                self._thread.start()
-            try:
-                self._queue.push(entry, request.timeout(), entry.arrival_ns)
-            except QueueFull as exc:
-                message = request_prefix(request.request_id()) + str(exc)
-                pending.fail(message, pb_utils.TritonError.UNAVAILABLE)
-                return
-            if self._in_order is not None:
-                self._in_order.wrap(pending)
+            if self._unavailable is not None:
+                refused, message = True, self._unavailable
+            else:
+                refused = False
+                if self._thread.ident is None:
+                    self._thread.start()
+                try:
+                    self._queue.push(entry, request.timeout(), entry.arrival_ns)
+                except QueueFull as exc:
+                    refused, message = True, request_prefix(request.request_id()) + str(exc)
+                else:
+                    if self._in_order is not None:
+                        self._in_order.wrap(pending)
+                    self._cond.notify_all()
+        if refused:
+            pending.fail(message, pb_utils.TritonError.UNAVAILABLE)
+            return
+        # Registered outside the lock: it runs at once if the request is already cancelled.
+        pending.on_cancel(lambda: self._cancelled(entry))
+
+    def _cancelled(self, entry: Entry) -> None:
+        """A waiting request was cancelled: out of the queue (or its payload), answered now."""
+        with self._cond:
+            if not self._queue.remove(entry) and not self._leave_payload(entry):
+                return  # an instance has it already; run_execute drops it
             self._cond.notify_all()
+        entry.pending.fail_cancelled()
+
+    def _leave_payload(self, entry: Entry) -> bool:
+        """Take `entry` out of a formed payload that no instance has started (under the lock)."""
+        for payload in self._ready:
+            if entry in payload.entries:
+                payload.entries.remove(entry)
+                payload.size -= entry.batch_size
+                if not payload.entries:
+                    self._ready.remove(payload)
+                    if self._current is payload:
+                        self._current = None
+                return True
+        return False
 
     def _shape_key(self, request: pb_utils.InferenceRequest) -> tuple:
         if not self._batching:
@@ -125,12 +156,19 @@ class DynamicBatcher:
 
     def _batch_forever(self) -> None:
         with self._cond:
-            while not self._stopped:
-                now = time.monotonic_ns()
-                for entry in self._queue.expire(now):
-                    entry.pending.fail(TIMEOUT_EXPIRED, pb_utils.TritonError.UNAVAILABLE)
-                wait_ns = self._form_payloads(now)
-                deadline = self._queue.next_deadline()
+            while self._unavailable is None:
+                try:
+                    now = time.monotonic_ns()
+                    for entry in self._queue.expire(now):
+                        entry.pending.fail(TIMEOUT_EXPIRED, pb_utils.TritonError.UNAVAILABLE)
+                    wait_ns = self._form_payloads(now)
+                    deadline = self._queue.next_deadline()
+                except BaseException as exc:
+                    # Fail what is queued rather than retry the same failure in a loop, and
+                    # keep the thread: later requests still need it.
+                    stranded = self._queue.take(len(self._queue))
+                    fail_batch(self._thread.name, [e.pending for e in stranded], exc)
+                    continue
                 if deadline:
                     until_deadline = max(0, deadline - now)
                     wait_ns = until_deadline if wait_ns is None else min(wait_ns, until_deadline)
@@ -226,10 +264,8 @@ class DynamicBatcher:
                     stacked_pending([e.pending for e in entries], [e.batch_size for e in entries])
                 ]
             run_timed(self._run_batch, instance, entries, self._stats, pendings)
-        except BaseException:
-            log.exception("%s: scheduling failed", instance.name)
-            for entry in payload.entries:
-                entry.pending.fail("internal error while scheduling the request")
+        except BaseException as exc:  # the instance goes on with the next payload
+            fail_batch(instance.name, [e.pending for e in payload.entries], exc)
         finally:
             with self._cond:
                 self._idle.append(instance)
@@ -247,10 +283,18 @@ class DynamicBatcher:
                 timeout=timeout,
             )
 
-    def close(self) -> None:
-        """Stop the batcher thread (after drain)."""
+    def close(self, unavailable: str) -> None:
+        """Stop the batcher thread; answer what is still waiting, and every later request,
+        UNAVAILABLE `unavailable`."""
         with self._cond:
-            self._stopped = True
+            self._unavailable = unavailable
+            waiting = self._queue.take(len(self._queue))
+            for payload in self._ready:
+                waiting.extend(payload.entries)
+            self._ready.clear()
+            self._current = None
             self._cond.notify_all()
+        for entry in waiting:
+            entry.pending.fail(unavailable, pb_utils.TritonError.UNAVAILABLE)
         if self._thread.ident is not None:
             self._thread.join(timeout=5)

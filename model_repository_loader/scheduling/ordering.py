@@ -2,6 +2,9 @@
 
 Each request gets a ticket when it is queued. Responses of the oldest unfinished request go out
 at once; later requests' responses wait until every earlier request has sent its final one.
+
+A `respond` that raises ends its request (answered INTERNAL if it can be, as `Pending.deliver`
+does) and the gate moves on, so one failed hand-over never holds back the requests behind it.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import threading
 from collections.abc import Callable
 
 from .. import pb_utils
-from ..execution import Pending
+from ..execution import Pending, answer_failure
 
 _Respond = Callable[[pb_utils.InferenceResponse | None, bool], None]
 
@@ -44,18 +47,30 @@ class InOrder:
         # Delivery happens under the lock: respond callbacks only hand the response over, and
         # holding the lock is what keeps two threads from interleaving out of order.
         with self._lock:
+            if ticket < self._head:
+                return  # the request already ended (its respond failed)
             if ticket != self._head:
                 self._held.setdefault(ticket, []).append((respond, response, final))
                 return
-            respond(response, final)
-            if not final:
+            if not _hand_over(respond, response, final):
                 return
             self._head += 1
             while self._head in self._held:
                 finished = False
                 for held_respond, held_response, held_final in self._held.pop(self._head):
-                    held_respond(held_response, held_final)
-                    finished = finished or held_final
+                    if _hand_over(held_respond, held_response, held_final):
+                        finished = True
+                        break
                 if not finished:
                     return
                 self._head += 1
+
+
+def _hand_over(respond: _Respond, response: pb_utils.InferenceResponse | None, final: bool) -> bool:
+    """Call `respond`; True once the request is done (its final went, or respond failed)."""
+    try:
+        respond(response, final)
+    except BaseException as exc:
+        answer_failure(respond, exc)
+        return True
+    return final

@@ -100,6 +100,17 @@ class PriorityQueues:
                     taken.append(queue.popleft())
         return taken
 
+    def remove(self, entry: Entry) -> bool:
+        """Take `entry` out of the queue (a cancelled request); False if it is not queued."""
+        level = self._levels[self.level_of(entry.priority)]
+        for queue in (level.waiting, level.delayed):
+            try:
+                queue.remove(entry)
+            except ValueError:
+                continue
+            return True
+        return False
+
     def expire(self, now_ns: int) -> list[Entry]:
         """Apply the policy to requests past their deadline; returns the rejected ones."""
         rejected: list[Entry] = []

@@ -14,6 +14,10 @@ the oldest strategy sends only real requests.
 
 Requests are checked as Triton does (texts [V]): a correlation id is required, batch size 1,
 and a sequence that is not running must begin with START.
+
+A request cancelled while it waits on its slot or in the backlog leaves at once and is answered
+CANCELLED. A batch whose run raised fails its requests and the instance goes on. Once closed, the
+batcher answers what it still holds, and every later request, UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from .. import pb_utils
-from ..execution import Pending
+from ..execution import Pending, fail_batch
 from ..instance import ModelInstance
 from .controls import Controls
 from .entry import Entry, RunBatch, drop_if_cancelled, run_timed
@@ -88,7 +92,7 @@ class SequenceBatcher:
         self._last_seen: dict[int | str, int] = {}
         self._backlog: OrderedDict[int | str, deque[Entry]] = OrderedDict()
         self._busy = 0
-        self._stopped = False
+        self._unavailable: str | None = None  # set by close(): the answer to late requests
         self._cond = threading.Condition()
         # Started with the first request, so a version that never serves leaves no thread.
         self._reaper = threading.Thread(
@@ -116,10 +120,44 @@ class SequenceBatcher:
             return
         entry = Entry(pending, priority=priority)
         with self._cond:
-            if self._reaper.ident is None and not self._stopped:
-                self._reaper.start()
-            self._route(entry)
+            refused = self._unavailable
+            if refused is None:
+                if self._reaper.ident is None:
+                    self._reaper.start()
+                self._route(entry)
+                self._cond.notify_all()
+        if refused is not None:
+            pending.fail(refused, pb_utils.TritonError.UNAVAILABLE)
+        elif not pending.closed:
+            # Registered outside the lock: it runs at once if the request is already cancelled.
+            pending.on_cancel(lambda: self._cancelled(entry))
+
+    def _cancelled(self, entry: Entry) -> None:
+        """A waiting request was cancelled: off its slot or the backlog, answered now."""
+        with self._cond:
+            if not self._unqueue(entry):
+                return  # running, done, or rescheduled: run_execute and _schedule see it
             self._cond.notify_all()
+        entry.pending.fail_cancelled()
+
+    def _unqueue(self, entry: Entry) -> bool:
+        if entry.rescheduled:
+            return False  # its iterative sequence holds the slot until the run ends
+        corrid = entry.pending.request.correlation_id()
+        place = self._active.get(corrid)
+        if place is not None:
+            queue = self._instances[place[0]].slots[place[1]]
+        else:
+            queue = self._backlog.get(corrid)
+            if queue is None:
+                return False
+        try:
+            queue.remove(entry)
+        except ValueError:
+            return False
+        if place is None and not queue:
+            del self._backlog[corrid]  # nothing of this sequence waits any more
+        return True
 
     def _route(self, entry: Entry) -> None:
         """Queue the request on its sequence's slot, start a sequence, or refuse it."""
@@ -196,18 +234,15 @@ class SequenceBatcher:
             # An iterative sequence keeps its slot while its request is rescheduled.
             if entry.pending.request.flags() & _END and not self._iterative
         ]
-        for _slot, entry in heads:
-            request = entry.pending.request
-            if entry.base_inputs is None:
-                entry.base_inputs = list(request._inputs)
-            entry.rescheduled = False
-            self._in_flight[id(entry.pending)] = entry
-            request._inputs = entry.base_inputs + self._controls.tensors(
-                request.correlation_id(), request.flags(), ready=True
-            )
-        pendings: list = [entry.pending for _, entry in heads]
-        if self._direct and self._batching:
-            pendings = self._pad(heads)
+        try:
+            pendings = self._prepare(heads)
+        except BaseException as exc:  # these requests are off their slots: answer them here
+            fail_batch(holder.instance.name, [entry.pending for _, entry in heads], exc)
+            for corrid in ended:
+                if self._active.get(corrid) is not None:
+                    self._release(corrid)
+            self._schedule(holder)  # each failed round consumed requests, so this ends
+            return
         holder.busy = True
         self._busy += 1
         for corrid in ended:
@@ -215,6 +250,23 @@ class SequenceBatcher:
                 self._release(corrid)
         entries = [entry for _, entry in heads]
         holder.instance.submit(lambda: self._run(holder, entries, pendings))
+
+    def _prepare(self, heads: list[tuple[int, Entry]]) -> list:
+        """The batch `execute` gets for `heads`: control inputs added, padding if direct."""
+        for _slot, entry in heads:
+            request = entry.pending.request
+            if entry.base_inputs is None:
+                entry.base_inputs = list(request._inputs)
+            entry.rescheduled = False
+            request._inputs = entry.base_inputs + self._controls.tensors(
+                request.correlation_id(), request.flags(), ready=True
+            )
+        pendings: list = [entry.pending for _, entry in heads]
+        if self._direct and self._batching:
+            pendings = self._pad(heads)
+        for _slot, entry in heads:
+            self._in_flight[id(entry.pending)] = entry
+        return pendings
 
     def _pad(self, heads: list[tuple[int, Entry]]) -> list:
         """The direct strategy's batch: one request per slot up to the highest busy one."""
@@ -244,10 +296,8 @@ class SequenceBatcher:
     def _run(self, holder: _Instance, entries: list[Entry], pendings: list) -> None:
         try:
             run_timed(self._run_batch, holder.instance, entries, self._stats, pendings)
-        except BaseException:
-            log.exception("%s: scheduling failed", holder.instance.name)
-            for entry in entries:
-                entry.pending.fail("internal error while scheduling the request")
+        except BaseException as exc:  # the instance goes on with its slots' next requests
+            fail_batch(holder.instance.name, [e.pending for e in entries], exc)
         finally:
             with self._cond:
                 now = time.monotonic_ns()
@@ -285,7 +335,7 @@ class SequenceBatcher:
 
     def _reap_forever(self) -> None:
         with self._cond:
-            while not self._stopped:
+            while self._unavailable is None:
                 now = time.monotonic_ns()
                 deadline = None
                 for corrid in list(self._active):
@@ -315,9 +365,19 @@ class SequenceBatcher:
                 timeout=timeout,
             )
 
-    def close(self) -> None:
+    def close(self, unavailable: str) -> None:
+        """Stop the reaper; answer what still waits on a slot or in the backlog, and every later
+        request, UNAVAILABLE `unavailable`."""
         with self._cond:
-            self._stopped = True
+            self._unavailable = unavailable
+            waiting = [e for holder in self._instances for q in holder.slots for e in q]
+            waiting += [e for q in self._backlog.values() for e in q]
+            for holder in self._instances:
+                for queue in holder.slots:
+                    queue.clear()
+            self._backlog.clear()
             self._cond.notify_all()
+        for entry in waiting:
+            entry.pending.fail(unavailable, pb_utils.TritonError.UNAVAILABLE)
         if self._reaper.ident is not None:
             self._reaper.join(timeout=5)

@@ -368,7 +368,7 @@ def _batches_for(shapes: list[int], ragged: bool) -> list[list[str]]:
         if instance.calls:
             instance.calls.pop(0)()
         time.sleep(0.01)
-    batcher.close()
+    batcher.close("closed")
     return seen
 
 
