@@ -3,7 +3,13 @@
 The endpoint is registered with the serialized Triton `ModelConfig` as `triton_model_config`, so
 the KServe frontend answers ModelConfig and ModelMetadata exactly from it. Requests arrive on the
 runtime's event loop; the handler only decodes and queues them, and the model runs on its
-instance threads (model_repository_loader), so the loop never waits on model code.
+instance threads (model_repository_loader), so the loop never waits on model code. A large
+request is decoded in slices that give the loop back in between, so one big tensor does not
+stall every other request.
+
+After a reload or unload the retired generation's endpoint stays served (Dynamo 1.6 has no
+per-endpoint stop), so the worker lets go of its model (`retire`): a late request is answered by
+the model now serving the name, or UNAVAILABLE at once.
 """
 
 from __future__ import annotations
@@ -16,15 +22,20 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import numpy as np
 from dynamo.llm import ModelInput, ModelType, WorkerType, register_model, unregister_model
 from dynamo.runtime import DistributedRuntime, Endpoint
 from tritonclient.grpc import model_config_pb2 as mc
 
+from model_repository_loader.inference import InferRequest
 from model_repository_loader.model import Model
-from model_repository_loader.pb_utils import InferenceResponse, TritonError
+from model_repository_loader.pb_utils import InferenceResponse, Tensor, TritonError
+from model_repository_loader.validation import no_available_versions_error
 
 from .codec import (
+    _DECODERS,
     TO_DYNAMO,
+    TO_KSERVE,
     decode_request,
     empty_final_response,
     encode_response,
@@ -90,7 +101,7 @@ class ModelWorker:
         generation: int = 1,
         serving: Callable[[], Model | None] | None = None,
     ) -> None:
-        self.model = model
+        self.model: Model | None = model  # None once retired: see retire()
         # The model that answers new requests: during a reload, the frontend may still route
         # to a retiring generation for a moment; those requests go to the newest model, so
         # no client sees the old version again once the new one has answered.
@@ -104,6 +115,10 @@ class ModelWorker:
         self._routable: asyncio.Future[None] | None = None
         self._decoupled = model.config.model_transaction_policy.decoupled
         self._cancellations = _CancellationPoller()
+        # Requests inside generate() that may still submit to (or wait on) this worker's own
+        # model; the manager closes a retired model only once this is zero.
+        self.in_flight = 0
+        self._idle: asyncio.Event | None = None
 
     async def start(self) -> None:
         # Serve first, then advertise: a request routed here finds a handler. serve_endpoint
@@ -127,6 +142,32 @@ class ModelWorker:
             loop = asyncio.get_running_loop()
             watch(lambda ready: loop.call_soon_threadsafe(self._readiness_changed, ready))
 
+    async def wait_for_instance(self, timeout: float) -> bool:
+        """True once a client of this generation's endpoint sees its instance (discovery)."""
+        client = await self.endpoint.client()
+        try:
+            await asyncio.wait_for(client.wait_for_instances(), timeout=timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Wait until no request is inside generate() for this worker's model; False at the
+        bound (requests still running)."""
+        if self.in_flight == 0:
+            return True
+        if self._idle is None:
+            self._idle = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout=timeout)
+        except asyncio.TimeoutError:
+            return self.in_flight == 0
+        return True
+
+    def retire(self) -> None:
+        """Let go of the model (finalized): nothing served by this worker may keep it alive."""
+        self.model = None
+
     def _readiness_changed(self, ready: bool) -> None:
         """An isolated instance died or came back: route to this model only while it can answer.
 
@@ -138,8 +179,8 @@ class ModelWorker:
     async def _set_routable(self, ready: bool, previous: asyncio.Future[None] | None) -> None:
         if previous is not None:
             await asyncio.wait([previous])  # keep the calls in the order the changes happened
-        if ready != self.model.ready:
-            return  # changed again meanwhile; the later call settles it
+        if self.model is None or ready != self.model.ready:
+            return  # changed again meanwhile (or retired); the later call settles it
         try:
             if ready:
                 await self.endpoint.register_endpoint_instance()
@@ -153,16 +194,16 @@ class ModelWorker:
         await unregister_model(self.endpoint)
 
     async def withdraw(self) -> None:
-        """After stop() and the drain: remove the endpoint's instance record too.
+        """After stop(): remove the endpoint's instance record too, before the model closes.
 
         The endpoint keeps being served (Dynamo 1.6 has no per-endpoint stop); without its
-        instance record nothing can route to it. Not done in stop(): requests routed just
-        before would fail with "Worker disconnected before response stream was established".
+        instance record nothing new is routed to it. A request already on its way still
+        reaches generate(), which hands it to the model serving the name now.
         """
         try:
             await self.endpoint.unregister_endpoint_instance()
-        except Exception:  # best effort: the model card is already gone
-            pass
+        except Exception as exc:  # best effort: the model card is already gone
+            log.debug("'%s': withdrawing generation %d: %s", self.name, self.generation, exc)
 
     async def generate(self, request: dict[str, Any], context: Any) -> AsyncIterator[dict]:
         """Answer one request: every response the model sends, in order, as it is sent.
@@ -177,8 +218,26 @@ class ModelWorker:
         # Triton sends the empty final response only for decoupled models [V].
         empty_final = self._decoupled and wants_empty_final_response(request)
         responses = _Responses(loop, self.name)
-        model = self._serving_model() or self.model
-        pending = model.submit(decode_request(request), responses.respond)
+        self.in_flight += 1
+        try:
+            if _elements(request) > LARGE_REQUEST_ELEMENTS:
+                inference = await _decode_in_slices(request)
+            else:
+                inference = decode_request(request)
+            # Chosen after the decode (which may have yielded): never a model retired meanwhile.
+            model = self._serving_model() or self.model
+            if model is None:
+                # Unloaded while the request was on its way: answer now, as Triton does.
+                raise to_dynamo_exception(
+                    TritonError(no_available_versions_error(self.name), TritonError.UNAVAILABLE)
+                )
+            pending = model.submit(inference, responses.respond)
+            if model is not self.model:
+                self._request_done()  # not this generation's model: not its drain to wait for
+        except BaseException:
+            self._request_done()
+            raise
+        mine = model is self.model
         watching = context is not None and pending is not None
         if watching:
             self._cancellations.watch(loop, responses, context)
@@ -207,6 +266,62 @@ class ModelWorker:
                 responses.gone = True
                 if pending is not None:
                     pending.cancel()
+            if mine:
+                self._request_done()
+
+    def _request_done(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0 and self._idle is not None:
+            self._idle.set()
+            self._idle = None
+
+
+# A request with more elements than this is decoded in slices of DECODE_SLICE elements, giving
+# the event loop back after each (about 1 ms of work at FP32); smaller ones in one go, which
+# costs them nothing extra. Measured with benchmarks/loop_stalls.py.
+LARGE_REQUEST_ELEMENTS = 1 << 17
+DECODE_SLICE = 1 << 16
+
+
+def _elements(request: dict[str, Any]) -> int:
+    """Elements (or raw bytes) over every tensor: a cheap size, no element is touched."""
+    total = 0
+    for tensor in request.get("tensors", ()):
+        try:
+            total += len(tensor["data"]["values"])
+        except (KeyError, TypeError):
+            pass  # malformed: decode_request says why
+    return total
+
+
+async def _decode_in_slices(request: dict[str, Any]) -> InferRequest:
+    """decode_request for a large request: big list tensors are converted a slice at a time,
+    with the event loop free between slices, then assembled into one array."""
+    tensors = []
+    for tensor in request.get("tensors", ()):
+        values = tensor["data"]["values"]
+        if not isinstance(values, list) or len(values) <= DECODE_SLICE:
+            tensors.append(tensor)
+            continue
+        metadata = tensor["metadata"]
+        datatype = TO_KSERVE[metadata["data_type"]]
+        decode = _DECODERS[datatype]
+        parts = []
+        for start in range(0, len(values), DECODE_SLICE):
+            parts.append(decode(values[start : start + DECODE_SLICE]))
+            await asyncio.sleep(0)
+        array = np.concatenate(parts)
+        del parts
+        shape = metadata["shape"]
+        if len(shape) != 1 or shape[0] != array.shape[0]:
+            array = array.reshape(shape)
+        tensors.append(Tensor._from_wire(metadata["name"], array, datatype))
+        await asyncio.sleep(0)
+    decoded = decode_request({**request, "tensors": [t for t in tensors if isinstance(t, dict)]})
+    # Keep the request's input order: decoded dict tensors fill the gaps left by big ones.
+    small = iter(decoded.inputs)
+    decoded.inputs = [t if isinstance(t, Tensor) else next(small) for t in tensors]
+    return decoded
 
 
 # Put in a request's responses when the client is gone.
