@@ -4,14 +4,14 @@ One `ModelManager` owns the `LoadedRepository` (its `models` dict is the one liv
 models, changed in place, so in-process BLS callers find a swapped model by name) and one
 `ModelWorker` per serving model.
 
-A swap never leaves a gap, and waits on confirmations, not fixed sleeps: the new model is
-loaded beside the serving one (on a thread of its own), served on a new Dynamo component
-(generation 2, 3, ...) and registered; once discovery shows its instance and the frontend lists
-the name, the old one is unregistered and its instance withdrawn. Its requests in flight then
-finish (bounded by `drain_timeout`), and only then is it closed (drained and finalized, bounded
-by `close_timeout`) and dropped from every structure here. A request that still reaches the old
-endpoint goes to the model now serving the name (ModelWorker.generate). A load that fails leaves
-the old one serving.
+A swap never leaves a gap: the new model is loaded beside the serving one (on a thread of its
+own), served on a new Dynamo component (generation 2, 3, ...) and registered; once discovery
+shows its instance and the frontend lists the name, the old one is unregistered. A request that
+still reaches the old endpoint goes to the model now serving the name (ModelWorker.generate).
+The old generation's instance is withdrawn once it is quiet (no request in flight, none arriving
+for `route_quiet`; bounded by `drain_timeout`), then it is closed (drained and finalized, bounded
+by `close_timeout`) and dropped from every structure here. A load that fails leaves the old one
+serving.
 
 Each model changes on its own: one model's load that never returns holds only that model's lock,
 and is logged while it lasts ("still loading ..."); other models keep reloading.
@@ -85,8 +85,12 @@ class ManagerOptions:
     loader: ConfigOptions = field(default_factory=ConfigOptions)
     namespace: str = "dynamo_bridge"
     mode: str = "poll"
-    # Bounds, never waits: how long a retired generation's requests in flight may take before
-    # it is closed anyway (logged), and how long its close (drain + finalize) is waited for.
+    # A retired generation is withdrawn once no request is in flight there and none has
+    # arrived for `route_quiet` seconds since it was unregistered (the frontend routes
+    # elsewhere; Dynamo 1.6 offers no confirmation of that), at most after `drain_timeout`
+    # (logged). Then it is closed, and its close (drain + finalize) waited for at most
+    # `close_timeout`.
+    route_quiet: float = 0.5
     drain_timeout: float = 60.0
     close_timeout: float = 60.0
     # A load still running after this long is logged, then again at each doubling.
@@ -423,25 +427,27 @@ class ModelManager:
                 await worker.stop()
             except Exception as exc:
                 log.warning("unregistering '%s' failed: %s", model.name, exc)
-            # Before the model closes: nothing new is routed to it from here on, and what is
-            # already on its way is handed to the name's live model (ModelWorker.generate).
-            await worker.withdraw()
-        task = asyncio.ensure_future(self._finalize(worker, model))
+        task = asyncio.ensure_future(self._finalize(worker, model, self.loop.time()))
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
-    async def _finalize(self, worker: ModelWorker | None, model: Model) -> None:
+    async def _finalize(self, worker: ModelWorker | None, model: Model, since: float) -> None:
         name = model.name
         generation = f" (generation {worker.generation})" if worker is not None else ""
         if worker is not None:
-            if not await worker.wait_idle(self.options.drain_timeout):
+            options = self.options
+            if not await worker.wait_quiet(since, options.route_quiet, options.drain_timeout):
                 log.warning(
-                    "'%s'%s: %d request(s) still in flight after %.0f s; closing it anyway",
+                    "'%s'%s: %d request(s) still in flight (or arriving) after %.0f s; "
+                    "closing it anyway",
                     name,
                     generation,
                     worker.in_flight,
-                    self.options.drain_timeout,
+                    options.drain_timeout,
                 )
+            # Before the model closes: from here on nothing is routed to this generation; a
+            # late request goes to the name's live model (ModelWorker.generate).
+            await worker.withdraw()
         await self._close_bounded(model)
         if worker is not None:
             worker.retire()

@@ -118,6 +118,7 @@ class ModelWorker:
         # Requests inside generate() that may still submit to (or wait on) this worker's own
         # model; the manager closes a retired model only once this is zero.
         self.in_flight = 0
+        self.last_arrival = 0.0  # loop time of the last request that reached generate()
         self._idle: asyncio.Event | None = None
 
     async def start(self) -> None:
@@ -151,18 +152,30 @@ class ModelWorker:
             return False
         return True
 
-    async def wait_idle(self, timeout: float) -> bool:
-        """Wait until no request is inside generate() for this worker's model; False at the
-        bound (requests still running)."""
-        if self.in_flight == 0:
-            return True
-        if self._idle is None:
-            self._idle = asyncio.Event()
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout=timeout)
-        except asyncio.TimeoutError:
-            return self.in_flight == 0
-        return True
+    async def wait_quiet(self, since: float, quiet: float, timeout: float) -> bool:
+        """After stop(): wait until no request is inside generate() here and none has arrived
+        for `quiet` seconds (counted from `since`, the unregister): the frontend has stopped
+        routing here. False at the `timeout` bound (requests still running or arriving)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            now = loop.time()
+            if self.in_flight:
+                if now >= deadline:
+                    return False
+                if self._idle is None:
+                    self._idle = asyncio.Event()
+                try:
+                    await asyncio.wait_for(self._idle.wait(), timeout=deadline - now)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            quiet_at = max(since, self.last_arrival) + quiet
+            if now >= quiet_at:
+                return True
+            if now >= deadline:
+                return False
+            await asyncio.sleep(min(quiet_at, deadline) - now)
 
     def retire(self) -> None:
         """Let go of the model (finalized): nothing served by this worker may keep it alive."""
@@ -194,11 +207,15 @@ class ModelWorker:
         await unregister_model(self.endpoint)
 
     async def withdraw(self) -> None:
-        """After stop(): remove the endpoint's instance record too, before the model closes.
+        """After stop() and wait_quiet(): remove the endpoint's instance record too, before
+        the model closes.
 
         The endpoint keeps being served (Dynamo 1.6 has no per-endpoint stop); without its
-        instance record nothing new is routed to it. A request already on its way still
-        reaches generate(), which hands it to the model serving the name now.
+        instance record nothing is routed to it. Not done right after stop(): a request the
+        frontend routed here just before fails with "Worker disconnected before response
+        stream was established" when the instance goes (reproduced under traffic by
+        tests/e2e/test_lifecycle.py). A late request that still arrives goes to the model now
+        serving the name (generate).
         """
         try:
             await self.endpoint.unregister_endpoint_instance()
@@ -219,6 +236,7 @@ class ModelWorker:
         empty_final = self._decoupled and wants_empty_final_response(request)
         responses = _Responses(loop, self.name)
         self.in_flight += 1
+        self.last_arrival = loop.time()
         try:
             if _elements(request) > LARGE_REQUEST_ELEMENTS:
                 inference = await _decode_in_slices(request)
