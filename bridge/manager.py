@@ -421,7 +421,7 @@ class ModelManager:
             await self._retire(worker, model)
 
     async def _retire(self, worker: ModelWorker | None, model: Model) -> None:
-        """Withdraw a generation now; drain, finalize and forget it in the background."""
+        """Unregister a generation now; withdraw, close and forget it in the background."""
         if worker is not None:
             try:
                 await worker.stop()
@@ -445,12 +445,11 @@ class ModelManager:
                     worker.in_flight,
                     options.drain_timeout,
                 )
-            # Before the model closes: from here on nothing is routed to this generation; a
-            # late request goes to the name's live model (ModelWorker.generate).
+            # Before the model closes: from here on nothing is routed to this generation, and
+            # a late request goes to the name's live model or is answered UNAVAILABLE at once.
             await worker.withdraw()
-        await self._close_bounded(model)
-        if worker is not None:
             worker.retire()
+        await self._close_bounded(model)
         del model, worker  # nothing here may keep the generation alive past this point
         self._schedule_refreeze()
         log.info("successfully unloaded '%s'%s", name, generation)

@@ -143,15 +143,6 @@ class ModelWorker:
             loop = asyncio.get_running_loop()
             watch(lambda ready: loop.call_soon_threadsafe(self._readiness_changed, ready))
 
-    async def wait_for_instance(self, timeout: float) -> bool:
-        """True once a client of this generation's endpoint sees its instance (discovery)."""
-        client = await self.endpoint.client()
-        try:
-            await asyncio.wait_for(client.wait_for_instances(), timeout=timeout)
-        except asyncio.TimeoutError:
-            return False
-        return True
-
     async def wait_quiet(self, since: float, quiet: float, timeout: float) -> bool:
         """After stop(): wait until no request is inside generate() here and none has arrived
         for `quiet` seconds (counted from `since`, the unregister): the frontend has stopped
@@ -178,7 +169,8 @@ class ModelWorker:
             await asyncio.sleep(min(quiet_at, deadline) - now)
 
     def retire(self) -> None:
-        """Let go of the model (finalized): nothing served by this worker may keep it alive."""
+        """Let go of the model before it closes: a late request goes to the name's live model
+        or is answered UNAVAILABLE, and nothing served by this worker keeps the model alive."""
         self.model = None
 
     def _readiness_changed(self, ready: bool) -> None:
