@@ -213,4 +213,4 @@ async def serve(options: ServerOptions) -> None:
         # Threads stuck in model code would be joined at exit (or hold the executor's join).
         log.error(EXIT_TIMEOUT_TEXT)
         _exit_now(1)
-    watchdog.cancel()
+    del watchdog  # stays armed: what is left of the exit is bounded too

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
 from pathlib import Path
 
 from tests.e2e.reload_support import MODELS, ask_marked, copy_models, set_line, write_file
@@ -69,6 +71,25 @@ def test_hung_initialize_blocks_only_its_own_model(bridge_server, tmp_path) -> N
 
     gate.write_text("open")
     wait_until(lambda: ask_marked(client) == (2, 1), "marked's reload finishing")
+
+
+def test_shutdown_does_not_wait_for_a_hung_reload(bridge_server, tmp_path) -> None:
+    repo = copy_models(tmp_path, "marked")
+    server = bridge_server(
+        repo, "--reload-debounce-secs", str(DEBOUNCE_S), "--exit-timeout-secs", "2"
+    )
+    assert ask_marked(server.client()) == (1, 1)
+    started = tmp_path / "init-started"
+    model_py = repo / "marked" / "1" / "model.py"
+    body = [f"open({str(started)!r}, 'w').close()", "while True:", "    time.sleep(0.01)"]
+    write_file(model_py, with_initialize(model_py.read_text(), 2, body))
+    wait_until(started.exists, "the reload's initialize to hang")
+
+    server.process.send_signal(signal.SIGTERM)
+    try:
+        server.process.wait(2 + WAIT_S)  # the bound only catches "never"
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"still running:\n{server.log_tail()}") from None
 
 
 def test_failed_reload_is_retried_on_the_next_event(bridge_server, tmp_path) -> None:
@@ -138,4 +159,3 @@ def test_reloads_free_retired_generations(bridge_server, tmp_path) -> None:
             f"RSS after each reload (MB): {[round(r) for r in seen]}, now {vm_rss_mb(pid):.0f}; "
             f"one generation is {generation_mb} MB"
         ) from None
-    assert WAIT_S > 0
