@@ -205,21 +205,25 @@ class ModelManager:
         on its own task: one that hangs delays nobody else. Failures are logged and leave the
         serving version in place.
         """
+        sources = {s.name: s for s in await self._run(repository.scan, self.options.repositories)}
         tasks = []
         for name in sorted(set(names)):
-            task = asyncio.ensure_future(self._refresh_one(name, retry_failed))
+            task = asyncio.ensure_future(self._refresh_one(name, retry_failed, sources))
             self._refreshing.add(task)
             task.add_done_callback(self._refreshing.discard)
             tasks.append(task)
         if tasks:
             await asyncio.wait(tasks)
 
-    async def _refresh_one(self, name: str, retry_failed: bool) -> None:
+    async def _refresh_one(
+        self, name: str, retry_failed: bool, sources: dict[str, repository.ModelSource]
+    ) -> None:
         try:
-            async with self._lock(name):
-                # Found after the lock: a refresh that waited behind a slow load sees the folder
-                # as it is now.
-                source = await self._find(name)
+            lock = self._lock(name)
+            waited = lock.locked()
+            async with lock:
+                # A refresh that waited behind a slow load looks at the folder as it is now.
+                source = await self._find(name) if waited else sources.get(name)
                 if source is None:
                     await self._remove(name)
                     return
