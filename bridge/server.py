@@ -198,7 +198,8 @@ async def serve(options: ServerOptions) -> None:
         options.exit_timeout,
     )
     deadline = loop.time() + options.exit_timeout
-    watchdog = _arm_exit_watchdog(options.exit_timeout + RUNTIME_STOP_S)
+    # Armed to the end: whatever is left of the exit is bounded too.
+    _arm_exit_watchdog(options.exit_timeout + RUNTIME_STOP_S)
     if watcher is not None:
         await watcher.stop()
     if control_server is not None:
@@ -213,4 +214,3 @@ async def serve(options: ServerOptions) -> None:
         # Threads stuck in model code would be joined at exit (or hold the executor's join).
         log.error(EXIT_TIMEOUT_TEXT)
         _exit_now(1)
-    del watchdog  # stays armed: what is left of the exit is bounded too
