@@ -157,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 0.5)",
     )
     p.add_argument(
+        "--exit-timeout-secs",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="at shutdown, wait at most this long for in-flight requests and finalize(), then "
+        "exit anyway (status 1); a second SIGINT/SIGTERM exits at once (default 30)",
+    )
+    p.add_argument(
         "--log-verbose",
         type=int,
         default=0,
@@ -223,6 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         control_port=args.control_port,
         reload_debounce=args.reload_debounce_secs,
         http_restricted_api=restricted,
+        exit_timeout=args.exit_timeout_secs,
         loader=ConfigOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             model_config_name=args.model_config_name,

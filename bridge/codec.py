@@ -8,6 +8,7 @@ numpy arrays and numpy scalars cannot be yielded, hence `tolist()` on the way ou
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -100,6 +101,61 @@ def decode_request(request: dict[str, Any]) -> InferRequest:
         request_id=request.get("id", "") or "",
         parameters=decode_parameters(parameters) if parameters else {},
     )
+
+
+# A request with more elements than this is decoded in slices of DECODE_SLICE elements, giving
+# the event loop back after each (about 1 ms of work at FP32, where 1M FP32 in one go blocked it
+# for 14-25 ms); smaller ones in one go, which costs them nothing extra.
+LARGE_REQUEST_ELEMENTS = 1 << 16
+DECODE_SLICE = 1 << 15
+
+
+def request_elements(request: dict[str, Any]) -> int:
+    """Elements (or raw bytes) over every tensor: a cheap size, no element is touched."""
+    total = 0
+    for tensor in request.get("tensors", ()):
+        try:
+            total += len(tensor["data"]["values"])
+        except (KeyError, TypeError):
+            pass  # malformed: decode_request says why
+    return total
+
+
+async def decode_request_in_slices(request: dict[str, Any]) -> InferRequest:
+    """decode_request for a large request: big list tensors are converted a slice at a time,
+    with the event loop free between slices, then assembled into one array.
+
+    Raises RequestError as decode_request does.
+    """
+    tensors: list[dict[str, Any] | Tensor] = []
+    try:
+        for tensor in request.get("tensors", ()):
+            values = tensor["data"]["values"]
+            if not isinstance(values, list) or len(values) <= DECODE_SLICE:
+                tensors.append(tensor)
+                continue
+            metadata = tensor["metadata"]
+            datatype = TO_KSERVE[metadata["data_type"]]
+            decode = _DECODERS[datatype]
+            first = decode(values[:DECODE_SLICE])
+            # Filled slice by slice: no concatenation at the end, which would block as one piece.
+            array = np.empty(len(values), first.dtype)
+            array[: len(first)] = first
+            for start in range(DECODE_SLICE, len(values), DECODE_SLICE):
+                await asyncio.sleep(0)
+                array[start : start + DECODE_SLICE] = decode(values[start : start + DECODE_SLICE])
+            shape = metadata["shape"]
+            if len(shape) != 1 or shape[0] != array.shape[0]:
+                array = array.reshape(shape)
+            tensors.append(Tensor._from_wire(metadata["name"], array, datatype))
+            await asyncio.sleep(0)
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise RequestError(f"malformed inference input: {type(exc).__name__}: {exc}") from None
+    decoded = decode_request({**request, "tensors": [t for t in tensors if isinstance(t, dict)]})
+    # Keep the request's input order: decoded dict tensors fill the gaps left by big ones.
+    small = iter(decoded.inputs)
+    decoded.inputs = [t if isinstance(t, Tensor) else next(small) for t in tensors]
+    return decoded
 
 
 # Triton's reserved request parameters: the kinds its gRPC front end accepts for each, and the

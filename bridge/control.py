@@ -321,7 +321,7 @@ class ControlServer:
             return 500, {"error": f"failed to parse the request JSON buffer: {exc}"}
         if parts[2:] == ["index"]:
             ready_only = bool(body.get("ready", False)) if isinstance(body, dict) else False
-            return 200, self.manager.index(ready_only)
+            return 200, await self.manager.index(ready_only)
         if len(parts) == 5 and parts[2] == "models" and parts[4] in ("load", "unload"):
             try:
                 await self._change(parts[4], parts[3], body)

@@ -4,10 +4,17 @@ One `ModelManager` owns the `LoadedRepository` (its `models` dict is the one liv
 models, changed in place, so in-process BLS callers find a swapped model by name) and one
 `ModelWorker` per serving model.
 
-A swap never leaves a gap: the new model is loaded beside the serving one (on a thread), served
-on a new Dynamo component (generation 2, 3, ...) and registered; only then is the old one
-unregistered. The old one keeps answering what was already routed to it, and is finalized after
-`drain_grace` and its own drain (Model.close). A load that fails leaves the old one serving.
+A swap never leaves a gap: the new model is loaded beside the serving one (on a thread of its
+own), served on a new Dynamo component (generation 2, 3, ...) and registered; once discovery
+shows its instance and the frontend lists the name, the old one is unregistered. A request that
+still reaches the old endpoint goes to the model now serving the name (ModelWorker.generate).
+The old generation's instance is withdrawn once it is quiet (no request in flight, none arriving
+for `route_quiet`; bounded by `drain_timeout`), then it is closed (drained and finalized, bounded
+by `close_timeout`) and dropped from every structure here. A load that fails leaves the old one
+serving.
+
+Each model changes on its own: one model's load that never returns holds only that model's lock,
+and is logged while it lasts ("still loading ..."); other models keep reloading.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import json
 import logging
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -50,6 +58,10 @@ NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enable
 SERVER_NOT_READY = "Server not ready"
 
 
+# After the last unload of a burst, when the heap is collected and frozen again.
+REFREEZE_DELAY = 1.0
+
+
 class ControlError(Exception):
     """A refused or failed load/unload; str() is Triton's message, `code` its status name."""
 
@@ -73,11 +85,16 @@ class ManagerOptions:
     loader: ConfigOptions = field(default_factory=ConfigOptions)
     namespace: str = "dynamo_bridge"
     mode: str = "poll"
-    # After unregistering a generation, how long it keeps answering what the frontend had
-    # already routed to it before its requests are drained and it is finalized.
-    drain_grace: float = 0.5
-    # How long a new generation and the one it replaces serve side by side.
-    swap_overlap: float = 0.3
+    # A retired generation is withdrawn once no request is in flight there and none has
+    # arrived for `route_quiet` seconds since it was unregistered (the frontend routes
+    # elsewhere; Dynamo 1.6 offers no confirmation of that), at most after `drain_timeout`
+    # (logged). Then it is closed, and its close (drain + finalize) waited for at most
+    # `close_timeout`.
+    route_quiet: float = 0.5
+    drain_timeout: float = 60.0
+    close_timeout: float = 60.0
+    # A load still running after this long is logged, then again at each doubling.
+    slow_load_warning: float = 10.0
     # The in-process frontend's metrics port: a newly loaded model is reported loaded only once
     # the frontend lists it (/v1/models), so "load returned" means "requests reach it", as in
     # Triton. None (no local frontend): not waited for.
@@ -99,15 +116,26 @@ class ModelManager:
         self._generations: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._retiring: set[asyncio.Task[None]] = set()
+        self._refreshing: set[asyncio.Task[None]] = set()
         self._override_dirs: dict[str, Path] = {}
-        self._served: list[ModelWorker] = []  # every generation ever started
+        # Digest of the last failed load per model: the start-up refresh does not retry it.
+        self._failed_digests: dict[str, str] = {}
+        # serve_endpoint calls of every generation started: Dynamo keeps serving a retired
+        # endpoint (no per-endpoint stop), and wait_served lets each return at shutdown. Only the
+        # futures are kept; a retired worker lets go of its model (ModelWorker.retire).
+        self._serving: list[asyncio.Future[Any]] = []
+        self._refreeze: asyncio.TimerHandle | None = None
         self.loop = asyncio.get_running_loop()
 
     # -- start-up ------------------------------------------------------------------------------
 
     async def start(self, digests: dict[str, str]) -> None:
         """Serve every model the start-up load produced; `digests` as read before that load."""
-        self.digests.update({n: d for n, d in digests.items() if n in self.repository.statuses})
+        for name, digest in digests.items():
+            if name in self.repository.models:
+                self.digests[name] = digest
+            elif name in self.repository.statuses:
+                self._failed_digests[name] = digest
         for model in list(self.repository.models.values()):
             await self._serve(model, announce=False)
         self.ready = True
@@ -174,31 +202,57 @@ class ModelManager:
             )
             await self._retire(worker, model)
 
-    async def refresh(self, names: Iterable[str]) -> None:
+    async def refresh(self, names: Iterable[str], retry_failed: bool = True) -> None:
         """Poll mode: bring `names` in line with the repository folders.
 
-        A folder whose content digest is unchanged is left alone (a `touch` or an editor that
-        rewrites the same bytes reloads nothing); a changed or new one is loaded, with no gap if
-        it is serving; a vanished one is unregistered and finalized after draining. Failures are
-        logged and leave the serving version in place.
+        A folder whose content digest is unchanged since its last successful load is left alone
+        (a `touch` or an editor that rewrites the same bytes reloads nothing); a changed or new
+        one is loaded, with no gap if it is serving; a vanished one is unregistered and
+        finalized after draining. A folder whose last load failed is tried again on any event
+        for it (a transient failure is not stuck until the files change), unless
+        `retry_failed` is false (the refresh right after start-up). Every model is refreshed
+        on its own task: one that hangs delays nobody else. Failures are logged and leave the
+        serving version in place.
         """
         sources = {s.name: s for s in await self._run(repository.scan, self.options.repositories)}
+        tasks = []
         for name in sorted(set(names)):
-            async with self._lock(name):
-                source = sources.get(name)
+            task = asyncio.ensure_future(self._refresh_one(name, retry_failed, sources))
+            self._refreshing.add(task)
+            task.add_done_callback(self._refreshing.discard)
+            tasks.append(task)
+        if tasks:
+            await asyncio.wait(tasks)
+
+    async def _refresh_one(
+        self, name: str, retry_failed: bool, sources: dict[str, repository.ModelSource]
+    ) -> None:
+        try:
+            lock = self._lock(name)
+            waited = lock.locked()
+            async with lock:
+                # A refresh that waited behind a slow load looks at the folder as it is now.
+                source = await self._find(name) if waited else sources.get(name)
                 if source is None:
                     await self._remove(name)
-                    continue
+                    return
                 digest = await self._run(repository.content_digest, source.path)
-                if self.digests.get(name) == digest:
+                if self.digests.get(name) == digest and name in self.repository.models:
                     log.debug("'%s': files touched, content unchanged; not reloading", name)
-                    continue
+                    return
+                if not retry_failed and self._failed_digests.get(name) == digest:
+                    return  # failed at start-up with these very files; logged then
                 verb = "reloading" if name in self.repository.models else "loading"
                 log.info("%s '%s': its files changed", verb, name)
                 try:
                     await self._load_source(source, digest)
                 except ControlError:
-                    pass  # logged by _load_source; the next change is tried again
+                    self._failed_digests[name] = digest  # logged by _load_source
+                except Exception:
+                    self._failed_digests[name] = digest
+                    log.exception("reloading '%s' failed; the serving version stays", name)
+        except Exception:  # the folder could not be read, unregistering failed...
+            log.exception("refreshing '%s' failed", name)
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -213,10 +267,12 @@ class ModelManager:
         except ValueError:
             return False
 
-    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
+    async def index(self, ready_only: bool = False) -> list[dict[str, str]]:
         """Triton's repository index: every model folder; loaded or failed ones per version,
-        with `state` (and `reason` when not ready); never-loaded ones by name only [V]."""
-        names = {s.name for s in repository.scan(self.options.repositories)}
+        with `state` (and `reason` when not ready); never-loaded ones by name only [V].
+        The folders are scanned on a thread: a large repository must not stall the loop."""
+        sources = await self._run(repository.scan, self.options.repositories)
+        names = {s.name for s in sources}
         names |= set(self.repository.models)  # loaded from `files=`, not in a repository
         entries: list[dict[str, str]] = []
         for name in sorted(names):
@@ -236,27 +292,44 @@ class ModelManager:
 
     # -- shutdown ------------------------------------------------------------------------------
 
-    async def close(self) -> None:
-        """Unregister every model, let in-flight requests finish, finalize everything."""
+    async def close(self, timeout: float) -> bool:
+        """Unregister every model, let in-flight requests finish, finalize everything; within
+        `timeout` seconds in all. False if that bound was hit (a model's execute or finalize,
+        or a load, is stuck on its thread): the caller must not wait for those threads."""
+        deadline = self.loop.time() + timeout
+        for task in list(self._refreshing):
+            task.cancel()  # a load in progress is abandoned; its thread is not waited for
         for worker in list(self.workers.values()):
             try:
                 await worker.stop()
             except Exception as exc:  # keep shutting the rest down
                 log.warning("unregistering '%s' failed: %s", worker.name, exc)
         self.workers.clear()
-        if self._retiring:
-            await asyncio.gather(*self._retiring, return_exceptions=True)
-        # Drain and finalize on a thread: finalize() is model code and may block.
-        await self._run(self.repository.close)
+        if self._refreeze is not None:
+            self._refreeze.cancel()
+        pending = set(self._retiring)
+        # Drain and finalize on threads of their own: finalize() is model code and may block.
+        # The repository bounds its own close; the wait here is the backstop.
+        closing = self._on_thread(self.repository.close, max(0.0, deadline - self.loop.time()))
+        done, not_done = await asyncio.wait(
+            pending | {closing}, timeout=max(0.0, deadline - self.loop.time())
+        )
         for name in list(self._override_dirs):
             self._set_override_dir(name, None)
+        if not_done:
+            log.error(
+                "shutdown: models still draining or finalizing after %.0f s "
+                "(--exit-timeout-secs); not waiting for them",
+                timeout,
+            )
+            return False
+        return True
 
     async def wait_served(self, timeout: float) -> None:
         """After runtime.shutdown(): let every generation's serve_endpoint call return, so the
         runtime does not call back into a closed event loop."""
-        serving = [w._serving for w in self._served if w._serving is not None]
-        if serving:
-            await asyncio.wait(serving, timeout=timeout)
+        if self._serving:
+            await asyncio.wait(self._serving, timeout=timeout)
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -264,15 +337,15 @@ class ModelManager:
         self, source: repository.ModelSource, digest: str, config_json: str = ""
     ) -> None:
         name = source.name
-        self.digests[name] = digest  # also on failure: an unchanged broken folder is not retried
         serving = name in self.repository.models
         try:
             if config_json:
-                model = await self._run(
+                loading = self._on_thread(
                     load_model_with_config, source, config_json, self.options.loader
                 )
             else:
-                model = await self._run(load_model, source, self.options.loader)
+                loading = self._on_thread(load_model, source, self.options.loader)
+            model = await self._logged_while_slow(loading, name)
         except PollError as exc:
             log.error("Poll failed for model directory '%s': %s", name, exc)
             raise poll_failed(name) from None
@@ -298,39 +371,57 @@ class ModelManager:
                 "INVALID_ARG",
             ) from None
         await self._serve(model)
+        # Only now: a load that failed (even for a passing reason) is tried again on the next
+        # event for the folder, not skipped as unchanged.
+        self.digests[name] = digest
+        self._failed_digests.pop(name, None)
+
+    async def _logged_while_slow(self, loading: asyncio.Future[Any], name: str) -> Any:
+        """Await a load; while it runs past `slow_load_warning`, say so (at each doubling)."""
+        waited = 0.0
+        step = self.options.slow_load_warning
+        while True:
+            done, _ = await asyncio.wait({loading}, timeout=step)
+            if done:
+                return loading.result()
+            waited += step
+            log.warning("still loading '%s' after %.0f s", name, waited)
+            step = waited
 
     async def _serve(self, model: Model, announce: bool = True) -> None:
         """Serve `model`, replacing (after it is registered) whatever served its name."""
         name = model.name
         generation = self._generations.get(name, 0) + 1
         self._generations[name] = generation
+        models = self.repository.models
         worker = ModelWorker(
             self.runtime,
             self.options.namespace,
             model,
             generation,
-            serving=lambda: self.repository.models.get(name),
+            serving=lambda: models.get(name),  # the name's live model: never a retired one
         )
-        self._served.append(worker)
         try:
             await worker.start()
         except Exception:
             # Not served: finalize it rather than leak its instances.
-            await self._run(model.close)
+            await self._close_bounded(model)
             raise
+        finally:
+            if worker._serving is not None:
+                self._serving.append(worker._serving)
         old_worker = self.workers.get(name)
         old_model = self.repository.models.get(name)
         self.workers[name] = worker
         self.repository.models[name] = model
         self.repository.statuses[name] = ModelStatus(name, sorted(model.versions), ready=True)
-        if old_model is None and announce:
+        if announce or old_model is not None:
+            # Confirmations before the old generation is withdrawn: discovery shows the new
+            # generation's instance (start() waited for it) and the frontend lists the name.
             await self._until_frontend_lists(name)
         if announce:
             log.info("successfully loaded '%s' (generation %d)", name, generation)
         if old_model is not None and old_model is not model:
-            # Both generations serve for a moment: the frontend must have taken in the new
-            # model card before the old one is withdrawn, or the name is briefly unknown.
-            await asyncio.sleep(self.options.swap_overlap)
             await self._retire(old_worker, old_model)
 
     async def _remove(self, name: str) -> None:
@@ -344,25 +435,64 @@ class ModelManager:
             await self._retire(worker, model)
 
     async def _retire(self, worker: ModelWorker | None, model: Model) -> None:
+        """Unregister a generation now; withdraw, close and forget it in the background."""
         if worker is not None:
             try:
                 await worker.stop()
             except Exception as exc:
                 log.warning("unregistering '%s' failed: %s", model.name, exc)
-        task = asyncio.ensure_future(self._finalize_later(worker, model))
+        task = asyncio.ensure_future(self._finalize(worker, model, self.loop.time()))
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
-    async def _finalize_later(self, worker: ModelWorker | None, model: Model) -> None:
-        # Requests the frontend routed here just before the unregister still arrive for a
-        # moment; they find the model alive. Then its queue is drained and it is finalized.
-        await asyncio.sleep(self.options.drain_grace)
-        await self._run(model.close)
-        if worker is not None:
-            await worker.withdraw()
-        heap.refreeze()  # the unloaded generation may be frozen (heap.py)
+    async def _finalize(self, worker: ModelWorker | None, model: Model, since: float) -> None:
+        name = model.name
         generation = f" (generation {worker.generation})" if worker is not None else ""
-        log.info("successfully unloaded '%s'%s", model.name, generation)
+        if worker is not None:
+            options = self.options
+            if not await worker.wait_quiet(since, options.route_quiet, options.drain_timeout):
+                log.warning(
+                    "'%s'%s: %d request(s) still in flight (or arriving) after %.0f s; "
+                    "closing it anyway",
+                    name,
+                    generation,
+                    worker.in_flight,
+                    options.drain_timeout,
+                )
+            # Before the model closes: from here on nothing is routed to this generation, and
+            # a late request goes to the name's live model or is answered UNAVAILABLE at once.
+            await worker.withdraw()
+            worker.retire()
+        await self._close_bounded(model)
+        del model, worker  # nothing here may keep the generation alive past this point
+        self._schedule_refreeze()
+        log.info("successfully unloaded '%s'%s", name, generation)
+
+    async def _close_bounded(self, model: Model) -> None:
+        """model.close() (drain, then finalize) on a thread of its own, waited for at most
+        `close_timeout`: a finalize that never returns keeps only its thread."""
+        # The model bounds its own close (answering what it could not finish UNAVAILABLE); the
+        # wait here is the backstop for one that overruns it anyway.
+        closing = self._on_thread(model.close, self.options.close_timeout)
+        done, _ = await asyncio.wait({closing}, timeout=self.options.close_timeout + 5)
+        if not done:
+            log.error(
+                "'%s': finalize still running after %.0f s; not waiting for it",
+                model.name,
+                self.options.close_timeout,
+            )
+        elif closing.exception() is not None:
+            log.error("'%s': closing failed: %s", model.name, closing.exception())
+
+    def _schedule_refreeze(self) -> None:
+        """One heap.refreeze() shortly after a burst of unloads, not one per unload: it is a
+        full collection, on the loop's thread whatever thread runs it (the GIL)."""
+        if self._refreeze is None:
+            self._refreeze = self.loop.call_later(REFREEZE_DELAY, self._run_refreeze)
+
+    def _run_refreeze(self) -> None:
+        self._refreeze = None
+        heap.refreeze()  # the unloaded generations may be frozen (heap.py)
 
     async def _until_frontend_lists(self, name: str, timeout: float = 5.0) -> None:
         port = self.options.frontend_metrics_port
@@ -401,6 +531,34 @@ class ModelManager:
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await self.loop.run_in_executor(None, fn, *args)
+
+    def _on_thread(self, fn: Any, *args: Any) -> asyncio.Future[Any]:
+        """Run model code (a load's initialize, a close's finalize) on a daemon thread of its
+        own: one that never returns must not take a thread of the shared executor for good,
+        nor be joined at exit."""
+        loop = self.loop
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+        def run() -> None:
+            try:
+                result, error = fn(*args), None
+            except BaseException as exc:  # handed to the awaiting coroutine
+                result, error = None, exc
+            try:
+                loop.call_soon_threadsafe(settle, result, error)
+            except RuntimeError:
+                pass  # the loop is closed: nobody waits any more
+
+        threading.Thread(target=run, name=f"bridge-{fn.__name__}", daemon=True).start()
+        return future
 
 
 class ModelControl:

@@ -9,7 +9,8 @@ Bursts are debounced: nothing happens until the repository has been quiet for `d
 (an editor's save, a `git checkout` or a `cp -r` is a burst), or `max_delay` after the first
 event if writes never stop. The changed models are then handed to `ModelManager.refresh`, which
 reloads a model only if its content digest changed, so a `touch` or a rewrite of the same bytes
-does nothing.
+does nothing. The watcher does not wait for a refresh to finish before it hands over the next
+burst: a reload that hangs (an `initialize` that never returns) holds up only its own model.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class RepositoryWatcher:
         self._first_event = 0.0
         self._last_event = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._changes: set[asyncio.Task[None]] = set()
         self._closed = False
 
     def start(self) -> None:
@@ -96,12 +98,11 @@ class RepositoryWatcher:
         self._closed = True
         self._observer.stop()
         await self._loop.run_in_executor(None, self._observer.join, 5.0)
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+        tasks = [t for t in [self._task, *self._changes] if t is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
 
     # -- events ----------------------------------------------------------------------------
 
@@ -129,7 +130,12 @@ class RepositoryWatcher:
                 await asyncio.sleep(wait)
                 continue
             names, self._pending = self._pending, set()
-            try:
-                await self.on_change(names)
-            except Exception:  # a reload must never stop the watcher
-                log.exception("reloading %s failed", ", ".join(sorted(names)))
+            change = asyncio.ensure_future(self._change(names))
+            self._changes.add(change)
+            change.add_done_callback(self._changes.discard)
+
+    async def _change(self, names: set[str]) -> None:
+        try:
+            await self.on_change(names)
+        except Exception:  # a reload must never stop the watcher
+            log.exception("reloading %s failed", ", ".join(sorted(names)))

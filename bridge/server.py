@@ -9,7 +9,10 @@ The metrics port (`--metrics-port`, bridge/metrics/) serves Triton's `nv_inferen
 the models' custom metrics and Dynamo's frontend metrics; the frontend's own HTTP server runs on a
 private loopback port behind it.
 Shutdown (SIGINT/SIGTERM) stops advertising every model, lets in-flight requests finish, runs
-every instance's `finalize()`, and only then stops the runtime.
+every instance's `finalize()`, and only then stops the runtime, all within
+`--exit-timeout-secs` as tritonserver does: past it (an `execute`, `finalize` or reload's
+`initialize` that never returns) the process flushes its logs and exits with status 1 without
+waiting for those threads. A second SIGINT/SIGTERM exits at once.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +63,7 @@ class ServerOptions:
     reload_debounce: float = 0.5
     # `--http-restricted-api`: {api group: header the requests must carry}
     http_restricted_api: dict[str, Restriction] = field(default_factory=dict)
+    exit_timeout: float = 30.0  # tritonserver's --exit-timeout-secs
 
 
 class StartupError(Exception):
@@ -70,6 +75,34 @@ def _pin_request_plane_to_loopback() -> None:
     # these it binds the host's primary address; nothing outside this process needs it.
     os.environ.setdefault("DYN_TCP_RPC_HOST", "127.0.0.1")
     os.environ.setdefault("DYN_TCP_RESPONSE_STREAM_HOST", "127.0.0.1")
+
+
+def _exit_now(status: int) -> None:
+    """Leave the process at once (threads stuck in model code are not joined); logs first."""
+    try:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(status)
+
+
+def _second_signal() -> None:
+    log.warning("second signal: exiting now, without waiting for models to finish")
+    _exit_now(1)
+
+
+def _arm_exit_watchdog(seconds: float) -> threading.Timer:
+    """The last resort if shutdown itself stalls past its bound (the event loop included)."""
+    timer = threading.Timer(seconds, lambda: (log.error(EXIT_TIMEOUT_TEXT), _exit_now(1)))
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+EXIT_TIMEOUT_TEXT = "exit timeout expired: exiting without waiting for the models still running"
+# Past --exit-timeout-secs: what stopping the runtime and the frontend may still take.
+RUNTIME_STOP_S = 5.0
 
 
 def _startup_set(options: ServerOptions) -> set[str] | None:
@@ -148,7 +181,7 @@ async def serve(options: ServerOptions) -> None:
         else:
             # Anything changed while the models were loading (digests were read before).
             names = set(digests) | {s.name for s in repository.scan(options.model_repositories)}
-            asyncio.ensure_future(manager.refresh(names))
+            asyncio.ensure_future(manager.refresh(names, retry_failed=False))
     control_server: ControlServer | None = None
     if options.control_port is not None:
         control_server = ControlServer(
@@ -200,12 +233,20 @@ async def serve(options: ServerOptions) -> None:
     if frontend.done() and frontend.exception() is not None:
         log.error("gRPC frontend stopped: %s", frontend.exception())
 
-    log.info("shutting down: draining in-flight requests")
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, _second_signal)
+    log.info(
+        "shutting down: draining in-flight requests (at most %.0f s, --exit-timeout-secs)",
+        options.exit_timeout,
+    )
+    deadline = loop.time() + options.exit_timeout
+    # Armed to the end: whatever is left of the exit is bounded too.
+    _arm_exit_watchdog(options.exit_timeout + RUNTIME_STOP_S)
     if watcher is not None:
         await watcher.stop()
     if control_server is not None:
         await control_server.stop()
-    await manager.close()
+    clean = await manager.close(timeout=max(0.0, deadline - loop.time()))
     if metrics_server is not None:
         await metrics_server.stop()
     pb_utils.set_model_control(None)
@@ -213,3 +254,7 @@ async def serve(options: ServerOptions) -> None:
     runtime.shutdown()
     await manager.wait_served(timeout=2.0)
     stopped.cancel()
+    if not clean:
+        # Threads stuck in model code would be joined at exit (or hold the executor's join).
+        log.error(EXIT_TIMEOUT_TEXT)
+        _exit_now(1)

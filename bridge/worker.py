@@ -3,7 +3,13 @@
 The endpoint is registered with the serialized Triton `ModelConfig` as `triton_model_config`, so
 the KServe frontend answers ModelConfig and ModelMetadata exactly from it. Requests arrive on the
 runtime's event loop; the handler only decodes and queues them, and the model runs on its
-instance threads (model_repository_loader), so the loop never waits on model code.
+instance threads (model_repository_loader), so the loop never waits on model code. A large
+request is decoded in slices that give the loop back in between, so one big tensor does not
+stall every other request.
+
+After a reload or unload the retired generation's endpoint stays served (Dynamo 1.6 has no
+per-endpoint stop), so the worker lets go of its model (`retire`): a late request is answered by
+the model now serving the name, or UNAVAILABLE at once.
 """
 
 from __future__ import annotations
@@ -22,13 +28,16 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from model_repository_loader.model import Model
 from model_repository_loader.pb_utils import InferenceResponse, TritonError
-from model_repository_loader.validation import RequestError
+from model_repository_loader.validation import RequestError, no_available_versions_error
 
 from .codec import (
+    LARGE_REQUEST_ELEMENTS,
     TO_DYNAMO,
     decode_request,
+    decode_request_in_slices,
     empty_final_response,
     encode_response,
+    request_elements,
     wants_empty_final_response,
 )
 from .errors import request_failed
@@ -91,7 +100,7 @@ class ModelWorker:
         generation: int = 1,
         serving: Callable[[], Model | None] | None = None,
     ) -> None:
-        self.model = model
+        self.model: Model | None = model  # None once retired: see retire()
         # The model that answers new requests: during a reload, the frontend may still route
         # to a retiring generation for a moment; those requests go to the newest model, so
         # no client sees the old version again once the new one has answered.
@@ -105,6 +114,11 @@ class ModelWorker:
         self._routable: asyncio.Future[None] | None = None
         self._decoupled = model.config.model_transaction_policy.decoupled
         self._cancellations = _CancellationPoller()
+        # Requests inside generate() that may still submit to (or wait on) this worker's own
+        # model; the manager closes a retired model only once this is zero.
+        self.in_flight = 0
+        self.last_arrival = 0.0  # loop time of the last request that reached generate()
+        self._idle: asyncio.Event | None = None
 
     async def start(self) -> None:
         # Serve first, then advertise: a request routed here finds a handler. serve_endpoint
@@ -128,6 +142,36 @@ class ModelWorker:
             loop = asyncio.get_running_loop()
             watch(lambda ready: loop.call_soon_threadsafe(self._readiness_changed, ready))
 
+    async def wait_quiet(self, since: float, quiet: float, timeout: float) -> bool:
+        """After stop(): wait until no request is inside generate() here and none has arrived
+        for `quiet` seconds (counted from `since`, the unregister): the frontend has stopped
+        routing here. False at the `timeout` bound (requests still running or arriving)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            now = loop.time()
+            if self.in_flight:
+                if now >= deadline:
+                    return False
+                if self._idle is None:
+                    self._idle = asyncio.Event()
+                try:
+                    await asyncio.wait_for(self._idle.wait(), timeout=deadline - now)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            quiet_at = max(since, self.last_arrival) + quiet
+            if now >= quiet_at:
+                return True
+            if now >= deadline:
+                return False
+            await asyncio.sleep(min(quiet_at, deadline) - now)
+
+    def retire(self) -> None:
+        """Let go of the model before it closes: a late request goes to the name's live model
+        or is answered UNAVAILABLE, and nothing served by this worker keeps the model alive."""
+        self.model = None
+
     def _readiness_changed(self, ready: bool) -> None:
         """An isolated instance died or came back: route to this model only while it can answer.
 
@@ -139,8 +183,8 @@ class ModelWorker:
     async def _set_routable(self, ready: bool, previous: asyncio.Future[None] | None) -> None:
         if previous is not None:
             await asyncio.wait([previous])  # keep the calls in the order the changes happened
-        if ready != self.model.ready:
-            return  # changed again meanwhile; the later call settles it
+        if self.model is None or ready != self.model.ready:
+            return  # changed again meanwhile (or retired); the later call settles it
         try:
             if ready:
                 await self.endpoint.register_endpoint_instance()
@@ -154,16 +198,20 @@ class ModelWorker:
         await unregister_model(self.endpoint)
 
     async def withdraw(self) -> None:
-        """After stop() and the drain: remove the endpoint's instance record too.
+        """After stop() and wait_quiet(): remove the endpoint's instance record too, before
+        the model closes.
 
         The endpoint keeps being served (Dynamo 1.6 has no per-endpoint stop); without its
-        instance record nothing can route to it. Not done in stop(): requests routed just
-        before would fail with "Worker disconnected before response stream was established".
+        instance record nothing is routed to it. Not done right after stop(): a request the
+        frontend routed here just before fails with "Worker disconnected before response
+        stream was established" when the instance goes (reproduced under traffic by
+        tests/e2e/test_lifecycle.py). A late request that still arrives goes to the model now
+        serving the name (generate).
         """
         try:
             await self.endpoint.unregister_endpoint_instance()
-        except Exception:  # best effort: the model card is already gone
-            pass
+        except Exception as exc:  # best effort: the model card is already gone
+            log.debug("'%s': withdrawing generation %d: %s", self.name, self.generation, exc)
 
     async def generate(self, request: dict[str, Any], context: Any) -> AsyncIterator[dict]:
         """Answer one request: every response the model sends, in order, as it is sent.
@@ -178,13 +226,31 @@ class ModelWorker:
         # Triton sends the empty final response only for decoupled models [V].
         empty_final = self._decoupled and wants_empty_final_response(request)
         responses = _Responses(loop, self.name)
-        model = self._serving_model() or self.model
+        request_id = request.get("id") or ""
+        self.in_flight += 1
+        self.last_arrival = loop.time()
         try:
-            infer_request = decode_request(request)
-        except RequestError as exc:
-            error = TritonError(exc.message, exc.code)
-            raise request_failed(self.name, request.get("id") or "", error) from None
-        pending = model.submit(infer_request, responses.respond)
+            try:
+                if request_elements(request) > LARGE_REQUEST_ELEMENTS:
+                    inference = await decode_request_in_slices(request)
+                else:
+                    inference = decode_request(request)
+            except RequestError as exc:
+                error = TritonError(exc.message, exc.code)
+                raise request_failed(self.name, request_id, error) from None
+            # Chosen after the decode (which may have yielded): never a model retired meanwhile.
+            model = self._serving_model() or self.model
+            if model is None:
+                # Unloaded while the request was on its way: answer now, as Triton does.
+                error = TritonError(no_available_versions_error(self.name), TritonError.UNAVAILABLE)
+                raise request_failed(self.name, request_id, error)
+            pending = model.submit(inference, responses.respond)
+            if model is not self.model:
+                self._request_done()  # not this generation's model: not its drain to wait for
+        except BaseException:
+            self._request_done()
+            raise
+        mine = model is self.model
         watching = context is not None and pending is not None
         if watching:
             self._cancellations.watch(loop, responses, context)
@@ -198,7 +264,7 @@ class ModelWorker:
                     # Dynamo ends the request at an error, even one the model sent mid-stream
                     # (stream_error_ends_request): the model is told by cancellation below.
                     finished = final
-                    raise request_failed(self.name, request.get("id") or "", item)
+                    raise request_failed(self.name, request_id, item)
                 if item is not None:
                     yield item
                 elif final and empty_final:
@@ -213,6 +279,14 @@ class ModelWorker:
                 responses.gone = True
                 if pending is not None:
                     pending.cancel()
+            if mine:
+                self._request_done()
+
+    def _request_done(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0 and self._idle is not None:
+            self._idle.set()
+            self._idle = None
 
 
 # Put in a request's responses when the client is gone.

@@ -1,4 +1,6 @@
-"""SIGTERM / SIGINT: in-flight requests finish, every instance's finalize() runs, exit code 0."""
+"""SIGTERM / SIGINT: in-flight requests finish, every instance's finalize() runs, exit code 0;
+a model stuck in execute delays the exit by at most --exit-timeout-secs; a second signal exits
+at once."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.support import (
+    REPOSITORIES,
     SERVING,
     WAIT_S,
     BackgroundInfer,
@@ -21,6 +24,9 @@ from tests.e2e.support import (
 # Every instance of the models in e2e_serving that leave a marker in finalize(), named as Triton
 # names instances: `<model>_0` for the default group, `<model>_0_<k>` for `count: 2`.
 FINALIZED = {"echo_0.finalized", "pool_0_0.finalized", "pool_0_1.finalized"}
+
+# `hang` waits in execute, with no bound, for a gate file these tests never write.
+LIFECYCLE = REPOSITORIES / "lifecycle"
 
 SIGNALS = [pytest.param(signal.SIGTERM, id="SIGTERM"), pytest.param(signal.SIGINT, id="SIGINT")]
 
@@ -95,3 +101,43 @@ def test_stop_after_failed_requests_still_finalizes(bridge_server, markers) -> N
     server.process.send_signal(signal.SIGTERM)
     assert wait_for_exit(server) == 0
     assert {p.name for p in markers.iterdir()} == FINALIZED
+
+
+def start_stuck(bridge_server, tmp_path, exit_timeout: float):
+    """A bridge whose one thread instance is stuck in execute for good."""
+    server = bridge_server(
+        LIFECYCLE,
+        "--model-control-mode=explicit",
+        "--load-model=hang",
+        f"--exit-timeout-secs={exit_timeout:g}",
+    )
+    started = tmp_path / "started"
+    params = {"started": str(started), "gate": str(tmp_path / "never-written")}
+    BackgroundInfer(server.client(), "hang", [fp32_input([1.0])], parameters=params)
+    wait_until(started.exists, "execute to be stuck")
+    return server
+
+
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_stuck_execute_exits_after_the_exit_timeout(bridge_server, tmp_path, signum) -> None:
+    exit_timeout = 2.0
+    server = start_stuck(bridge_server, tmp_path, exit_timeout)
+    server.process.send_signal(signum)
+    try:
+        # About exit_timeout plus stopping the runtime; the bound only catches "never".
+        code = server.process.wait(exit_timeout + WAIT_S)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"still running past the exit timeout:\n{server.log_tail()}") from None
+    assert code == 1  # not a clean stop: a model was still running
+    assert "exit timeout expired" in server.log_text
+
+
+def test_second_signal_exits_at_once(bridge_server, tmp_path) -> None:
+    server = start_stuck(bridge_server, tmp_path, exit_timeout=600)
+    server.process.send_signal(signal.SIGTERM)
+    wait_until(lambda: "shutting down" in server.log_text, "shutdown to begin")
+    server.process.send_signal(signal.SIGTERM)
+    # Far inside the 600 s exit timeout: the second signal did it.
+    code = wait_for_exit(server)
+    assert code == 1
+    assert "second signal" in server.log_text
