@@ -415,13 +415,16 @@ class ModelManager:
         self.workers[name] = worker
         self.repository.models[name] = model
         self.repository.statuses[name] = ModelStatus(name, sorted(model.versions), ready=True)
-        if announce or old_model is not None:
+        # At start-up the start-up load's model is already in the map (old_model is model) and
+        # the frontend is not running yet: nothing to confirm, nothing to retire.
+        replacing = old_model is not None and old_model is not model
+        if announce or replacing:
             # Confirmations before the old generation is withdrawn: discovery shows the new
             # generation's instance (start() waited for it) and the frontend lists the name.
             await self._until_frontend_lists(name)
         if announce:
             log.info("successfully loaded '%s' (generation %d)", name, generation)
-        if old_model is not None and old_model is not model:
+        if replacing:
             await self._retire(old_worker, old_model)
 
     async def _remove(self, name: str) -> None:
