@@ -13,7 +13,13 @@ import uvloop
 
 from model_repository_loader.config import ConfigOptions
 
-from .logs import LOG_FORMATS, configure_dynamo_logging, configure_logging, redirect_output
+from .logs import (
+    LOG_FORMATS,
+    configure_dynamo_logging,
+    configure_logging,
+    hide_filter_banner,
+    redirect_output,
+)
 
 log = logging.getLogger("dynamo_bridge")
 
@@ -199,10 +205,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--log-file: cannot open '{args.log_file}': {exc.strerror}")
     configure_logging(args.log_verbose, args.log_format)
     # Before Dynamo's runtime starts: it reads its logging settings once.
-    configure_dynamo_logging(args.log_verbose, os.environ)
-    from .control import MODEL_REPOSITORY, parse_restricted_api
-    from .metrics.triton import parse_metrics_config
-    from .server import ServerOptions, StartupError, serve
+    quiet_targets = configure_dynamo_logging(args.log_verbose, os.environ)
+    with hide_filter_banner(quiet_targets):  # Dynamo reads DYN_LOG when first imported
+        from .control import MODEL_REPOSITORY, parse_restricted_api
+        from .metrics.triton import parse_metrics_config
+        from .server import ServerOptions, StartupError, serve
 
     try:
         restricted = parse_restricted_api(args.http_restricted_api)

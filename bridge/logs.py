@@ -30,9 +30,11 @@ import logging
 import os
 import re
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
+from contextlib import contextmanager
 from typing import Any, TextIO
 
 from model_repository_loader.pb_utils.logger import LOGGER_NAME
@@ -222,11 +224,53 @@ def dynamo_log_filter(verbose: int, user_filter: str | None) -> str:
     return ",".join([base, *extra])
 
 
-def configure_dynamo_logging(verbose: int, environ: MutableMapping[str, str]) -> None:
-    """Set Dynamo's logging variables; it reads them once, when its runtime starts."""
-    environ["DYN_LOG"] = dynamo_log_filter(verbose, environ.get("DYN_LOG"))
+def configure_dynamo_logging(verbose: int, environ: MutableMapping[str, str]) -> bool:
+    """Set Dynamo's logging variables; it reads them once, when it is imported.
+
+    True if the bridge's quiet targets were added to DYN_LOG (see `hide_filter_banner`).
+    """
+    user_filter = environ.get("DYN_LOG")
+    environ["DYN_LOG"] = dynamo_log_filter(verbose, user_filter)
+    added = environ["DYN_LOG"] != (user_filter or "warn")
     # Dynamo colours its lines unless told not to, terminal or not (https://no-color.org too).
     if environ.get("NO_COLOR") or not sys.stderr.isatty():
         environ.setdefault("DYN_SDK_DISABLE_ANSI_LOGGING", "1")
     # A failed request is a normal outcome here, not a crash: no Rust backtrace for each one.
     environ.setdefault("RUST_LIB_BACKTRACE", "0")
+    return added
+
+
+_BANNER_LINE = "!!!"
+
+
+@contextmanager
+def hide_filter_banner(active: bool) -> Iterator[None]:
+    """Around the import of Dynamo: drop the banner it prints about the bridge's own DYN_LOG.
+
+    The quiet targets select on span fields (`request_span[{request.outcome}]`), the one way to
+    silence the per-request line, and Dynamo 1.6 then prints a nine-line `!!!` warning that its
+    lock-free log filter is off and requests may be slower. Measured on this machine, unary and
+    200-response streams showed no difference beyond the run-to-run noise (docs/benchmarks.md),
+    so the banner, printed straight to fd 2 before Dynamo's logging exists, would only alarm.
+    fd 2 is captured for the import and replayed without the banner; a user's own DYN_LOG with
+    such selectors (`active` False) still shows it.
+    """
+    if not active:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            lines = captured.read().decode("utf-8", "replace").splitlines(keepends=True)
+            kept = [line for line in lines if not line.startswith(_BANNER_LINE)]
+            if any(line.startswith(_BANNER_LINE) for line in lines):
+                kept = [line for line in kept if line.strip()]  # the banner's blank frame
+            os.write(2, "".join(kept).encode())

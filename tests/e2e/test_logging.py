@@ -223,3 +223,10 @@ def test_unwritable_log_file_is_a_start_up_error(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert f"--log-file: cannot open '{missing}'" in done.stderr
+
+
+def test_no_dynamo_filter_banner_for_the_bridges_own_quiet_targets(quiet) -> None:
+    # The bridge's DYN_LOG selects on span fields; Dynamo's warning about that is its own
+    # choice, measured and documented, not the user's concern (logs.hide_filter_banner).
+    assert "EnvFilter FALLBACK" not in quiet.log_text
+    assert "!!!" not in quiet.log_text
