@@ -26,6 +26,11 @@ ready, and ready again once one is back.
 
 A cancel comes from the caller's thread (the server's event loop): it is only queued there, and
 a thread of the instance sends it, after the batch that holds the request was sent.
+
+The model's custom metrics live here, in the server's registry (pb_utils/metrics.py): the reader
+runs each operation the process asks for, with the instance bound, and answers it. The families
+belong to the process: they go when it ends (finalized, or dead; a restarted process makes its
+own again in `initialize`). A final response carries the request's failure reason, if it failed.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from .. import pb_utils
 from ..errors import ModelLoadError
 from ..execution import Pending
 from ..instance import InstanceSpec
+from ..pb_utils.metrics import REGISTRY, LinkedMetrics
 from .messages import (
     Channel,
     WireRequest,
@@ -90,6 +96,8 @@ class _Child:
     executing: dict[int, threading.Event] = field(default_factory=dict)
     exited: bool = False
     reaped: bool = False
+    # The custom metric families and metrics the model in this process holds (reader thread).
+    metrics: LinkedMetrics = field(default_factory=LinkedMetrics)
     reap_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -413,25 +421,36 @@ class IsolatedInstance:
     # -- messages from the process ---------------------------------------------------------
 
     def _read(self, child: _Child) -> None:
-        try:
-            while True:
-                message = child.channel.recv()
-                try:
-                    self._handle(child, message)
-                except Exception:
-                    log.exception("%s: handling a %r message failed", self.name, message[0])
-        except (EOFError, OSError):
-            pass
-        except Exception:
-            # Unreadable stream: nothing after this can be trusted; treat it as a death.
-            log.exception("%s: unreadable message from the instance process", self.name)
-            child.process.kill()
+        spec = self.spec
+        # Who the process's metric families belong to while it runs: bound here only, since
+        # this thread runs their operations and ends with the process.
+        bound = pb_utils.context.ModelContext(
+            spec.model_name, self.name, str(spec.model_file.parent)
+        )
+        with pb_utils.context.model_context(context=bound, counted=False):
+            try:
+                while True:
+                    message = child.channel.recv()
+                    try:
+                        self._handle(child, message)
+                    except Exception:
+                        log.exception("%s: handling a %r message failed", self.name, message[0])
+            except (EOFError, OSError):
+                pass
+            except Exception:
+                # Unreadable stream: nothing after this can be trusted; treat it as a death.
+                log.exception("%s: unreadable message from the instance process", self.name)
+                child.process.kill()
+        REGISTRY.release_instance(bound)
+        child.metrics.clear()
         self._on_exit(child)
 
     def _handle(self, child: _Child, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "respond":
-            self._respond(child, message[1], message[2], message[3])
+            self._respond(child, message[1], message[2], message[3], message[4])
+        elif kind == "metric":
+            self._metric(child, message[1], message[2], message[3])
         elif kind == "executed":
             with self._lock:
                 event = child.executing.pop(message[1], None)
@@ -446,7 +465,24 @@ class IsolatedInstance:
         else:
             child.replies.put(message)
 
-    def _respond(self, child: _Child, key: int, wire: Any, final: bool) -> None:
+    def _metric(self, child: _Child, call: int, op: str, args: tuple[Any, ...]) -> None:
+        """Run one custom-metric operation for the process; answer it unless it is a release."""
+        try:
+            value, error = child.metrics.run(op, args), None
+        except Exception as exc:  # the registry's text goes back to the model as it is
+            value, error = None, str(exc)
+        if not call:
+            if error is not None:
+                log.debug("%s: releasing a metric failed: %s", self.name, error)
+            return
+        try:
+            child.channel.send(("metric_reply", call, error, value))
+        except OSError:
+            pass  # the process is gone; so is the caller
+
+    def _respond(
+        self, child: _Child, key: int, wire: Any, final: bool, failure: str | None
+    ) -> None:
         with self._lock:
             pending = child.open.pop(key, None) if final else child.open.get(key)
         if pending is None:
@@ -463,7 +499,7 @@ class IsolatedInstance:
             pending.fail(message)
             return
         try:
-            pending.deliver(response, final)
+            pending.deliver(response, final, failure)
         except Exception as exc:
             # The caller's respond raised; the request still gets a final answer if it can.
             with self._lock:
