@@ -1,12 +1,11 @@
 """Runs a unittest suite inside `execute`, as several of Triton's own test models do.
 
 `unittest.main` parses `sys.argv` (argparse): it only works if the model sees an argument list
-with nothing unittest does not understand, as under Triton's stub. OK = "OK" if every test
-passed, else the failures' text (or the SystemExit code argparse raised).
+with nothing unittest does not understand, as under Triton's stub ([""]). OK = "OK (2 tests)"
+if every test passed, else the failures' text (or the SystemExit code argparse raised).
 """
 
 import io
-import sys
 import unittest
 
 import numpy as np
@@ -30,12 +29,13 @@ class TritonPythonModel:
             stream = io.StringIO()
             try:
                 program = unittest.main(
-                    module=sys.modules[__name__],
+                    "model",  # as Triton's own test models name it
                     exit=False,
                     testRunner=unittest.TextTestRunner(stream=stream),
                 )
                 result = program.result
-                text = "OK" if result.wasSuccessful() else stream.getvalue()
+                passed = result.wasSuccessful() and result.testsRun
+                text = f"OK ({result.testsRun} tests)" if passed else stream.getvalue()
             except SystemExit as exc:
                 text = f"SystemExit: {exc.code}"
             out = np.array([text.encode()], dtype=np.object_)
