@@ -25,10 +25,11 @@ stopped. Batches dispatched meanwhile wait for it (bounded by `RESTART_WAIT_S`).
 ready, and ready again once one is back.
 
 A cancel comes from the caller's thread (the server's event loop): it is only queued there, and
-a thread of the instance sends it, after the batch that holds the request was sent.
+a thread of the instance (the replier) sends it, after the batch that holds the request was sent.
 
 The model's custom metrics live here, in the server's registry (pb_utils/metrics.py): the reader
-runs each operation the process asks for, with the instance bound, and answers it. The families
+runs each operation the process asks for, with the instance bound, and the replier answers it
+(the reader never sends: it must never wait on a process that waits for it). The families
 belong to the process: they go when it ends (finalized, or dead; a restarted process makes its
 own again in `initialize`). A final response carries the request's failure reason, if it failed.
 """
@@ -133,12 +134,13 @@ class IsolatedInstance:
         self._restarter: threading.Thread | None = None
         self._bls = _BlsCalls(self)
         self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._cancels: queue.SimpleQueue[tuple[_Child, int] | None] = queue.SimpleQueue()
+        # Cancels and metric replies, sent by the replier thread: (process, message).
+        self._outgoing: queue.SimpleQueue[tuple[_Child, tuple[Any, ...]] | None] = (
+            queue.SimpleQueue()
+        )
         self._threads = [
             threading.Thread(target=self._dispatch, name=f"isolated:{self.name}", daemon=True),
-            threading.Thread(
-                target=self._send_cancels, name=f"isolated-cancel:{self.name}", daemon=True
-            ),
+            threading.Thread(target=self._reply, name=f"isolated-reply:{self.name}", daemon=True),
         ]
         for thread in self._threads:
             thread.start()
@@ -306,7 +308,7 @@ class IsolatedInstance:
         if child is not None:
             clean = self._reap(child, _remaining(deadline))
         self._calls.put(None)
-        self._cancels.put(None)
+        self._outgoing.put(None)
         threads = [*self._threads, self._restarter]
         for thread in threads:
             if thread is not None and thread is not threading.current_thread():
@@ -392,7 +394,7 @@ class IsolatedInstance:
             return
         for key, pending in zip(keys, batch, strict=True):
             # After the send, so a cancel never reaches the process before its request.
-            pending.on_cancel(lambda key=key: self._cancels.put((child, key)))
+            pending.on_cancel(lambda key=key: self._outgoing.put((child, ("cancel", key))))
         executed.wait()
 
     def _fail_batch(self, child: _Child, batch_id: int, keys: list[int], message: str) -> None:
@@ -405,18 +407,18 @@ class IsolatedInstance:
     def _failure(self, what: str) -> str:
         return f"Failed to process the request(s) for model '{self.name}', message: {what}"
 
-    def _send_cancels(self) -> None:
-        # The cancel thread: a send may wait behind a large message, never on the caller.
-        while (item := self._cancels.get()) is not None:
-            child, key = item
-            if key not in child.open:
-                continue
+    def _reply(self) -> None:
+        # The replier: a send may wait behind a large message, never on the caller or reader.
+        while (item := self._outgoing.get()) is not None:
+            child, message = item
+            if message[0] == "cancel" and message[1] not in child.open:
+                continue  # answered meanwhile
             try:
-                child.channel.send(("cancel", key))
+                child.channel.send(message)
             except OSError:
-                pass  # the process is gone; the reader fails the request
+                pass  # the process is gone; the reader fails what it held
             except Exception:
-                log.exception("%s: could not send a cancellation", self.name)
+                log.exception("%s: could not send a %r message", self.name, message[0])
 
     # -- messages from the process ---------------------------------------------------------
 
@@ -471,14 +473,10 @@ class IsolatedInstance:
             value, error = child.metrics.run(op, args), None
         except Exception as exc:  # the registry's text goes back to the model as it is
             value, error = None, str(exc)
-        if not call:
-            if error is not None:
-                log.debug("%s: releasing a metric failed: %s", self.name, error)
-            return
-        try:
-            child.channel.send(("metric_reply", call, error, value))
-        except OSError:
-            pass  # the process is gone; so is the caller
+        if call:
+            self._outgoing.put((child, ("metric_reply", call, error, value)))
+        elif error is not None:
+            log.debug("%s: releasing a metric failed: %s", self.name, error)
 
     def _respond(
         self, child: _Child, key: int, wire: Any, final: bool, failure: str | None

@@ -8,6 +8,7 @@ processes; what /metrics would show is `pb_utils.metrics.render_prometheus()` of
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
@@ -28,7 +29,8 @@ WAIT_S = 60.0
 
 
 @pytest.fixture
-def repo() -> Iterator[LoadedRepository]:
+def repo(caplog: pytest.LogCaptureFixture) -> Iterator[LoadedRepository]:
+    caplog.set_level(logging.INFO)  # instance processes take the level in force when they start
     pb_utils.metrics.REGISTRY.clear()
     loaded = load_repository([REPOSITORY])
     assert all(isinstance(i, IsolatedInstance) for i in loaded.models["metered"].latest.instances)
@@ -104,10 +106,15 @@ def test_deleting_the_family_object_first_makes_the_metric_unusable(repo: Loaded
     )
 
 
-def test_families_go_when_the_model_unloads(repo: LoadedRepository):
+def test_families_go_when_the_model_unloads(
+    repo: LoadedRepository, caplog: pytest.LogCaptureFixture
+):
     assert _series("metered_calls", '{by="model"}') == 0
     repo.close()
     assert "metered_calls" not in pb_utils.metrics.render_prometheus()
+    # finalize could still use its metrics (the parent answered while the process finalized).
+    for instance in ("metered_0_0", "metered_0_1"):
+        assert f"{instance} finalize read 0.0" in caplog.text
 
 
 def test_families_of_a_dead_process_go_with_it(repo: LoadedRepository, tmp_path: Path):

@@ -6,6 +6,8 @@
 * "errors": the texts of a negative counter increment and of asking for the family again with
   another kind;
 * "drop": delete this instance's family object before its metric, then use the metric.
+
+`finalize` logs the series' value ("<instance> finalize read <value>").
 """
 
 import json
@@ -26,6 +28,9 @@ class TritonPythonModel:
         )
         self.calls = self.family.Metric(labels={"by": "model"})
         self.at_initialize = self.calls.value()
+
+    def finalize(self):
+        pb_utils.Logger.log_info(f"{self.instance} finalize read {self.calls.value()}")
 
     def execute(self, requests):
         return [self._answer(r) for r in requests]
