@@ -118,8 +118,10 @@ class InstanceProcess:
             assert instance is not None
 
             def finalize() -> None:
-                instance.finalize()
-                self._send(("finalized",))
+                try:
+                    instance.finalize()
+                finally:  # the parent waits for it (bounded), whatever happened
+                    self._send(("finalized",))
 
             _in_background("finalize", finalize)
 
@@ -361,10 +363,13 @@ class ForwardedBls:
 
 
 def _loaded(instance: ModelInstance) -> tuple[Any, ...]:
+    """Load the model: the message that tells the parent how it went."""
     try:
         instance.load()
     except ModelLoadError as exc:
         return ("load_failed", str(exc))
+    except BaseException as exc:  # the parent must hear of it rather than wait for its bound
+        return ("load_failed", f"Internal: {exc!r}")
     return ("loaded",)
 
 
