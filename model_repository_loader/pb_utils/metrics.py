@@ -15,6 +15,7 @@ family and metric operation a call to the server process, where `LinkedMetrics` 
 objects in the one `REGISTRY`, as Triton's stub asks its parent. So one /metrics shows them,
 series with the same labels are shared with other instances, errors are that registry's texts,
 and the families go when the process's instance does.
+
 `render_prometheus()` gives the text exposition format for the bridge's /metrics endpoint.
 """
 
