@@ -198,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    sys.argv[:] = [""]  # parsed; models now see what Triton's stub gives them, not our flags
     if args.log_file:
         try:
             redirect_output(args.log_file)

@@ -3,9 +3,13 @@
 Started by `IsolatedInstance` as `python -m model_repository_loader.isolation.child FD FOLDER`.
 It runs the same in-process machinery the thread kind uses (ModelInstance, run_execute, the
 response sender), so a model behaves the same in both kinds; only the requests' way in and the
-responses' way out are messages to the parent. The main thread reads messages, so a cancel
-arrives while `execute` runs on the instance thread. Log records go to the parent, which prints
-them with the server's own format.
+responses' way out are messages to the parent. The main thread only reads messages, from the
+"load" on, while `initialize`, `execute` and `finalize` run on the instance thread: so a cancel
+arrives while `execute` runs, and the parent's reply to a call the model makes (a custom metric
+operation, ForwardedMetrics) arrives whichever thread of the model waits for it. Log records go
+to the parent, which prints them with the server's own format. A request's final response says
+whether the request failed, and why (Triton's failure reason), for the parent's statistics.
+`sys.argv` is `[""]`, what a model sees under Triton's stub.
 
 The process says "started" as soon as it runs (the parent bounds that, then `initialize`). A
 failure while handling a message (a shared-memory read or write, a send) fails that request or
@@ -15,8 +19,10 @@ waits for an answer that cannot come.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
+import queue
 import signal
 import sys
 import threading
@@ -28,6 +34,7 @@ from .. import pb_utils
 from ..errors import ModelLoadError
 from ..execution import Pending, run_execute
 from ..instance import ModelInstance
+from ..pb_utils.metrics import forward_to
 from .messages import (
     Channel,
     WireRequest,
@@ -40,6 +47,10 @@ from .messages import (
 from .tensors import SegmentFolder
 
 log = logging.getLogger(__name__)
+
+# The failure reason (bridge/metrics/triton.py) of a request this process could not serve.
+FAILED = "BACKEND"
+_PARENT_GONE = "the server process is gone"
 
 
 class _ForwardLogs(logging.Handler):
@@ -68,31 +79,29 @@ class InstanceProcess:
         self.open: dict[int, Pending] = {}
         self.bls = ForwardedBls(channel, folder)
         pb_utils.set_bls_executor(self.bls)
+        self.metrics = ForwardedMetrics(channel)
+        forward_to(self.metrics)
 
     def serve(self) -> None:
+        """Run until the parent closes the channel (after "finalized", or if it died)."""
         self.channel.send(("started",))
         _, spec, log_level = self.channel.recv()
         logging.getLogger().setLevel(log_level)
-        self.instance = ModelInstance(spec)
-        try:
-            self.instance.load()
-        except ModelLoadError as exc:
-            self.channel.send(("load_failed", str(exc)))
-            return
-        self.channel.send(("loaded",))
+        instance = self.instance = ModelInstance(spec)
+        _in_background("load", lambda: self._send(_loaded(instance)))
         while True:
             try:
                 message = self.channel.recv()
             except (EOFError, OSError):
-                return  # the parent died: so do we, as Triton's stub does
+                break  # the parent is done with us, or died: we end, as Triton's stub does
             try:
-                if not self._handle(message):
-                    return
+                self._handle(message)
             except Exception:  # one message's failure must not end the process
                 log.exception("handling a %r message failed", message[0])
+        self.metrics.close()
 
-    def _handle(self, message: tuple[Any, ...]) -> bool:
-        """Act on one message from the parent; False once the process should end."""
+    def _handle(self, message: tuple[Any, ...]) -> None:
+        """Act on one message from the parent; never waits for the model."""
         kind = message[0]
         if kind == "execute":
             self._execute(message[1], message[2], message[3])
@@ -102,12 +111,19 @@ class InstanceProcess:
                 pending.cancel()
         elif kind == "bls_respond":
             self._bls_respond(message[1], message[2], message[3])
+        elif kind == "metric_reply":
+            self.metrics.answer(message[1], message[2], message[3])
         elif kind == "finalize":
-            assert self.instance is not None
-            self.instance.finalize()
-            self.channel.send(("finalized",))
-            return False
-        return True
+            instance = self.instance
+            assert instance is not None
+
+            def finalize() -> None:
+                try:
+                    instance.finalize()
+                finally:  # the parent waits for it (bounded), whatever happened
+                    self._send(("finalized",))
+
+            _in_background("finalize", finalize)
 
     def _bls_respond(self, call: int, wire: WireResponse | None, final: bool) -> None:
         try:
@@ -131,7 +147,8 @@ class InstanceProcess:
                 self.folder.discard(wire.inputs)
                 message = _failure(instance, f"could not read the request: {exc!r}")
                 log.error("%s", message)
-                self._send(("respond", wire.key, pack_response(self.folder, _error(message)), True))
+                packed = pack_response(self.folder, _error(message))
+                self._send(("respond", wire.key, packed, True, FAILED))
 
         def run() -> None:
             try:
@@ -159,8 +176,10 @@ class InstanceProcess:
 
     def _pending(self, wire: WireRequest, decoupled: bool) -> Pending:
         key = wire.key
+        outcome = _Outcome()
 
         def respond(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+            failure = outcome.failure
             try:
                 packed = pack_response(self.folder, response)
             except Exception as exc:
@@ -169,10 +188,10 @@ class InstanceProcess:
                 assert instance is not None
                 message = _failure(instance, f"could not pass the response out: {exc!r}")
                 log.error("%s", message)
-                packed, final = pack_response(self.folder, _error(message)), True
+                packed, final, failure = pack_response(self.folder, _error(message)), True, FAILED
             if final:
                 self.open.pop(key, None)
-            self._send(("respond", key, packed, final))
+            self._send(("respond", key, packed, final, failure if final else None))
 
         def build(pending: Pending) -> pb_utils.InferenceRequest:
             sender = pb_utils.InferenceResponseSender(
@@ -183,8 +202,121 @@ class InstanceProcess:
             )
 
         pending = Pending(build, respond, _unchanged)
+        pending.stats = outcome
         self.open[key] = pending
         return pending
+
+
+class _Outcome:
+    """A request's statistics here: only whether it failed, which its final response carries.
+
+    The parent counts everything else; `Pending.deliver` records the outcome just before it
+    responds, so `respond` reads it for the final response.
+    """
+
+    __slots__ = ("failure",)
+
+    def __init__(self) -> None:
+        self.failure: str | None = None
+
+    def record_request(
+        self, ok: bool, batch_size: int, duration_ns: int, reason: str = FAILED
+    ) -> None:
+        self.failure = None if ok else reason
+
+    def queue_changed(self, delta: int) -> None:
+        pass
+
+    def record_first_response(self, duration_ns: int) -> None:
+        pass
+
+
+class ForwardedMetrics:
+    """The child's MetricsLink: custom metrics live in the parent's registry, so ask it.
+
+    A call waits for the parent's "metric_reply", which the main thread hands over (so the main
+    thread itself must never call; model code never runs there). Releases, made from `__del__`,
+    only queue their message, and a thread of their own sends it; every call first sends the
+    releases queued before it, so the parent sees them in the order the model made them.
+    """
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()  # _waiting, _closed
+        self._waiting: dict[int, _Reply] = {}
+        self._closed = False
+        self._order = threading.Lock()  # held while sending: releases, then the call
+        self._releases: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
+        _in_background("metric-releases", self._send_releases)
+
+    def call(self, op: str, *args: Any) -> Any:
+        if threading.current_thread() is threading.main_thread():
+            raise RuntimeError("the main thread of an instance process reads the replies")
+        call = next(self._ids)
+        reply = _Reply()
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._waiting[call] = reply
+        if closed:
+            raise pb_utils.TritonModelException(_PARENT_GONE)
+        try:
+            with self._order:
+                self._flush()
+                self.channel.send(("metric", call, op, args))
+        except OSError:
+            with self._lock:
+                self._waiting.pop(call, None)
+            raise pb_utils.TritonModelException(_PARENT_GONE) from None
+        reply.done.wait()
+        if reply.error is not None:
+            raise pb_utils.TritonModelException(reply.error)
+        return reply.value
+
+    def release(self, op: str, *args: Any) -> None:
+        # From __del__, maybe in the middle of a send on this very thread: no lock, no send.
+        self._releases.append(("metric", 0, op, args))
+        self._wake.put(None)
+
+    def answer(self, call: int, error: str | None, value: Any) -> None:
+        with self._lock:
+            reply = self._waiting.pop(call, None)
+        if reply is not None:
+            reply.error, reply.value = error, value
+            reply.done.set()
+
+    def close(self) -> None:
+        """The parent is gone: no call will be answered."""
+        with self._lock:
+            self._closed = True
+            waiting, self._waiting = list(self._waiting.values()), {}
+        for reply in waiting:
+            reply.error = _PARENT_GONE
+            reply.done.set()
+
+    def _send_releases(self) -> None:
+        while True:
+            self._wake.get()
+            try:
+                with self._order:
+                    self._flush()
+            except OSError:
+                return  # the parent is gone; nothing to release any more
+
+    def _flush(self) -> None:
+        while self._releases:
+            self.channel.send(self._releases.popleft())
+
+
+class _Reply:
+    __slots__ = ("done", "error", "value")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: str | None = None
+        self.value: Any = None
 
 
 class ForwardedBls:
@@ -230,6 +362,21 @@ class ForwardedBls:
             iterator._put(response, final)
 
 
+def _loaded(instance: ModelInstance) -> tuple[Any, ...]:
+    """Load the model: the message that tells the parent how it went."""
+    try:
+        instance.load()
+    except ModelLoadError as exc:
+        return ("load_failed", str(exc))
+    except BaseException as exc:  # the parent must hear of it rather than wait for its bound
+        return ("load_failed", f"Internal: {exc!r}")
+    return ("loaded",)
+
+
+def _in_background(name: str, target: Any) -> None:
+    threading.Thread(target=target, name=name, daemon=True).start()
+
+
 def _error(message: str) -> pb_utils.InferenceResponse:
     return pb_utils.InferenceResponse(
         error=pb_utils.TritonError(message, pb_utils.TritonError.INTERNAL)
@@ -250,9 +397,13 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     channel = Channel(Connection(int(argv[1])))
+    folder = SegmentFolder(Path(argv[2]))
+    # Ours are parsed; a model that parses sys.argv (argparse, unittest.main) sees what Triton's
+    # stub shows it [V on 2.51], not our command line.
+    sys.argv[:] = [""]
     logging.getLogger().handlers[:] = [_ForwardLogs(channel)]
     pb_utils.install()
-    InstanceProcess(channel, SegmentFolder(Path(argv[2]))).serve()
+    InstanceProcess(channel, folder).serve()
     return 0
 
 

@@ -25,7 +25,13 @@ stopped. Batches dispatched meanwhile wait for it (bounded by `RESTART_WAIT_S`).
 ready, and ready again once one is back.
 
 A cancel comes from the caller's thread (the server's event loop): it is only queued there, and
-a thread of the instance sends it, after the batch that holds the request was sent.
+a thread of the instance (the replier) sends it, after the batch that holds the request was sent.
+
+The model's custom metrics live here, in the server's registry (pb_utils/metrics.py): the reader
+runs each operation the process asks for, with the instance bound, and the replier answers it
+(the reader never sends: it must never wait on a process that waits for it). The families
+belong to the process: they go when it ends (finalized, or dead; a restarted process makes its
+own again in `initialize`). A final response carries the request's failure reason, if it failed.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from .. import pb_utils
 from ..errors import ModelLoadError
 from ..execution import Pending
 from ..instance import InstanceSpec
+from ..pb_utils.metrics import REGISTRY, LinkedMetrics
 from .messages import (
     Channel,
     WireRequest,
@@ -90,6 +97,8 @@ class _Child:
     executing: dict[int, threading.Event] = field(default_factory=dict)
     exited: bool = False
     reaped: bool = False
+    # The custom metric families and metrics the model in this process holds (reader thread).
+    metrics: LinkedMetrics = field(default_factory=LinkedMetrics)
     reap_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -125,12 +134,13 @@ class IsolatedInstance:
         self._restarter: threading.Thread | None = None
         self._bls = _BlsCalls(self)
         self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._cancels: queue.SimpleQueue[tuple[_Child, int] | None] = queue.SimpleQueue()
+        # Cancels and metric replies, sent by the replier thread: (process, message).
+        self._outgoing: queue.SimpleQueue[tuple[_Child, tuple[Any, ...]] | None] = (
+            queue.SimpleQueue()
+        )
         self._threads = [
             threading.Thread(target=self._dispatch, name=f"isolated:{self.name}", daemon=True),
-            threading.Thread(
-                target=self._send_cancels, name=f"isolated-cancel:{self.name}", daemon=True
-            ),
+            threading.Thread(target=self._reply, name=f"isolated-reply:{self.name}", daemon=True),
         ]
         for thread in self._threads:
             thread.start()
@@ -298,7 +308,7 @@ class IsolatedInstance:
         if child is not None:
             clean = self._reap(child, _remaining(deadline))
         self._calls.put(None)
-        self._cancels.put(None)
+        self._outgoing.put(None)
         threads = [*self._threads, self._restarter]
         for thread in threads:
             if thread is not None and thread is not threading.current_thread():
@@ -384,7 +394,7 @@ class IsolatedInstance:
             return
         for key, pending in zip(keys, batch, strict=True):
             # After the send, so a cancel never reaches the process before its request.
-            pending.on_cancel(lambda key=key: self._cancels.put((child, key)))
+            pending.on_cancel(lambda key=key: self._outgoing.put((child, ("cancel", key))))
         executed.wait()
 
     def _fail_batch(self, child: _Child, batch_id: int, keys: list[int], message: str) -> None:
@@ -397,41 +407,52 @@ class IsolatedInstance:
     def _failure(self, what: str) -> str:
         return f"Failed to process the request(s) for model '{self.name}', message: {what}"
 
-    def _send_cancels(self) -> None:
-        # The cancel thread: a send may wait behind a large message, never on the caller.
-        while (item := self._cancels.get()) is not None:
-            child, key = item
-            if key not in child.open:
-                continue
+    def _reply(self) -> None:
+        # The replier: a send may wait behind a large message, never on the caller or reader.
+        while (item := self._outgoing.get()) is not None:
+            child, message = item
+            if message[0] == "cancel" and message[1] not in child.open:
+                continue  # answered meanwhile
             try:
-                child.channel.send(("cancel", key))
+                child.channel.send(message)
             except OSError:
-                pass  # the process is gone; the reader fails the request
+                pass  # the process is gone; the reader fails what it held
             except Exception:
-                log.exception("%s: could not send a cancellation", self.name)
+                log.exception("%s: could not send a %r message", self.name, message[0])
 
     # -- messages from the process ---------------------------------------------------------
 
     def _read(self, child: _Child) -> None:
-        try:
-            while True:
-                message = child.channel.recv()
-                try:
-                    self._handle(child, message)
-                except Exception:
-                    log.exception("%s: handling a %r message failed", self.name, message[0])
-        except (EOFError, OSError):
-            pass
-        except Exception:
-            # Unreadable stream: nothing after this can be trusted; treat it as a death.
-            log.exception("%s: unreadable message from the instance process", self.name)
-            child.process.kill()
+        spec = self.spec
+        # Who the process's metric families belong to while it runs: bound here only, since
+        # this thread runs their operations and ends with the process.
+        bound = pb_utils.context.ModelContext(
+            spec.model_name, self.name, str(spec.model_file.parent)
+        )
+        with pb_utils.context.model_context(context=bound, counted=False):
+            try:
+                while True:
+                    message = child.channel.recv()
+                    try:
+                        self._handle(child, message)
+                    except Exception:
+                        log.exception("%s: handling a %r message failed", self.name, message[0])
+            except (EOFError, OSError):
+                pass
+            except Exception:
+                # Unreadable stream: nothing after this can be trusted; treat it as a death.
+                log.exception("%s: unreadable message from the instance process", self.name)
+                child.process.kill()
+        REGISTRY.release_instance(bound)
+        child.metrics.clear()
         self._on_exit(child)
 
     def _handle(self, child: _Child, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "respond":
-            self._respond(child, message[1], message[2], message[3])
+            self._respond(child, message[1], message[2], message[3], message[4])
+        elif kind == "metric":
+            self._metric(child, message[1], message[2], message[3])
         elif kind == "executed":
             with self._lock:
                 event = child.executing.pop(message[1], None)
@@ -446,7 +467,20 @@ class IsolatedInstance:
         else:
             child.replies.put(message)
 
-    def _respond(self, child: _Child, key: int, wire: Any, final: bool) -> None:
+    def _metric(self, child: _Child, call: int, op: str, args: tuple[Any, ...]) -> None:
+        """Run one custom-metric operation for the process; answer it unless it is a release."""
+        try:
+            value, error = child.metrics.run(op, args), None
+        except Exception as exc:  # the registry's text goes back to the model as it is
+            value, error = None, str(exc)
+        if call:
+            self._outgoing.put((child, ("metric_reply", call, error, value)))
+        elif error is not None:
+            log.debug("%s: releasing a metric failed: %s", self.name, error)
+
+    def _respond(
+        self, child: _Child, key: int, wire: Any, final: bool, failure: str | None
+    ) -> None:
         with self._lock:
             pending = child.open.pop(key, None) if final else child.open.get(key)
         if pending is None:
@@ -463,7 +497,7 @@ class IsolatedInstance:
             pending.fail(message)
             return
         try:
-            pending.deliver(response, final)
+            pending.deliver(response, final, failure)
         except Exception as exc:
             # The caller's respond raised; the request still gets a final answer if it can.
             with self._lock:

@@ -6,13 +6,16 @@ child answers from several threads (a decoupled model sends from any thread it l
 Parent → child                              Child → parent
                                               ("started",)  (first, as soon as it runs)
   ("load", InstanceSpec, log level)           ("loaded",) | ("load_failed", reason)
-  ("execute", batch_id, [WireRequest], dec)   ("respond", key, WireResponse | None, final)
+  ("execute", batch_id, [WireRequest], dec)   ("respond", key, WireResponse | None, final,
+                                                failure)  (a failed request's reason, or None)
   ("cancel", key)                             ("executed", batch_id)
   ("finalize",)                               ("finalized",)
                                               ("log", record attributes)
-BLS calls the model makes go the other way round, since the models it calls live in the parent:
+BLS calls and custom-metric operations the model makes go the other way round, since the models
+it calls and the metrics registry live in the parent:
   ("bls_respond", call, WireResponse|None, final)   ("bls", call, WireRequest, decoupled)
                                                     ("bls_cancel", call)
+  ("metric_reply", call, error text|None, value)    ("metric", call, op, args)  (call 0: no reply)
 """
 
 from __future__ import annotations

@@ -64,9 +64,13 @@ class model_context:  # noqa: N801 - used like a function: `with model_context(.
 
     `__enter__` returns the `ModelContext`. Pass `context=` to re-bind an existing one (for
     example on another thread of the same instance), so they share the phase.
+
+    `counted=False` binds it on this thread only: the process does not count it as one of its
+    instances (no fallback for other threads, no unbound event). For a thread that acts for an
+    instance living in another process (isolation/), whose end its owner handles.
     """
 
-    __slots__ = ("_context", "_token")
+    __slots__ = ("_context", "_token", "_counted")
 
     def __init__(
         self,
@@ -75,17 +79,21 @@ class model_context:  # noqa: N801 - used like a function: `with model_context(.
         version_dir: str = "",
         *,
         context: ModelContext | None = None,
+        counted: bool = True,
     ) -> None:
         self._context = context or ModelContext(model_name, instance_name, version_dir)
         self._token: Token[ModelContext | None] | None = None
+        self._counted = counted
 
     def __enter__(self) -> ModelContext:
         self._token = _MODEL.set(self._context)
-        _register(self._context)
+        if self._counted:
+            _register(self._context)
         return self._context
 
     def __exit__(self, *exc: object) -> None:
-        _unregister(self._context)
+        if self._counted:
+            _unregister(self._context)
         if self._token is not None:
             _MODEL.reset(self._token)
             self._token = None

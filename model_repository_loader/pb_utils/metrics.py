@@ -9,18 +9,26 @@ Semantics follow Triton (python backend + core + prometheus-cpp), texts verified
 * a family goes away with the model instance that made it, as the stub process ends under Triton:
   when an instance's thread ends (unload, reload), the families it acquired are released
   whether or not the model still holds the objects.
+
+A model in an instance process (isolation/) holds stand-ins: `forward_to(link)` makes every
+family and metric operation a call to the server process, where `LinkedMetrics` runs it on real
+objects in the one `REGISTRY`, as Triton's stub asks its parent. So one /metrics shows them,
+series with the same labels are shared with other instances, errors are that registry's texts,
+and the families go when the process's instance does.
+
 `render_prometheus()` gives the text exposition format for the bridge's /metrics endpoint.
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
 import json
 import math
 import operator
 import re
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 from . import context
 from .errors import TritonModelException, bind_arguments, pybind_type_error
@@ -221,6 +229,12 @@ class MetricFamily:
         ):
             raise pybind_type_error("__init__", _FAMILY_SIGNATURE, args, kwargs)
         name = params["name"]
+        if _link is not None:
+            kind = params["kind"]
+            self._handle = _Remote(
+                _link.call("family", name, params["description"], int(kind)), kind
+            )
+            return
         if not _METRIC_NAME.match(name):
             raise TritonModelException(
                 "Error when creating MetricFamily: " + _request_failed("Invalid metric name")
@@ -229,13 +243,14 @@ class MetricFamily:
 
     def Metric(self, labels: Any = None, buckets: Any = None) -> Metric:  # noqa: N802 - Triton's name
         """A metric of this family with the given labels (and buckets, for histograms)."""
-        handle: _Handle = self._handle  # type: ignore[assignment]  # set by __init__
-        family = handle.family
+        handle = self._handle
+        assert handle is not None  # set by __init__
+        kind = handle.kind if isinstance(handle, _Remote) else handle.family.kind
         if labels is None:
             labels = {}
         elif not isinstance(labels, dict):
             raise TritonModelException("Failed to create metric. Labels must be a dictionary.")
-        if family.kind == HISTOGRAM:
+        if kind == HISTOGRAM:
             if buckets is None:
                 raise TritonModelException("Failed to create metric. Missing required buckets.")
             if not isinstance(buckets, list):
@@ -252,11 +267,18 @@ class MetricFamily:
                 "Error when creating Metric: "
                 + _request_failed("Bucket Boundaries must be strictly sorted")
             )
-        return Metric._create(handle, key, REGISTRY._acquire_series(family, key, bounds))
+        if isinstance(handle, _Remote):
+            assert _link is not None
+            return Metric._create(
+                _Remote(_link.call("metric", handle.number, key, bounds), kind), key
+            )
+        return Metric._create(handle, key, REGISTRY._acquire_series(handle.family, key, bounds))
 
     def __del__(self) -> None:
         handle = getattr(self, "_handle", None)
-        if handle is not None and not handle.deleted:
+        if isinstance(handle, _Remote):
+            _release_remote(handle)
+        elif handle is not None and not handle.deleted:
             try:
                 REGISTRY._release_family(handle)
             except Exception:  # interpreter shutdown
@@ -273,7 +295,10 @@ class Metric:
 
     @classmethod
     def _create(
-        cls, handle: _Handle, labels: tuple[tuple[str, str], ...], series: _Series
+        cls,
+        handle: _Handle | _Remote,
+        labels: tuple[tuple[str, str], ...],
+        series: _Series | None = None,
     ) -> Metric:
         metric = cls.__new__(cls)
         metric._handle = handle
@@ -283,6 +308,8 @@ class Metric:
 
     def increment(self, *args: Any, **kwargs: Any) -> None:
         value = self._argument("increment", args, kwargs)
+        if isinstance(self._handle, _Remote):
+            return _call_remote("increment", self._handle, value)
         kind = self._usable("increment")
         if kind == HISTOGRAM:
             raise self._unsupported("increment", kind, "Increment")
@@ -299,6 +326,8 @@ class Metric:
 
     def set(self, *args: Any, **kwargs: Any) -> None:
         value = self._argument("set", args, kwargs)
+        if isinstance(self._handle, _Remote):
+            return _call_remote("set", self._handle, value)
         kind = self._usable("set")
         if kind != GAUGE:
             raise self._unsupported("set", kind, "Set")
@@ -307,6 +336,8 @@ class Metric:
 
     def observe(self, *args: Any, **kwargs: Any) -> None:
         value = self._argument("observe", args, kwargs)
+        if isinstance(self._handle, _Remote):
+            return _call_remote("observe", self._handle, value)
         kind = self._usable("observe")
         if kind != HISTOGRAM:
             raise self._unsupported("observe", kind, "Observe")
@@ -327,6 +358,8 @@ class Metric:
             raise pybind_type_error(
                 "value", "(self: c_python_backend_utils.Metric) -> float", (self, *args), kwargs
             )
+        if isinstance(self._handle, _Remote):
+            return _call_remote("value", self._handle)
         kind = self._usable("get")
         if kind == HISTOGRAM:
             raise self._unsupported("get", kind, "Value")
@@ -343,6 +376,7 @@ class Metric:
         return _as_float(args[0], method, (self, *args))
 
     def _usable(self, verb: str) -> MetricKind:
+        assert isinstance(self._handle, _Handle)
         if self._handle.deleted:
             raise TritonModelException(f"Failed to {verb} metric value: {_DELETED}")
         return self._handle.family.kind
@@ -356,11 +390,108 @@ class Metric:
 
     def __del__(self) -> None:
         handle = getattr(self, "_handle", None)
-        if handle is not None:
+        if isinstance(handle, _Remote):
+            _release_remote(handle)
+        elif handle is not None:
             try:
                 REGISTRY._release_series(handle.family, self._labels)
             except Exception:  # interpreter shutdown
                 pass
+
+
+# -- families held by another process -------------------------------------------------------------
+
+
+class MetricsLink(Protocol):
+    """How a model process reaches the server process's registry (isolation/child.py)."""
+
+    def call(self, op: str, *args: Any) -> Any:
+        """Run `op` (see LinkedMetrics.run) there and return its result.
+
+        Raises TritonModelException with the text that side raised.
+        """
+
+    def release(self, op: str, *args: Any) -> None:
+        """Run `op` there without waiting for it; callable from `__del__` (takes no lock)."""
+
+
+class _Remote:
+    """A family or metric the server process holds for this one, by its number there."""
+
+    __slots__ = ("number", "kind")
+
+    def __init__(self, number: int, kind: MetricKind) -> None:
+        self.number = number
+        self.kind = kind
+
+
+_link: MetricsLink | None = None
+
+
+def forward_to(link: MetricsLink | None) -> None:
+    """From now on, families and metrics made in this process live where `link` leads."""
+    global _link
+    _link = link
+
+
+def _call_remote(op: str, handle: _Remote, *args: Any) -> Any:
+    assert _link is not None
+    return _link.call(op, handle.number, *args)
+
+
+def _release_remote(handle: _Remote) -> None:
+    link = _link
+    if link is not None:
+        try:
+            link.release("delete", handle.number)
+        except Exception:  # interpreter shutdown
+            pass
+
+
+class LinkedMetrics:
+    """The families and metrics one model process holds, as real objects in this process.
+
+    `run` is one operation of that process's MetricsLink. It runs with the process's instance
+    bound (`model_context`), so errors name the instance and the families are that instance's:
+    `REGISTRY.release_instance` drops them when the process goes. One thread calls `run`.
+    """
+
+    _OPERATIONS = frozenset({"increment", "set", "observe", "value"})
+
+    def __init__(self) -> None:
+        self._objects: dict[int, MetricFamily | Metric] = {}
+        self._ids = itertools.count(1)
+
+    def run(self, op: str, args: tuple[Any, ...]) -> Any:
+        if op == "family":
+            name, description, kind = args
+            return self._add(MetricFamily(name, description, MetricKind(kind)))
+        if op == "metric":
+            family, labels, bounds = args
+            buckets = None if bounds is None else list(bounds)
+            return self._add(self._family(family).Metric(labels=dict(labels), buckets=buckets))
+        if op == "delete":
+            self._objects.pop(args[0], None)  # the object's __del__ releases it
+            return None
+        if op not in self._OPERATIONS:
+            raise ValueError(f"unknown metric operation {op!r}")
+        metric = self._objects[args[0]]
+        assert isinstance(metric, Metric)
+        return getattr(metric, op)(*args[1:])
+
+    def clear(self) -> None:
+        """Drop every object (the process is gone)."""
+        self._objects.clear()
+
+    def _family(self, number: int) -> MetricFamily:
+        family = self._objects[number]
+        assert isinstance(family, MetricFamily)
+        return family
+
+    def _add(self, obj: MetricFamily | Metric) -> int:
+        number = next(self._ids)
+        self._objects[number] = obj
+        return number
 
 
 def _label_key(labels: dict[Any, Any]) -> tuple[tuple[str, str], ...]:

@@ -111,11 +111,6 @@ def test_metrics_after_known_traffic(bridge_server, tmp_path) -> None:
     wait_until(gone, "the unloaded model's metrics to disappear")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="isolation/ does not carry a failure's reason nor the child's custom metric families "
-    "back to the server process yet (reported to the lead)",
-)
 def test_metrics_of_process_instances(bridge_server) -> None:
     """A model whose instance runs in a child process: same counts, and its custom metrics."""
     server = bridge_server(METRICS, "--model-control-mode=explicit", "--load-model=counted_process")
