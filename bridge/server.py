@@ -199,15 +199,14 @@ async def serve(options: ServerOptions) -> None:
         )
 
     stop = asyncio.Event()
-    startup_set = sorted(loaded.statuses)
 
     def strictly_ready() -> bool:
-        # Triton's strict readiness (its default): not while starting or stopping, and not
-        # while a model of the start-up set is not loaded and ready.
+        # Triton's strict readiness (its default): not while starting or stopping, and not while
+        # a model it tried to load is not ready, whether it failed or was unloaded [V on 2.51].
         return (
             manager.ready
             and not stop.is_set()
-            and all(manager.is_model_ready(name) for name in startup_set)
+            and all(status.ready for status in manager.repository.statuses.values())
         )
 
     metrics_server: MetricsServer | None = None

@@ -10,7 +10,8 @@ with `register_prometheus_expfmt_callback` does not reach that `/metrics` (spec 
   then the frontend's own `/metrics`, fetched at each scrape;
 * `GET /v2/health/live` and `GET /v2/health/ready`: Triton's HTTP health paths, with Triton's
   answers (200, or 400 when not ready; empty text/plain bodies [V on 2.51]). Readiness is strict,
-  as Triton's default: every model of the start-up set is loaded and ready (the `ready` callable).
+  as Triton's default: every model the server tried to load is ready (the `ready` callable); one
+  that failed, or was unloaded since, makes the server not ready, as in Triton 2.51.
   Dynamo's frontend answers these paths 404, and its gRPC ServerReady says true regardless;
   this is the honest answer for health checks that cannot ask ModelReady per model;
 * anything else: passed through to the frontend unchanged (`/health`, `/live`, ...).

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
+from tests.e2e.reload_support import control
 from tests.e2e.support import LOAD_FAILURES, NO_CONFIG, int32_input, status_rows
 from tests.harness import BridgeServer
+from tests.harness.ports import free_port
 
 FAILING = ["bad_config", "init_raises", "syntax_error"]
 
@@ -107,6 +109,29 @@ def test_health_ready_on_the_metrics_port_is_strict(server) -> None:
     assert http_status(server, "/v2/health/ready") == 400
     assert http_status(server, "/v2/health/live") == 200
     assert server.client().is_server_ready()  # server_ready_with_failures: the frontend's answer
+
+
+def test_health_ready_follows_loads_and_unloads(bridge_server) -> None:
+    # Triton 2.51's HTTP port gave the same answers to the same sequence [V]: an unloaded model
+    # makes the server not ready until it loads again; a failed load does too, and unloading
+    # the model that never loaded does not undo it.
+    port = free_port()
+    server = bridge_server(
+        LOAD_FAILURES,
+        "--model-control-mode=explicit",
+        "--load-model=healthy",
+        f"--control-port={port}",
+    )
+    assert http_status(server, "/v2/health/ready") == 200
+    assert "Not ready:" not in server.log_text
+    assert control(port, "/v2/repository/models/healthy/unload")[0] == 200
+    assert http_status(server, "/v2/health/ready") == 400
+    assert control(port, "/v2/repository/models/healthy/load")[0] == 200
+    assert http_status(server, "/v2/health/ready") == 200
+    assert control(port, "/v2/repository/models/init_raises/load")[0] == 400
+    assert http_status(server, "/v2/health/ready") == 400
+    assert control(port, "/v2/repository/models/init_raises/unload")[0] == 200
+    assert http_status(server, "/v2/health/ready") == 400
 
 
 def test_init_traceback_names_model_file(server) -> None:
