@@ -13,6 +13,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,12 @@ import numpy as np
 import pytest
 
 from model_repository_loader import pb_utils
-from model_repository_loader.execution import RESCHEDULE_UNSUPPORTED, Pending, run_execute
+from model_repository_loader.execution import (
+    RESCHEDULE_UNSUPPORTED,
+    Pending,
+    _coroutine_done,
+    run_execute,
+)
 from model_repository_loader.inference import InferRequest
 from model_repository_loader.instance import InstanceSpec, ModelInstance
 from model_repository_loader.loader import LoadedRepository, load_repository
@@ -595,3 +601,21 @@ def test_send_after_a_returned_response_is_refused_in_the_model(tiny):
     with pytest.raises(pb_utils.TritonModelException, match="cannot send more than one response"):
         sender.send(late, FINAL)
     assert len(answers.items) == 1
+
+
+def test_default_mode_coroutine_may_return_none(tiny):
+    # What an `async def execute` returned is routed by `_coroutine_done` on the instance's loop;
+    # called here directly with a finished coroutine's outcome, so the order is fixed.
+    instance = tiny(SENDER_DEFAULT)
+    answers = Answers()
+    request = pending(answers, decoupled=False)
+    outcome: Future = Future()
+    outcome.set_result(None)
+    _coroutine_done(instance, [request], False, outcome)
+    assert answers.items == []  # not failed: it waits for its sender
+    sender = request.request.get_response_sender()
+    sender.send(
+        pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([6], np.int32))]), FINAL
+    )
+    ((answer, final),) = answers.wait_closed()
+    assert out_values(answer) == [6] and final
