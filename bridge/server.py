@@ -143,8 +143,9 @@ async def serve(options: ServerOptions) -> None:
     digests, loaded = await loop.run_in_executor(
         None, _initial_load, options, _startup_set(options)
     )
-    print(format_status_table(loaded.statuses.values()), flush=True)
-    if options.exit_on_error and loaded.failures:
+    serving = not (options.exit_on_error and loaded.failures)
+    print(format_status_table(loaded.statuses.values(), serving), flush=True)
+    if not serving:
         loaded.close()
         pb_utils.set_model_control(None)
         raise StartupError("failed to load all models")
@@ -197,6 +198,17 @@ async def serve(options: ServerOptions) -> None:
             "through pb_utils.load_model"
         )
 
+    stop = asyncio.Event()
+
+    def strictly_ready() -> bool:
+        # Triton's strict readiness (its default): not while starting or stopping, and not while
+        # a model it tried to load is not ready, whether it failed or was unloaded [V on 2.51].
+        return (
+            manager.ready
+            and not stop.is_set()
+            and all(status.ready for status in manager.repository.statuses.values())
+        )
+
     metrics_server: MetricsServer | None = None
     if options.allow_metrics:
         triton_metrics = TritonMetrics(lambda: manager.repository.models, options.metrics_config)
@@ -205,11 +217,11 @@ async def serve(options: ServerOptions) -> None:
             options.metrics_port,
             [triton_metrics.render, custom_metrics.render_prometheus],
             frontend_port,
+            ready=strictly_ready,
         )
         await metrics_server.start()
 
     heap.freeze()  # everything loaded so far lives as long as the server (heap.py)
-    stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     frontend = asyncio.ensure_future(

@@ -1,4 +1,8 @@
-"""The model status table printed at start-up, in the shape tritonserver prints it."""
+"""The model status table printed at start-up, in the shape tritonserver prints it.
+
+When a model failed and the server goes on serving, a note under the table says what Triton's
+strict readiness would answer, because Dynamo's frontend answers gRPC ServerReady true anyway.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,11 @@ from collections.abc import Iterable
 from model_repository_loader.loader import ModelStatus
 
 
-def format_status_table(statuses: Iterable[ModelStatus]) -> str:
+def format_status_table(statuses: Iterable[ModelStatus], serving: bool = True) -> str:
+    """The table; `serving` = the server goes on serving with failed models (else it exits)."""
+    statuses = sorted(statuses, key=lambda s: s.name)
     rows = [("Model", "Version", "Status")]
-    for status in sorted(statuses, key=lambda s: s.name):
+    for status in statuses:
         if status.ready:
             rows += [(status.name, str(v), "READY") for v in status.versions]
         else:
@@ -26,4 +32,20 @@ def format_status_table(statuses: Iterable[ModelStatus]) -> str:
         if i == 0:
             lines.append(rule)
     lines.append(rule)
+    failed = [status.name for status in statuses if not status.ready]
+    if failed and serving:
+        lines.append(readiness_note(failed))
     return "\n".join(lines)
+
+
+def readiness_note(failed: list[str]) -> str:
+    """Under the table: Triton would say "not ready" here; the frontend will not."""
+    return "\n".join(
+        [
+            f"Not ready: {', '.join(failed)}. Triton's strict readiness (its default) would "
+            "report this server not ready (ServerReady false) until every model is ready.",
+            "Dynamo's frontend answers ServerReady true regardless: health checks should ask "
+            "ModelReady per model, or GET /v2/health/ready on the metrics port (400 while not "
+            "ready).",
+        ]
+    )

@@ -7,6 +7,7 @@ from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _PB_UTILS_DIR = _PACKAGE_DIR / "pb_utils"
+_NATIVE_IN_TRITON = frozenset({_PB_UTILS_DIR / "response_sender.py"})
 
 
 class ModelLoadError(Exception):
@@ -23,13 +24,16 @@ class ModelLoadError(Exception):
 
 def _is_ours(filename: str) -> bool:
     # The loader's own frames are hidden, as Triton's C++ frames are; pb_utils frames stay, as
-    # Triton shows those of triton_python_backend_utils.py.
+    # Triton shows those of triton_python_backend_utils.py, except those of classes Triton
+    # implements in C++ (the response sender's `send` has no frame there [V on 2.51]).
     if filename.startswith("<frozen "):
         return True
     try:
         path = Path(filename).resolve()
     except (OSError, ValueError):
         return False
+    if path in _NATIVE_IN_TRITON:
+        return True
     return path.is_relative_to(_PACKAGE_DIR) and not path.is_relative_to(_PB_UTILS_DIR)
 
 

@@ -4,6 +4,11 @@
 model sees, and the one path by which its responses leave (`deliver`), whether they come from the
 list `execute` returns, from a response sender on any thread, or from an error.
 
+A default-mode `execute` may return None, or None in its list, for requests it answers through
+their response sender (Triton >= 24.06): before or after returning, from any thread. A returned
+response counts as the request's one response on its sender, so a sender that already sent
+refuses it (and fails the batch, as in Triton) and a send after it is refused in the model.
+
 `async def execute` coroutines run on the instance's own event loop (instance.py), for default and
 decoupled models alike, and the instance thread is free for the next batch while they await.
 Triton serializes default-mode coroutines; overlapping them is the point of writing one.
@@ -372,22 +377,40 @@ def _route_result(
         _release(instance, batch)
         return
 
-    problem = _check_returned_list(result, batch)
+    if result is None:
+        # Every request is answered (or will be, from any thread) through its response sender.
+        _release(instance, batch)
+        return
+    problem = _check_returned_list(result, batch) or _claim_returned(result, batch)
     if problem is not None:
+        # Triton sends none of the returned responses then: every request not yet closed
+        # (also one whose returned response was fine) gets the error [V on 2.51].
         message = _failure_prefix(instance) + problem
         log.error("%s", message)
         _fail_open(batch, message)
         return
     for pending, response in zip(batch, result, strict=True):
+        if response is not None:
+            pending.deliver(response, True)
+    _release(instance, batch)
+
+
+def _claim_returned(result: list[Any], batch: list[Pending]) -> str | None:
+    """Count each returned response as its request's one response on the request's sender, as
+    Triton does before sending any of them; the first refusal (the sender already sent a
+    response) is the batch's error. Claims made before it stand: those senders stay closed, and
+    their requests get the error instead (what Triton answers).
+    """
+    for pending, response in zip(batch, result, strict=True):
         if response is None:
             continue  # answered, or to be answered, through the response sender
-        if not pending.deliver(response, True):
-            log.error(
-                "%s: the request was already answered through its response sender; "
-                "the response returned from execute was dropped",
-                instance.name,
-            )
-    _release(instance, batch)
+        sender = pending.request._response_sender
+        if sender is None:
+            continue
+        problem = sender._claim_returned()
+        if problem is not None:
+            return problem
+    return None
 
 
 def _release(instance: ModelInstance, batch: list[Pending]) -> None:

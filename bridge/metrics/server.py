@@ -8,6 +8,12 @@ with `register_prometheus_expfmt_callback` does not reach that `/metrics` (spec 
 
 * `GET /metrics`: every source's text (Triton's `nv_inference_*`, the models' custom families),
   then the frontend's own `/metrics`, fetched at each scrape;
+* `GET /v2/health/live` and `GET /v2/health/ready`: Triton's HTTP health paths, with Triton's
+  answers (200, or 400 when not ready; empty text/plain bodies [V on 2.51]). Readiness is strict,
+  as Triton's default: every model the server tried to load is ready (the `ready` callable); one
+  that failed, or was unloaded since, makes the server not ready, as in Triton 2.51.
+  Dynamo's frontend answers these paths 404, and its gRPC ServerReady says true regardless;
+  this is the honest answer for health checks that cannot ask ModelReady per model;
 * anything else: passed through to the frontend unchanged (`/health`, `/live`, ...).
 
 aiohttp serves both sides: HTTP/1.1 keep-alive for scrapers, and a client for the pass-through,
@@ -43,6 +49,7 @@ class MetricsServer:
 
     `sources` are called on the event loop at each scrape and return Prometheus text.
     `frontend_port` is the private port of Dynamo's frontend HTTP server; None = no frontend.
+    `ready` says whether the server is ready under Triton's strict readiness (on the loop).
     """
 
     def __init__(
@@ -52,11 +59,13 @@ class MetricsServer:
         sources: Sequence[Callable[[], str]],
         frontend_port: int | None = None,
         frontend_timeout: float = 5.0,
+        ready: Callable[[], bool] = lambda: True,
     ) -> None:
         self.address = address
         self.port = port
         self.sources = list(sources)
         self.frontend_port = frontend_port
+        self.ready = ready
         self._timeout = aiohttp.ClientTimeout(total=frontend_timeout)
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
@@ -64,6 +73,8 @@ class MetricsServer:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/v2/health/live", self._live)
+        app.router.add_get("/v2/health/ready", self._ready)
         app.router.add_route("*", "/{tail:.*}", self._pass_through)
         self._session = aiohttp.ClientSession(timeout=self._timeout, auto_decompress=False)
         self._runner = web.AppRunner(app, access_log=None)
@@ -88,6 +99,12 @@ class MetricsServer:
     async def _metrics(self, request: web.Request) -> web.Response:
         body = await self.render()
         return web.Response(body=body.encode(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def _live(self, request: web.Request) -> web.Response:
+        return web.Response(status=200, content_type="text/plain")
+
+    async def _ready(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self.ready() else 400, content_type="text/plain")
 
     async def _frontend_metrics(self) -> str:
         if self.frontend_port is None or self._session is None:

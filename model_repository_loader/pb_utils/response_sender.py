@@ -1,7 +1,8 @@
 """`InferenceResponseSender`: how a model sends responses for one request itself.
 
 Decoupled models send any number of responses and close with TRITONSERVER_RESPONSE_COMPLETE_FINAL;
-default-mode models may send exactly one response (then, optionally, a flag-only FINAL). Every
+default-mode models may send exactly one response (then, optionally, a flag-only FINAL). A
+response a default-mode `execute` returns counts as that one response (`_claim_returned`). Every
 check and message follows Triton's ResponseSender [S][V]. Responses go to the loader's
 `deliver(response, final)` callback, called under the sender's lock so that calls for one request
 never overlap and arrive in order.
@@ -67,21 +68,9 @@ class InferenceResponseSender:
             )
         final = flags == _FINAL
         with self._lock:
-            if not self._decoupled:
-                if response is not None and self._sent > 0:
-                    raise TritonModelException(
-                        "Unable to send response. Non-decoupled model cannot send more than one "
-                        "response."
-                    )
-                if response is None and final and self._sent == 0:
-                    raise TritonModelException(
-                        "Unable to send response. Non-decoupled model cannot send complete final "
-                        "before sending a response."
-                    )
-            if self._closed:
-                raise TritonModelException(
-                    "Unable to send response. Response sender has been closed."
-                )
+            problem = self._refusal(response is not None, final)
+            if problem is not None:
+                raise TritonModelException(problem)
             if final:
                 self._closed = True
             self._sent += 1
@@ -93,6 +82,36 @@ class InferenceResponseSender:
                 raise TritonModelException(
                     str(exc) or "An error occurred while sending a response."
                 ) from exc
+
+    def _refusal(self, has_response: bool, final: bool) -> str | None:
+        """Why a send is refused (Triton's text), or None; called under the lock."""
+        if not self._decoupled:
+            if has_response and self._sent > 0:
+                return (
+                    "Unable to send response. Non-decoupled model cannot send more than one "
+                    "response."
+                )
+            if not has_response and final and self._sent == 0:
+                return (
+                    "Unable to send response. Non-decoupled model cannot send complete final "
+                    "before sending a response."
+                )
+        if self._closed:
+            return "Unable to send response. Response sender has been closed."
+        return None
+
+    def _claim_returned(self) -> str | None:
+        """A default-mode `execute` returned a response for this request: count it as the
+        request's one response, sent with FINAL, as Triton does before it sends any returned
+        response. Returns the refusal text (the sender already sent), or None; the loader
+        delivers the response itself once every returned response of the batch is claimed.
+        """
+        with self._lock:
+            problem = self._refusal(True, True)
+            if problem is None:
+                self._closed = True
+                self._sent += 1
+            return problem
 
     def is_cancelled(self) -> bool:
         return bool(self._is_cancelled())

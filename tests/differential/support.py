@@ -54,6 +54,11 @@ KNOWN_FRONTEND_DIFFERENCES: dict[str, str] = {
     "models with decoupled transaction policy` (the worker cannot tell the call kinds apart)",
     "stream_error_ends_request": "an error response sent mid-stream ends that request on the "
     "bridge (the model sees is_cancelled()); Triton delivers it and the request goes on",
+    "default_second_response": "a default-mode model sent a response without FINAL, then failed "
+    "the request (a second send raised, or it also returned a response): Triton's unary answer "
+    "is INTERNAL `expected a single response, got 2` and its stream shows only the response; "
+    "the bridge's unary answer is the error (error_status) and its stream carries it after the "
+    "response (the worker cannot tell a stream from a unary call)",
     "server_ready_with_failures": "ServerReady is true while a model failed to load",
     "repository_index": "RepositoryIndex (and ServerMetadata, statistics, load/unload) is "
     "UNIMPLEMENTED",

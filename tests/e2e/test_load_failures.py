@@ -5,12 +5,17 @@ Reasons are Triton's texts (spec §2.1-§2.3, tests/repositories/load_failures/R
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
+
 import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
+from tests.e2e.reload_support import control
 from tests.e2e.support import LOAD_FAILURES, NO_CONFIG, int32_input, status_rows
 from tests.harness import BridgeServer
+from tests.harness.ports import free_port
 
 FAILING = ["bad_config", "init_raises", "syntax_error"]
 
@@ -80,6 +85,55 @@ def test_status_table_rows(server) -> None:
     assert rows["bad_config"][0][1].startswith("UNAVAILABLE: failed to read text proto from")
 
 
+def test_status_table_explains_strict_readiness(server) -> None:
+    # Triton's ServerReady is false here (strict readiness); Dynamo's frontend says true, so the
+    # table says so, naming the models that are not ready.
+    text = server.log_text
+    assert "Not ready: bad_config, init_raises, syntax_error. Triton's strict readiness" in text
+    assert "Dynamo's frontend answers ServerReady true regardless" in text
+
+
+def http_status(server, path: str) -> int:
+    """The status of GET `path` on the bridge's metrics port, with a real HTTP client."""
+    url = f"http://127.0.0.1:{server.metrics_port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_health_ready_on_the_metrics_port_is_strict(server) -> None:
+    # Triton 2.51's HTTP port answers 400 (empty body) while a model failed to load, 200 for
+    # live [V]; the metrics port serves both paths as Triton's HTTP port does.
+    assert http_status(server, "/v2/health/ready") == 400
+    assert http_status(server, "/v2/health/live") == 200
+    assert server.client().is_server_ready()  # server_ready_with_failures: the frontend's answer
+
+
+def test_health_ready_follows_loads_and_unloads(bridge_server) -> None:
+    # Triton 2.51's HTTP port gave the same answers to the same sequence [V]: an unloaded model
+    # makes the server not ready until it loads again; a failed load does too, and unloading
+    # the model that never loaded does not undo it.
+    port = free_port()
+    server = bridge_server(
+        LOAD_FAILURES,
+        "--model-control-mode=explicit",
+        "--load-model=healthy",
+        f"--control-port={port}",
+    )
+    assert http_status(server, "/v2/health/ready") == 200
+    assert "Not ready:" not in server.log_text
+    assert control(port, "/v2/repository/models/healthy/unload")[0] == 200
+    assert http_status(server, "/v2/health/ready") == 400
+    assert control(port, "/v2/repository/models/healthy/load")[0] == 200
+    assert http_status(server, "/v2/health/ready") == 200
+    assert control(port, "/v2/repository/models/init_raises/load")[0] == 400
+    assert http_status(server, "/v2/health/ready") == 400
+    assert control(port, "/v2/repository/models/init_raises/unload")[0] == 200
+    assert http_status(server, "/v2/health/ready") == 400
+
+
 def test_init_traceback_names_model_file(server) -> None:
     # Triton's reason carries the traceback: "<file>(<line>): initialize".
     model_file = LOAD_FAILURES / "init_raises" / "1" / "model.py"
@@ -93,6 +147,7 @@ def test_exit_on_error_stops_start_up(tmp_path, flag: str) -> None:
         server.start()
     assert server.returncode not in (None, 0)
     assert "error: creating server: Internal - failed to load all models" in server.log_text
+    assert "Not ready:" not in server.log_text  # no readiness note: the server does not serve
     # Every failure is still explained before the process gives up.
     for reason in REASONS.values():
         assert reason in server.log_text

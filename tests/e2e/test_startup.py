@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tests.e2e.support import SERVING, fp32_input, status_rows
+from tests.e2e.test_load_failures import http_status
 
 SERVING_MODELS = ["chatty", "echo", "flaky", "pool", "reply_params"]
 
@@ -16,9 +17,14 @@ def test_status_table_lists_every_model_ready(shared_bridge_server) -> None:
 
 
 def test_server_live_and_ready(shared_bridge_server) -> None:
-    client = shared_bridge_server(SERVING).client()
+    server = shared_bridge_server(SERVING)
+    client = server.client()
     assert client.is_server_live()
     assert client.is_server_ready()
+    assert "Not ready:" not in server.log_text  # no readiness note under the table
+    # Triton's HTTP health paths, on the metrics port.
+    assert http_status(server, "/v2/health/ready") == 200
+    assert http_status(server, "/v2/health/live") == 200
 
 
 def test_every_model_ready(shared_bridge_server) -> None:

@@ -13,6 +13,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,12 @@ import numpy as np
 import pytest
 
 from model_repository_loader import pb_utils
-from model_repository_loader.execution import RESCHEDULE_UNSUPPORTED, Pending, run_execute
+from model_repository_loader.execution import (
+    RESCHEDULE_UNSUPPORTED,
+    Pending,
+    _coroutine_done,
+    run_execute,
+)
 from model_repository_loader.inference import InferRequest
 from model_repository_loader.instance import InstanceSpec, ModelInstance
 from model_repository_loader.loader import LoadedRepository, load_repository
@@ -521,3 +527,95 @@ def test_default_mode_reschedule_must_return_none(tiny):
     )
     assert final and error_of(error) == (expected, pb_utils.TritonError.INTERNAL)
     assert requeued == []
+
+
+# -- default mode answering through the response sender (Triton >= 24.06) -------------------------
+
+SENDER_DEFAULT = """
+    import json
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+    class TritonPythonModel:
+        def initialize(self, args):
+            self.senders = []
+
+        def execute(self, requests):
+            returned = []
+            for r in requests:
+                how = json.loads(r.parameters()).get("how")
+                v = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+                sender = r.get_response_sender()
+                self.senders.append(sender)
+                if how == "send_final_and_return":
+                    sent = pb_utils.InferenceResponse([pb_utils.Tensor("OUT", v + 100)])
+                    sender.send(sent, FINAL)
+                returned.append(
+                    None if how == "later"
+                    else pb_utils.InferenceResponse([pb_utils.Tensor("OUT", v + 1)])
+                )
+            return None if all(x is None for x in returned) else returned
+"""
+
+
+def test_default_mode_returns_none_and_answers_after_returning(tiny):
+    instance = tiny(SENDER_DEFAULT)
+    answers = Answers()
+    execute_on(instance, [pending(answers, decoupled=False, params='{"how":"later"}')], False)
+    assert answers.items == []  # execute returned None: the request waits for its sender
+    (sender,) = instance.model.senders
+    sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([7], np.int32))]))
+    sender.send(flags=FINAL)
+    ((response, final), (flag_only, last)) = answers.wait_closed()
+    assert out_values(response) == [7] and not final
+    assert flag_only is None and last
+
+
+def test_returned_response_after_a_sender_final_fails_the_batch(tiny):
+    # Triton 2.51 sends none of the returned responses then: the request answered through its
+    # sender keeps that answer, every other request still open gets the error [V].
+    instance = tiny(SENDER_DEFAULT)
+    sent, returned = Answers(), Answers()
+    batch = [
+        pending(sent, decoupled=False, values=[1], params='{"how":"send_final_and_return"}'),
+        pending(returned, decoupled=False, values=[2]),
+    ]
+    execute_on(instance, batch, False)
+    ((response, final),) = sent.wait_closed()
+    assert out_values(response) == [101] and final
+    ((error, final),) = returned.wait_closed()
+    refused = "Unable to send response. Non-decoupled model cannot send more than one response."
+    assert final and error_of(error) == (PREFIX + refused, pb_utils.TritonError.INTERNAL)
+
+
+def test_send_after_a_returned_response_is_refused_in_the_model(tiny):
+    instance = tiny(SENDER_DEFAULT)
+    answers = Answers()
+    execute_on(instance, [pending(answers, decoupled=False, values=[4])], False)
+    ((response, final),) = answers.wait_closed()
+    assert out_values(response) == [5] and final
+    (sender,) = instance.model.senders
+    late = pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([0], np.int32))])
+    with pytest.raises(pb_utils.TritonModelException, match="cannot send more than one response"):
+        sender.send(late, FINAL)
+    assert len(answers.items) == 1
+
+
+def test_default_mode_coroutine_may_return_none(tiny):
+    # What an `async def execute` returned is routed by `_coroutine_done` on the instance's loop;
+    # called here directly with a finished coroutine's outcome, so the order is fixed.
+    instance = tiny(SENDER_DEFAULT)
+    answers = Answers()
+    request = pending(answers, decoupled=False)
+    outcome: Future = Future()
+    outcome.set_result(None)
+    _coroutine_done(instance, [request], False, outcome)
+    assert answers.items == []  # not failed: it waits for its sender
+    sender = request.request.get_response_sender()
+    sender.send(
+        pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([6], np.int32))]), FINAL
+    )
+    ((answer, final),) = answers.wait_closed()
+    assert out_values(answer) == [6] and final
