@@ -316,7 +316,9 @@ class ModelManager:
         )
         for name in list(self._override_dirs):
             self._set_override_dir(name, None)
-        if not_done:
+        # The repository's own bound may end the close first: it then returns False.
+        abandoned = closing in done and closing.exception() is None and closing.result() is False
+        if not_done or abandoned:
             log.error(
                 "shutdown: models still draining or finalizing after %.0f s "
                 "(--exit-timeout-secs); not waiting for them",
