@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import pb_utils
+from .deadlines import remaining
 from .errors import ModelLoadError, format_python_error
 from .execution import Pending, run_execute
 from .importer import ModelImportError, bind_model_folders, import_model_module
@@ -108,7 +109,7 @@ class ModelInstance:
         def _finalize() -> None:
             try:
                 # On the instance thread, so the wait counts in the same bound.
-                self.wait_coroutines(_remaining(deadline))
+                self.wait_coroutines(remaining(deadline))
                 finalize = getattr(self.model, "finalize", None)
                 if finalize is not None:
                     with pb_utils.context.phase("finalize"):
@@ -119,7 +120,7 @@ class ModelInstance:
                 self.model = None  # the weights go with the version, not with this object
 
         try:
-            self.call(_finalize, _remaining(deadline))
+            self.call(_finalize, remaining(deadline))
         except TimeoutError:
             log.error(
                 "%s: abandoned: still busy after %ss (an execute that does not return?); "
@@ -130,7 +131,7 @@ class ModelInstance:
             self.stop(0)
             return False
         # Only the stop sentinel is left for the thread: it ends at once, bound or not.
-        self.stop(_remaining(deadline))
+        self.stop(remaining(deadline))
         return True
 
     def stop(self, timeout: float | None = 30.0) -> bool:
@@ -140,12 +141,12 @@ class ModelInstance:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         self._calls.put(None)
-        self._thread.join(_remaining(deadline))
+        self._thread.join(remaining(deadline))
         stopped = not self._thread.is_alive()
         loop, thread = self.event_loop, self._loop_thread
         if loop is not None and thread is not None:
             loop.call_soon_threadsafe(loop.stop)  # the loop thread then closes its loop
-            thread.join(_remaining(deadline))
+            thread.join(remaining(deadline))
             stopped = stopped and not thread.is_alive()
         return stopped
 
@@ -256,8 +257,3 @@ class ModelInstance:
                 except BaseException:  # schedulers fail their batch; this keeps the thread
                     log.exception("%s: a call on the instance thread failed", self.name)
             self._bound_context = None
-
-
-def _remaining(deadline: float | None) -> float | None:
-    """Seconds left until `deadline` (a time.monotonic() value), never negative; None if none."""
-    return None if deadline is None else max(0.0, deadline - time.monotonic())

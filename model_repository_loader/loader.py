@@ -28,6 +28,7 @@ from .config import (
     polled_config,
     read_model_config,
 )
+from .deadlines import remaining
 from .errors import ModelLoadError
 from .importer import import_model_module
 from .model import Model, ModelVersion, side_by_side
@@ -67,16 +68,12 @@ class LoadedRepository:
         """Close every model side by side; `timeout` bounds the whole (False if reached)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         closes = [
-            (name, lambda model=model: model.close(_remaining(deadline)))
+            (name, lambda model=model: model.close(remaining(deadline)))
             for name, model in self.models.items()
         ]
         finished = side_by_side(closes, deadline, "close")
         composition.uninstall(self.models)
         return finished
-
-
-def _remaining(deadline: float | None) -> float | None:
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def load_repository(

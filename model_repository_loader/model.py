@@ -25,6 +25,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from . import pb_utils
+from .deadlines import remaining
 from .errors import ModelLoadError
 from .execution import Pending
 from .inference import InferRequest, ParameterValue, Respond, answer_of
@@ -275,7 +276,7 @@ class ModelVersion:
         drain_until = None
         if timeout is not None and deadline is not None:
             drain_until = deadline - min(FINALIZE_RESERVE_S, timeout / 2)
-        drained = self._scheduler.drain(_remaining(drain_until))
+        drained = self._scheduler.drain(remaining(drain_until))
         if not drained:
             log.warning(
                 "%s v%d: requests still running after %ss; answering them UNAVAILABLE",
@@ -349,15 +350,11 @@ class Model:
         deadline = None if timeout is None else time.monotonic() + timeout
         finished = True
         for version in self.versions.values():
-            finished = version.close(_remaining(deadline)) and finished
+            finished = version.close(remaining(deadline)) and finished
         return finished
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def _remaining(deadline: float | None) -> float | None:
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 # The part of a close's bound kept for finalize (half the bound if that is less): draining may
@@ -371,7 +368,7 @@ def _finalize_all(
     """Finalize `instances` side by side, waiting no longer than `deadline` in total."""
 
     def finalize(instance: ModelInstance | IsolatedInstance) -> Callable[[], object]:
-        return lambda: instance.finalize(_remaining(deadline))
+        return lambda: instance.finalize(remaining(deadline))
 
     return side_by_side([(i.name, finalize(i)) for i in instances], deadline, "finalize")
 
@@ -400,7 +397,7 @@ def side_by_side(
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(_remaining(deadline))
+        thread.join(remaining(deadline))
     for index, (name, _call) in enumerate(calls):
         if index not in results:
             log.error("%s: abandoned: %s still running at the bound", name, what)

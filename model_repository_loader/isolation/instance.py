@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import pb_utils
+from ..deadlines import remaining
 from ..errors import ModelLoadError
 from ..execution import Pending
 from ..instance import InstanceSpec
@@ -281,7 +282,7 @@ class IsolatedInstance:
         if child is not None:
             try:
                 child.channel.send(("finalize",))
-                reply = _next_reply(child, _remaining(deadline))
+                reply = _next_reply(child, remaining(deadline))
                 finished = reply is not None and reply[0] == "finalized"
             except OSError:
                 pass
@@ -291,7 +292,7 @@ class IsolatedInstance:
                     self.name,
                     timeout,
                 )
-        return self.stop(_remaining(deadline)) and (finished or child is None)
+        return self.stop(remaining(deadline)) and (finished or child is None)
 
     def stop(self, timeout: float | None = FINALIZE_WAIT_S) -> bool:
         """End the process (at once if not finalized) and the instance's threads.
@@ -306,13 +307,13 @@ class IsolatedInstance:
             self._state.notify_all()
         clean = True
         if child is not None:
-            clean = self._reap(child, _remaining(deadline))
+            clean = self._reap(child, remaining(deadline))
         self._calls.put(None)
         self._outgoing.put(None)
         threads = [*self._threads, self._restarter]
         for thread in threads:
             if thread is not None and thread is not threading.current_thread():
-                thread.join(_remaining(deadline))
+                thread.join(remaining(deadline))
                 clean = clean and not thread.is_alive()
         return clean
 
@@ -688,10 +689,6 @@ def _bls_error(name: str, exc: BaseException) -> pb_utils.InferenceResponse:
 
 def _deadline(timeout: float | None) -> float | None:
     return None if timeout is None else time.monotonic() + timeout
-
-
-def _remaining(deadline: float | None) -> float | None:
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def _child_environment() -> dict[str, str]:
