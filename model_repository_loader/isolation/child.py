@@ -11,7 +11,7 @@ to the parent, which prints them with the server's own format. A request's final
 whether the request failed, and why (Triton's failure reason), for the parent's statistics.
 `sys.argv` is `[""]`, what a model sees under Triton's stub.
 
-The process says "started" as soon as it runs (the parent bounds that, then `initialize`). A
+The process says Started as soon as it runs (the parent bounds that, then `initialize`). A
 failure while handling a message (a shared-memory read or write, a send) fails that request or
 BLS call with an INTERNAL text, and the batch is always reported "executed", so the parent never
 waits for an answer that cannot come.
@@ -36,9 +36,26 @@ from ..execution import Pending, run_execute
 from ..instance import ModelInstance
 from ..pb_utils.metrics import forward_to
 from .messages import (
+    Bls,
+    BlsCancel,
+    BlsRespond,
+    Cancel,
     Channel,
+    Execute,
+    Executed,
+    Finalize,
+    Finalized,
+    Load,
+    Loaded,
+    LoadFailed,
+    Log,
+    Metric,
+    MetricReply,
+    Respond,
+    Started,
+    ToChild,
+    ToParent,
     WireRequest,
-    WireResponse,
     pack_request,
     pack_response,
     unpack_request,
@@ -66,7 +83,7 @@ class _ForwardLogs(logging.Handler):
             attributes["exc_text"] = logging.Formatter().formatException(record.exc_info)
         attributes["exc_info"] = None
         try:
-            self._channel.send(("log", attributes))
+            self._channel.send(Log(attributes))
         except OSError:
             pass  # the parent is gone; nobody to tell
 
@@ -83,11 +100,11 @@ class InstanceProcess:
         forward_to(self.metrics)
 
     def serve(self) -> None:
-        """Run until the parent closes the channel (after "finalized", or if it died)."""
-        self.channel.send(("started",))
-        _, spec, log_level = self.channel.recv()
-        logging.getLogger().setLevel(log_level)
-        instance = self.instance = ModelInstance(spec)
+        """Run until the parent closes the channel (after Finalized, or if it died)."""
+        self.channel.send(Started())
+        load: Load = self.channel.recv()
+        logging.getLogger().setLevel(load.log_level)
+        instance = self.instance = ModelInstance(load.spec)
         _in_background("load", lambda: self._send(_loaded(instance)))
         while True:
             try:
@@ -97,35 +114,38 @@ class InstanceProcess:
             try:
                 self._handle(message)
             except Exception:  # one message's failure must not end the process
-                log.exception("handling a %r message failed", message[0])
+                log.exception("handling %r failed", type(message).__name__)
         self.metrics.close()
 
-    def _handle(self, message: tuple[Any, ...]) -> None:
+    def _handle(self, message: ToChild) -> None:
         """Act on one message from the parent; never waits for the model."""
-        kind = message[0]
-        if kind == "execute":
-            self._execute(message[1], message[2], message[3])
-        elif kind == "cancel":
-            pending = self.open.get(message[1])
-            if pending is not None:
-                pending.cancel()
-        elif kind == "bls_respond":
-            self._bls_respond(message[1], message[2], message[3])
-        elif kind == "metric_reply":
-            self.metrics.answer(message[1], message[2], message[3])
-        elif kind == "finalize":
-            instance = self.instance
-            assert instance is not None
+        match message:
+            case Execute(batch_id, requests, decoupled):
+                self._execute(batch_id, requests, decoupled)
+            case Cancel(key):
+                pending = self.open.get(key)
+                if pending is not None:
+                    pending.cancel()
+            case BlsRespond():
+                self._bls_respond(message)
+            case MetricReply(call, error, value):
+                self.metrics.answer(call, error, value)
+            case Finalize():
+                instance = self.instance
+                assert instance is not None
 
-            def finalize() -> None:
-                try:
-                    instance.finalize()
-                finally:  # the parent waits for it (bounded), whatever happened
-                    self._send(("finalized",))
+                def finalize() -> None:
+                    try:
+                        instance.finalize()
+                    finally:  # the parent waits for it (bounded), whatever happened
+                        self._send(Finalized())
 
-            _in_background("finalize", finalize)
+                _in_background("finalize", finalize)
+            case _:
+                log.error("unexpected message %r from the server process", message)
 
-    def _bls_respond(self, call: int, wire: WireResponse | None, final: bool) -> None:
+    def _bls_respond(self, message: BlsRespond) -> None:
+        call, wire, final = message.call, message.response, message.final
         try:
             response = unpack_response(self.folder, wire)
         except Exception as exc:
@@ -148,7 +168,7 @@ class InstanceProcess:
                 message = _failure(instance, f"could not read the request: {exc!r}")
                 log.error("%s", message)
                 packed = pack_response(self.folder, _error(message))
-                self._send(("respond", wire.key, packed, True, FAILED))
+                self._send(Respond(wire.key, packed, True, FAILED))
 
         def run() -> None:
             try:
@@ -164,11 +184,11 @@ class InstanceProcess:
                         pass  # the send itself is what fails; the parent hears of the death
             finally:
                 # Always: the parent's dispatcher waits for it.
-                self._send(("executed", batch_id))
+                self._send(Executed(batch_id))
 
         instance.submit(run)
 
-    def _send(self, message: tuple[Any, ...]) -> None:
+    def _send(self, message: ToParent) -> None:
         try:
             self.channel.send(message)
         except OSError:
@@ -191,7 +211,7 @@ class InstanceProcess:
                 packed, final, failure = pack_response(self.folder, _error(message)), True, FAILED
             if final:
                 self.open.pop(key, None)
-            self._send(("respond", key, packed, final, failure if final else None))
+            self._send(Respond(key, packed, final, failure if final else None))
 
         def build(pending: Pending) -> pb_utils.InferenceRequest:
             sender = pb_utils.InferenceResponseSender(
@@ -234,7 +254,7 @@ class _Outcome:
 class ForwardedMetrics:
     """The child's MetricsLink: custom metrics live in the parent's registry, so ask it.
 
-    A call waits for the parent's "metric_reply", which the main thread hands over (so the main
+    A call waits for the parent's MetricReply, which the main thread hands over (so the main
     thread itself must never call; model code never runs there). Releases, made from `__del__`,
     only queue their message, and a thread of their own sends it; every call first sends the
     releases queued before it, so the parent sees them in the order the model made them.
@@ -247,7 +267,7 @@ class ForwardedMetrics:
         self._waiting: dict[int, _Reply] = {}
         self._closed = False
         self._order = threading.Lock()  # held while sending: releases, then the call
-        self._releases: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._releases: collections.deque[Metric] = collections.deque()
         self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
         _in_background("metric-releases", self._send_releases)
 
@@ -265,7 +285,7 @@ class ForwardedMetrics:
         try:
             with self._order:
                 self._flush()
-                self.channel.send(("metric", call, op, args))
+                self.channel.send(Metric(call, op, args))
         except OSError:
             with self._lock:
                 self._waiting.pop(call, None)
@@ -277,7 +297,7 @@ class ForwardedMetrics:
 
     def release(self, op: str, *args: Any) -> None:
         # From __del__, maybe in the middle of a send on this very thread: no lock, no send.
-        self._releases.append(("metric", 0, op, args))
+        self._releases.append(Metric(0, op, args))
         self._wake.put(None)
 
     def answer(self, call: int, error: str | None, value: Any) -> None:
@@ -323,7 +343,7 @@ class ForwardedBls:
     """The child's BLS executor: the called models live in the parent, so ask it.
 
     Each call gets a ResponseIterator that the main thread fills from the parent's
-    `bls_respond` messages; `exec()` (not decoupled) waits for its one response.
+    BlsRespond messages; `exec()` (not decoupled) waits for its one response.
     """
 
     def __init__(self, channel: Channel, folder: SegmentFolder) -> None:
@@ -337,15 +357,13 @@ class ForwardedBls:
         self, request: pb_utils.InferenceRequest, decoupled: bool
     ) -> pb_utils.InferenceResponse | pb_utils.ResponseIterator:
         call = next(self._ids)
-        iterator = pb_utils.ResponseIterator._create(
-            lambda: self.channel.send(("bls_cancel", call))
-        )
+        iterator = pb_utils.ResponseIterator._create(lambda: self.channel.send(BlsCancel(call)))
         with self._lock:
             self._calls[call] = iterator
         wire = None
         try:
             wire = pack_request(self.folder, call, request)
-            self.channel.send(("bls", call, wire, decoupled))
+            self.channel.send(Bls(call, wire, decoupled))
         except Exception as exc:
             # The call is answered with the failure rather than left waiting.
             if wire is not None:
@@ -362,15 +380,15 @@ class ForwardedBls:
             iterator._put(response, final)
 
 
-def _loaded(instance: ModelInstance) -> tuple[Any, ...]:
+def _loaded(instance: ModelInstance) -> Loaded | LoadFailed:
     """Load the model: the message that tells the parent how it went."""
     try:
         instance.load()
     except ModelLoadError as exc:
-        return ("load_failed", str(exc))
+        return LoadFailed(str(exc))
     except BaseException as exc:  # the parent must hear of it rather than wait for its bound
-        return ("load_failed", f"Internal: {exc!r}")
-    return ("loaded",)
+        return LoadFailed(f"Internal: {exc!r}")
+    return Loaded()
 
 
 def _in_background(name: str, target: Any) -> None:

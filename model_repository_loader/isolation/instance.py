@@ -10,7 +10,7 @@ a send) fails that batch's requests with an INTERNAL text, one that handling a m
 process fails that request (or BLS call) only, and both threads go on serving.
 
 Every wait is bounded. Starting is two steps, as Triton's stub start-up is: the process must say
-"started" (its interpreter and this package imported) within `start_timeout` (30 s, as Triton's
+Started (its interpreter and this package imported) within `start_timeout` (30 s, as Triton's
 `stub-timeout-seconds`), then `initialize` must finish within `initialize_timeout`: generous
 (10 min) because loading weights legitimately takes long, and set per model with the config
 parameter `BRIDGE_INITIALIZE_TIMEOUT_SECONDS`. A start that fails or runs out of time kills the
@@ -58,12 +58,30 @@ from ..errors import ModelLoadError
 from ..execution import Pending
 from ..instance import InstanceSpec
 from ..pb_utils.metrics import REGISTRY, LinkedMetrics
+from .bls_calls import BlsCalls
 from .messages import (
+    Bls,
+    BlsCancel,
+    Cancel,
     Channel,
+    Execute,
+    Executed,
+    Exited,
+    Finalize,
+    Finalized,
+    Load,
+    Loaded,
+    LoadFailed,
+    Log,
+    Metric,
+    MetricReply,
+    Reply,
+    Respond,
+    Started,
+    ToChild,
+    ToParent,
     WireRequest,
     pack_request,
-    pack_response,
-    unpack_request,
     unpack_response,
 )
 from .tensors import SegmentFolder
@@ -84,13 +102,13 @@ _REAP_S = 5.0
 
 
 @dataclass(eq=False)
-class _Child:
+class Child:
     """One instance process and what belongs to it; a restart makes a new one."""
 
     process: subprocess.Popen[bytes]
     channel: Channel
     folder: SegmentFolder
-    replies: queue.SimpleQueue[tuple[Any, ...]] = field(default_factory=queue.SimpleQueue)
+    replies: queue.SimpleQueue[Reply] = field(default_factory=queue.SimpleQueue)
     reader: threading.Thread | None = None
     # Requests and batches sent to this process (under IsolatedInstance._lock); `exited` once
     # its reader saw the end, after which nothing more is registered.
@@ -129,16 +147,14 @@ class IsolatedInstance:
         self._lock = threading.Lock()  # each child's open, executing and exited
         # Guards the life-cycle state: the current child, alive, stopping.
         self._state = threading.Condition()
-        self._child: _Child | None = None
+        self._child: Child | None = None
         self._alive = False
         self._stopping = False
         self._restarter: threading.Thread | None = None
-        self._bls = _BlsCalls(self)
+        self._bls = BlsCalls(self.name)
         self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         # Cancels and metric replies, sent by the replier thread: (process, message).
-        self._outgoing: queue.SimpleQueue[tuple[_Child, tuple[Any, ...]] | None] = (
-            queue.SimpleQueue()
-        )
+        self._outgoing: queue.SimpleQueue[tuple[Child, ToChild] | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._dispatch, name=f"isolated:{self.name}", daemon=True),
             threading.Thread(target=self._reply, name=f"isolated-reply:{self.name}", daemon=True),
@@ -177,7 +193,7 @@ class IsolatedInstance:
                     f"Internal: the process of instance '{self.name}' did not start within "
                     f"{self.start_timeout:g} s; it was stopped"
                 )
-            if started[0] != "started":
+            if not isinstance(started, Started):
                 raise ModelLoadError(_died(self.name))
             reply = _next_reply(child, timeout)
             if reply is None:
@@ -186,8 +202,10 @@ class IsolatedInstance:
                     f"{timeout:g} s (model config parameter {INITIALIZE_TIMEOUT_PARAMETER}); "
                     "its process was stopped"
                 )
-            if reply[0] != "loaded":
-                raise ModelLoadError(reply[1] if reply[0] == "load_failed" else _died(self.name))
+            if isinstance(reply, LoadFailed):
+                raise ModelLoadError(reply.reason)
+            if not isinstance(reply, Loaded):
+                raise ModelLoadError(_died(self.name))
             with self._state:
                 # Checked with the lock held: if the process died already, its reader saw it
                 # before we get here (no restart for a never-alive child), so we must not live.
@@ -202,7 +220,7 @@ class IsolatedInstance:
             self._reap(child, 0.0)
             raise
 
-    def _spawn(self) -> _Child:
+    def _spawn(self) -> Child:
         """Start a process (not yet initialized) and its reader; ModelLoadError on OSError."""
         folder: SegmentFolder | None = None
         parent_end = child_end = None
@@ -225,7 +243,7 @@ class IsolatedInstance:
                     env=_child_environment(),
                 )
                 channel = Channel(Connection(parent_end.detach()))
-                child = _Child(process, channel, folder)
+                child = Child(process, channel, folder)
                 self._child = child
         except (OSError, subprocess.SubprocessError) as exc:
             if parent_end is not None:
@@ -243,7 +261,7 @@ class IsolatedInstance:
         )
         child.reader.start()
         try:
-            child.channel.send(("load", self.spec, logging.getLogger().getEffectiveLevel()))
+            child.channel.send(Load(self.spec, logging.getLogger().getEffectiveLevel()))
         except OSError:
             pass  # the process died already: the reader says so
         return child
@@ -281,9 +299,8 @@ class IsolatedInstance:
         finished = False
         if child is not None:
             try:
-                child.channel.send(("finalize",))
-                reply = _next_reply(child, remaining(deadline))
-                finished = reply is not None and reply[0] == "finalized"
+                child.channel.send(Finalize())
+                finished = isinstance(_next_reply(child, remaining(deadline)), Finalized)
             except OSError:
                 pass
             if not finished:
@@ -317,7 +334,7 @@ class IsolatedInstance:
                 clean = clean and not thread.is_alive()
         return clean
 
-    def _reap(self, child: _Child, timeout: float | None) -> bool:
+    def _reap(self, child: Child, timeout: float | None) -> bool:
         """End `child`: let it exit for `timeout` s, else kill it; then its socket and folder.
 
         True if it exited by itself. Only the first call for a child does anything.
@@ -382,7 +399,7 @@ class IsolatedInstance:
             for key, pending in zip(keys, batch, strict=True):
                 wires.append(pack_request(child.folder, key, pending.request))
             packed = True
-            child.channel.send(("execute", batch_id, wires, decoupled))
+            child.channel.send(Execute(batch_id, wires, decoupled))
         except Exception as exc:
             for wire in wires:
                 child.folder.discard(wire.inputs)
@@ -395,10 +412,10 @@ class IsolatedInstance:
             return
         for key, pending in zip(keys, batch, strict=True):
             # After the send, so a cancel never reaches the process before its request.
-            pending.on_cancel(lambda key=key: self._outgoing.put((child, ("cancel", key))))
+            pending.on_cancel(lambda key=key: self._outgoing.put((child, Cancel(key))))
         executed.wait()
 
-    def _fail_batch(self, child: _Child, batch_id: int, keys: list[int], message: str) -> None:
+    def _fail_batch(self, child: Child, batch_id: int, keys: list[int], message: str) -> None:
         with self._lock:
             child.executing.pop(batch_id, None)
             failed = [p for k in keys if (p := child.open.pop(k, None)) is not None]
@@ -412,18 +429,18 @@ class IsolatedInstance:
         # The replier: a send may wait behind a large message, never on the caller or reader.
         while (item := self._outgoing.get()) is not None:
             child, message = item
-            if message[0] == "cancel" and message[1] not in child.open:
+            if isinstance(message, Cancel) and message.key not in child.open:
                 continue  # answered meanwhile
             try:
                 child.channel.send(message)
             except OSError:
                 pass  # the process is gone; the reader fails what it held
             except Exception:
-                log.exception("%s: could not send a %r message", self.name, message[0])
+                log.exception("%s: could not send %r", self.name, type(message).__name__)
 
     # -- messages from the process ---------------------------------------------------------
 
-    def _read(self, child: _Child) -> None:
+    def _read(self, child: Child) -> None:
         spec = self.spec
         # Who the process's metric families belong to while it runs: bound here only, since
         # this thread runs their operations and ends with the process.
@@ -437,7 +454,7 @@ class IsolatedInstance:
                     try:
                         self._handle(child, message)
                     except Exception:
-                        log.exception("%s: handling a %r message failed", self.name, message[0])
+                        log.exception("%s: handling %r failed", self.name, type(message).__name__)
             except (EOFError, OSError):
                 pass
             except Exception:
@@ -448,40 +465,41 @@ class IsolatedInstance:
         child.metrics.clear()
         self._on_exit(child)
 
-    def _handle(self, child: _Child, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        if kind == "respond":
-            self._respond(child, message[1], message[2], message[3], message[4])
-        elif kind == "metric":
-            self._metric(child, message[1], message[2], message[3])
-        elif kind == "executed":
-            with self._lock:
-                event = child.executing.pop(message[1], None)
-            if event is not None:
-                event.set()
-        elif kind == "log":
-            _emit_log(message[1])
-        elif kind == "bls":
-            self._bls.start(child, message[1], message[2], message[3])
-        elif kind == "bls_cancel":
-            self._bls.cancel(child, message[1])
-        else:
-            child.replies.put(message)
+    def _handle(self, child: Child, message: ToParent) -> None:
+        match message:
+            case Respond():
+                self._respond(child, message)
+            case Metric():
+                self._metric(child, message)
+            case Executed(batch_id):
+                with self._lock:
+                    event = child.executing.pop(batch_id, None)
+                if event is not None:
+                    event.set()
+            case Log(attributes):
+                _emit_log(attributes)
+            case Bls():
+                self._bls.start(child, message)
+            case BlsCancel(call):
+                self._bls.cancel(child, call)
+            case Started() | Loaded() | LoadFailed() | Finalized():
+                child.replies.put(message)
+            case _:
+                log.error("%s: unexpected message %r from the process", self.name, message)
 
-    def _metric(self, child: _Child, call: int, op: str, args: tuple[Any, ...]) -> None:
+    def _metric(self, child: Child, message: Metric) -> None:
         """Run one custom-metric operation for the process; answer it unless it is a release."""
         try:
-            value, error = child.metrics.run(op, args), None
+            value, error = child.metrics.run(message.op, message.args), None
         except Exception as exc:  # the registry's text goes back to the model as it is
             value, error = None, str(exc)
-        if call:
-            self._outgoing.put((child, ("metric_reply", call, error, value)))
+        if message.call:
+            self._outgoing.put((child, MetricReply(message.call, error, value)))
         elif error is not None:
             log.debug("%s: releasing a metric failed: %s", self.name, error)
 
-    def _respond(
-        self, child: _Child, key: int, wire: Any, final: bool, failure: str | None
-    ) -> None:
+    def _respond(self, child: Child, message: Respond) -> None:
+        key, wire, final = message.key, message.response, message.final
         with self._lock:
             pending = child.open.pop(key, None) if final else child.open.get(key)
         if pending is None:
@@ -498,7 +516,7 @@ class IsolatedInstance:
             pending.fail(message)
             return
         try:
-            pending.deliver(response, final, failure)
+            pending.deliver(response, final, message.failure)
         except Exception as exc:
             # The caller's respond raised; the request still gets a final answer if it can.
             with self._lock:
@@ -507,7 +525,7 @@ class IsolatedInstance:
             log.error("%s", message)
             pending.fail(message)
 
-    def _on_exit(self, child: _Child) -> None:
+    def _on_exit(self, child: Child) -> None:
         """The process is gone: fail what it held, then restart it unless we are stopping."""
         with self._lock:
             child.exited = True
@@ -518,7 +536,7 @@ class IsolatedInstance:
             pending.fail(message)
         for event in executing:
             event.set()
-        child.replies.put(("exited",))
+        child.replies.put(Exited())
         with self._state:
             was_alive = self._child is child and self._alive
             if was_alive:
@@ -534,7 +552,7 @@ class IsolatedInstance:
         )
         self._restarter.start()
 
-    def _restart(self, dead: _Child) -> None:
+    def _restart(self, dead: Child) -> None:
         """Start a new process until one initializes, backing off between failed attempts."""
         with self._state:
             if self._child is dead:
@@ -576,91 +594,8 @@ class IsolatedInstance:
             os.kill(child.process.pid, 9)
 
 
-class _BlsCalls:
-    """BLS calls made by the model in the process, run here where the called models live.
-
-    Every call gets a final answer, an error response if running it failed here: the model in
-    the process waits for it.
-    """
-
-    def __init__(self, instance: IsolatedInstance) -> None:
-        self.instance = instance
-        # Keyed by process too: call numbers start again at 1 in a restarted process.
-        self._running: dict[tuple[_Child, int], Any] = {}
-
-    def start(self, child: _Child, call: int, wire: WireRequest, decoupled: bool) -> None:
-        # A call blocks until its target answers: never on the reader thread.
-        try:
-            threading.Thread(
-                target=self._run,
-                args=(child, call, wire, decoupled),
-                name="isolated-bls",
-                daemon=True,
-            ).start()
-        except Exception as exc:
-            child.folder.discard(wire.inputs)
-            self._send(child, call, _bls_error(self.instance.name, exc), True)
-
-    def _run(self, child: _Child, call: int, wire: WireRequest, decoupled: bool) -> None:
-        try:
-            response = self._call(child, call, wire, decoupled)
-        except Exception as exc:
-            child.folder.discard(wire.inputs)
-            response = _bls_error(self.instance.name, exc)
-            log.error("%s", response.error().message())  # type: ignore[union-attr]
-        self._send(child, call, response, True)
-
-    def _call(
-        self, child: _Child, call: int, wire: WireRequest, decoupled: bool
-    ) -> pb_utils.InferenceResponse | None:
-        """Run the call; send every response but the last, and return that one."""
-        executor = pb_utils.request._bls_executor
-        if executor is None:
-            error = pb_utils.TritonError("BLS is not available: no model repository is loaded")
-            return pb_utils.InferenceResponse(error=error)
-        request = unpack_request(child.folder, wire, response_sender=None)
-        result = executor(request, decoupled)
-        if not decoupled:
-            return result
-        self._running[child, call] = result
-        # Hold each response back by one, so the last one goes out flagged final (the
-        # iterator already ends with Triton's empty response where there is one).
-        last: pb_utils.InferenceResponse | None = None
-        try:
-            for response in result:
-                if last is not None:
-                    self._send(child, call, last, False)
-                last = response
-        finally:
-            self._running.pop((child, call), None)
-        return last
-
-    def cancel(self, child: _Child, call: int) -> None:
-        iterator = self._running.get((child, call))
-        if iterator is not None:
-            iterator.cancel()
-
-    def _send(
-        self,
-        child: _Child,
-        call: int,
-        response: pb_utils.InferenceResponse | None,
-        final: bool,
-    ) -> None:
-        try:
-            wire = pack_response(child.folder, response)
-        except Exception as exc:
-            response = _bls_error(self.instance.name, exc)
-            log.error("%s", response.error().message())  # type: ignore[union-attr]
-            wire, final = pack_response(child.folder, response), True
-        try:
-            child.channel.send(("bls_respond", call, wire, final))
-        except OSError:
-            pass  # the process is gone; so is the caller
-
-
-def _next_reply(child: _Child, timeout: float | None) -> tuple[Any, ...] | None:
-    """The process's next reply (("exited",) if it died), or None after `timeout` seconds."""
+def _next_reply(child: Child, timeout: float | None) -> Reply | None:
+    """The process's next reply (Exited if it died), or None after `timeout` seconds."""
     try:
         return child.replies.get(timeout=timeout)
     except queue.Empty:
@@ -678,13 +613,6 @@ def _shutdown(channel: Channel) -> None:
         pass
     finally:
         sock.detach()  # the Connection still owns the descriptor
-
-
-def _bls_error(name: str, exc: BaseException) -> pb_utils.InferenceResponse:
-    message = f"BLS call from instance '{name}' failed in the server process: {exc!r}"
-    return pb_utils.InferenceResponse(
-        error=pb_utils.TritonError(message, pb_utils.TritonError.INTERNAL)
-    )
 
 
 def _deadline(timeout: float | None) -> float | None:

@@ -1,21 +1,23 @@
 """What the parent and an instance process say to each other, over one socket pair.
 
-Every message is a tuple whose first item names it. Sends are serialized by a lock because the
-child answers from several threads (a decoupled model sends from any thread it likes).
+Every message is one of the frozen dataclasses below; a receiver dispatches on its type with
+`match`. Sends are serialized by a lock because the child answers from several threads (a
+decoupled model sends from any thread it likes).
 
 Parent → child                              Child → parent
-                                              ("started",)  (first, as soon as it runs)
-  ("load", InstanceSpec, log level)           ("loaded",) | ("load_failed", reason)
-  ("execute", batch_id, [WireRequest], dec)   ("respond", key, WireResponse | None, final,
-                                                failure)  (a failed request's reason, or None)
-  ("cancel", key)                             ("executed", batch_id)
-  ("finalize",)                               ("finalized",)
-                                              ("log", record attributes)
+                                              Started  (first, as soon as it runs)
+  Load(spec, log_level)                       Loaded | LoadFailed(reason)
+  Execute(batch_id, requests, decoupled)      Respond(key, response, final, failure)
+                                                (failure: a failed request's reason, or None)
+  Cancel(key)                                 Executed(batch_id)
+  Finalize                                    Finalized
+                                              Log(attributes)
 BLS calls and custom-metric operations the model makes go the other way round, since the models
 it calls and the metrics registry live in the parent:
-  ("bls_respond", call, WireResponse|None, final)   ("bls", call, WireRequest, decoupled)
-                                                    ("bls_cancel", call)
-  ("metric_reply", call, error text|None, value)    ("metric", call, op, args)  (call 0: no reply)
+  BlsRespond(call, response, final)           Bls(call, request, decoupled) | BlsCancel(call)
+  MetricReply(call, error, value)             Metric(call, op, args)  (call 0: no reply)
+`Exited` is never sent: the parent's reader queues it for whoever waits on a reply from a
+process that died.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from ..instance import InstanceSpec
 from ..pb_utils import InferenceRequest, InferenceResponse, TritonError
 from ..pb_utils.errors import ErrorCode
 from .tensors import SegmentFolder, WireTensor, pack_all, unpack_all
@@ -52,6 +55,119 @@ class WireResponse:
     parameters_json: str
 
 
+# -- parent → child ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    spec: InstanceSpec
+    log_level: int
+
+
+@dataclass(frozen=True, slots=True)
+class Execute:
+    batch_id: int
+    requests: list[WireRequest]
+    decoupled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    key: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finalize:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class BlsRespond:
+    call: int
+    response: WireResponse | None
+    final: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MetricReply:
+    call: int
+    error: str | None
+    value: Any
+
+
+# -- child → parent ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class LoadFailed:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Respond:
+    key: int
+    response: WireResponse | None
+    final: bool
+    failure: str | None  # the request's failure reason, on a final response of a failed one
+
+
+@dataclass(frozen=True, slots=True)
+class Executed:
+    batch_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finalized:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    attributes: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Bls:
+    call: int
+    request: WireRequest
+    decoupled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BlsCancel:
+    call: int
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    call: int  # 0: a release, not answered
+    op: str
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Exited:
+    """Not a message: what the parent's reader queues when the process's stream ended."""
+
+
+ToChild = Load | Execute | Cancel | Finalize | BlsRespond | MetricReply
+ToParent = (
+    Started | Loaded | LoadFailed | Respond | Executed | Finalized | Log | Bls | BlsCancel | Metric
+)
+# What a start or a finalize waits for (IsolatedInstance's reply queue).
+Reply = Started | Loaded | LoadFailed | Finalized | Exited
+
+
 class Channel:
     """A `Connection` that many threads may send on."""
 
@@ -59,11 +175,11 @@ class Channel:
         self.connection = connection
         self._send_lock = threading.Lock()
 
-    def send(self, message: tuple[Any, ...]) -> None:
+    def send(self, message: ToChild | ToParent) -> None:
         with self._send_lock:
             self.connection.send(message)
 
-    def recv(self) -> tuple[Any, ...]:
+    def recv(self) -> Any:  # ToChild or ToParent, by side
         return self.connection.recv()
 
     def close(self) -> None:
