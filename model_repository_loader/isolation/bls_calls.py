@@ -65,7 +65,7 @@ class BlsCalls:
             return pb_utils.InferenceResponse(error=error)
         request = unpack_request(child.folder, wire, response_sender=None)
         result = executor(request, decoupled)
-        if not decoupled:
+        if not isinstance(result, pb_utils.ResponseIterator):
             return result
         self._running[child, call] = result
         # Hold each response back by one, so the last one goes out flagged final (the

@@ -144,8 +144,8 @@ class InstanceProcess:
             case _:
                 log.error("unexpected message %r from the server process", message)
 
-    def _bls_respond(self, message: BlsRespond) -> None:
-        call, wire, final = message.call, message.response, message.final
+    def _bls_respond(self, reply: BlsRespond) -> None:
+        call, wire, final = reply.call, reply.response, reply.final
         try:
             response = unpack_response(self.folder, wire)
         except Exception as exc:

@@ -48,6 +48,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -412,7 +413,7 @@ class IsolatedInstance:
             return
         for key, pending in zip(keys, batch, strict=True):
             # After the send, so a cancel never reaches the process before its request.
-            pending.on_cancel(lambda key=key: self._outgoing.put((child, Cancel(key))))
+            pending.on_cancel(partial(self._outgoing.put, (child, Cancel(key))))
         executed.wait()
 
     def _fail_batch(self, child: Child, batch_id: int, keys: list[int], message: str) -> None:
@@ -498,8 +499,8 @@ class IsolatedInstance:
         elif error is not None:
             log.debug("%s: releasing a metric failed: %s", self.name, error)
 
-    def _respond(self, child: Child, message: Respond) -> None:
-        key, wire, final = message.key, message.response, message.final
+    def _respond(self, child: Child, reply: Respond) -> None:
+        key, wire, final = reply.key, reply.response, reply.final
         with self._lock:
             pending = child.open.pop(key, None) if final else child.open.get(key)
         if pending is None:
@@ -516,7 +517,7 @@ class IsolatedInstance:
             pending.fail(message)
             return
         try:
-            pending.deliver(response, final, message.failure)
+            pending.deliver(response, final, reply.failure)
         except Exception as exc:
             # The caller's respond raised; the request still gets a final answer if it can.
             with self._lock:

@@ -87,7 +87,7 @@ class SegmentFolder:
         path = self.path / name
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         try:
-            view = memoryview(np.ascontiguousarray(array)).cast("B")
+            view = memoryview(np.ascontiguousarray(array).data).cast("B")
             while view:
                 view = view[os.write(fd, view) :]
         except BaseException:
@@ -139,7 +139,7 @@ class SegmentFolder:
         array = np.empty(count, dtype=dtype)
         fd = os.open(path, os.O_RDONLY)
         try:
-            view = memoryview(array).cast("B")
+            view = memoryview(array.data).cast("B")
             while view:
                 read = os.readv(fd, [view])
                 if read == 0:

@@ -219,7 +219,7 @@ class MetricFamily:
     __slots__ = ("_handle", "__weakref__")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._handle: _Handle | None = None
+        self._handle: _Handle | _Remote | None = None
         params = bind_arguments(("name", "description", "kind"), args, kwargs)
         if (
             params is None
@@ -289,6 +289,9 @@ class Metric:
     """One time series of a family: `increment`, `set`, `observe`, `value`."""
 
     __slots__ = ("_handle", "_labels", "_series", "__weakref__")
+    _handle: _Handle | _Remote
+    _labels: tuple[tuple[str, str], ...]
+    _series: _Series | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("c_python_backend_utils.Metric: No constructor defined!")
@@ -310,7 +313,7 @@ class Metric:
         value = self._argument("increment", args, kwargs)
         if isinstance(self._handle, _Remote):
             return _call_remote("increment", self._handle, value)
-        kind = self._usable("increment")
+        kind, series = self._usable("increment")
         if kind == HISTOGRAM:
             raise self._unsupported("increment", kind, "Increment")
         if kind == COUNTER and value < 0.0:
@@ -322,26 +325,25 @@ class Metric:
                 )
             )
         with REGISTRY._lock:
-            self._series.value += value
+            series.value += value
 
     def set(self, *args: Any, **kwargs: Any) -> None:
         value = self._argument("set", args, kwargs)
         if isinstance(self._handle, _Remote):
             return _call_remote("set", self._handle, value)
-        kind = self._usable("set")
+        kind, series = self._usable("set")
         if kind != GAUGE:
             raise self._unsupported("set", kind, "Set")
         with REGISTRY._lock:
-            self._series.value = value
+            series.value = value
 
     def observe(self, *args: Any, **kwargs: Any) -> None:
         value = self._argument("observe", args, kwargs)
         if isinstance(self._handle, _Remote):
             return _call_remote("observe", self._handle, value)
-        kind = self._usable("observe")
+        kind, series = self._usable("observe")
         if kind != HISTOGRAM:
             raise self._unsupported("observe", kind, "Observe")
-        series = self._series
         bounds = series.bounds or ()
         index = len(bounds)
         for i, bound in enumerate(bounds):
@@ -360,10 +362,10 @@ class Metric:
             )
         if isinstance(self._handle, _Remote):
             return _call_remote("value", self._handle)
-        kind = self._usable("get")
+        kind, series = self._usable("get")
         if kind == HISTOGRAM:
             raise self._unsupported("get", kind, "Value")
-        return self._series.value
+        return series.value
 
     def _argument(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
         if len(args) != 1 or kwargs:
@@ -375,11 +377,12 @@ class Metric:
             )
         return _as_float(args[0], method, (self, *args))
 
-    def _usable(self, verb: str) -> MetricKind:
-        assert isinstance(self._handle, _Handle)
+    def _usable(self, verb: str) -> tuple[MetricKind, _Series]:
+        """The family's kind and this metric's series; a local metric's, of a live family."""
+        assert isinstance(self._handle, _Handle) and self._series is not None
         if self._handle.deleted:
             raise TritonModelException(f"Failed to {verb} metric value: {_DELETED}")
-        return self._handle.family.kind
+        return self._handle.family.kind, self._series
 
     @staticmethod
     def _unsupported(verb: str, kind: MetricKind, operation: str) -> TritonModelException:

@@ -151,7 +151,7 @@ class InferenceRequest:
         self._preferred_memory = params["preferred_memory"]
         self._trace = params["trace"]
         self._parameters = parameters_json
-        self._response_sender = None
+        self._response_sender: InferenceResponseSender | None = None
         self._is_cancelled = _never_cancelled
         self._release_flags = 1
 

@@ -20,6 +20,10 @@ _END = object()
 
 class ResponseIterator:
     __slots__ = ("_items", "_ready", "_cancel", "_finished")
+    _items: deque[Any]
+    _ready: threading.Condition
+    _cancel: Callable[[], None] | None
+    _finished: bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("ResponseIterator objects are created by InferenceRequest.exec()")
