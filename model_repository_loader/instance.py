@@ -26,7 +26,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from . import pb_utils
 from .deadlines import remaining
@@ -48,6 +48,28 @@ class InstanceSpec:
     model_file: Path
     version: int
     args: dict[str, str]
+
+
+class Instance(Protocol):
+    """One model instance as a model version and its scheduler use it, of either kind: in this
+    process on a thread (ModelInstance) or in a process of its own (isolation.IsolatedInstance).
+    """
+
+    name: str
+
+    @property
+    def alive(self) -> bool: ...
+    def load(self) -> None: ...
+    def submit(self, fn: Callable[[], None]) -> None:
+        """Run `fn` on the instance's own thread, after what was submitted before."""
+        ...
+
+    def run_batch(self, batch: list[Pending], decoupled: bool) -> None:
+        """Execute one batch; return when the model's `execute` returned."""
+        ...
+
+    def finalize(self, timeout: float | None = ...) -> bool: ...
+    def stop(self, timeout: float | None = ...) -> bool: ...
 
 
 class ModelInstance:

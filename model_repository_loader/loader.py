@@ -184,7 +184,7 @@ def _version_config(
         )
 
 
-def _model_class(model_file: Path) -> type:
+def _model_class(model_file: Path) -> type | None:
     """Import model.py once, only to reach `TritonPythonModel.auto_complete_config`."""
     return getattr(import_model_module(model_file), "TritonPythonModel", None)
 

@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -29,7 +29,7 @@ from .deadlines import remaining
 from .errors import ModelLoadError
 from .execution import Pending
 from .inference import InferRequest, ParameterValue, Respond, answer_of
-from .instance import InstanceSpec, ModelInstance
+from .instance import Instance, InstanceSpec, ModelInstance
 from .isolation import IsolatedInstance
 from .isolation.kind import runs_in_process
 from .scheduling import ModelStats, Scheduler, build_scheduler
@@ -86,7 +86,7 @@ class ModelVersion:
         self._batching = config.max_batch_size > 0
         # Told when an isolated instance dies or comes back (see `ready`).
         self.on_readiness_change: Callable[[], None] | None = None
-        self.instances: list[ModelInstance | IsolatedInstance] = [
+        self.instances: list[Instance] = [
             IsolatedInstance(spec, self._instance_health_changed)
             if isolated
             else ModelInstance(spec)
@@ -122,7 +122,7 @@ class ModelVersion:
         Whatever fails (an OSError starting an instance process too) becomes a ModelLoadError
         once every instance is stopped: a failed load leaves no thread, process or folder.
         """
-        loaded: list[ModelInstance | IsolatedInstance] = []
+        loaded: list[Instance] = []
         try:
             for instance in self.instances:
                 instance.load()
@@ -210,7 +210,9 @@ class ModelVersion:
             pending.deliver, decoupled=self.decoupled, is_cancelled=pending.is_cancelled
         )
         if params:
-            correlation_id = params.get("sequence_id", 0)
+            sequence_id = params.get("sequence_id", 0)
+            # An int or a string, as the wire allows (bridge/codec.py refuses other types).
+            correlation_id = sequence_id if isinstance(sequence_id, int | str) else 0
             flags = _sequence_flags(params)
             timeout = int(params.get("timeout", 0))
             parameters_json = _custom_parameters_json(params)
@@ -327,13 +329,13 @@ class Model:
         return self.latest.config
 
     def submit(self, request: InferRequest, respond: Respond) -> Pending | None:
-        version = self.latest
+        version: ModelVersion | None = self.latest
         if request.model_version != -1:
             version = self.versions.get(request.model_version)
-            if version is None:
-                message = unknown_model_error(self.name, request.model_version)
-                respond(_error_response(message, pb_utils.TritonError.NOT_FOUND), True)
-                return None
+        if version is None:
+            message = unknown_model_error(self.name, request.model_version)
+            respond(_error_response(message, pb_utils.TritonError.NOT_FOUND), True)
+            return None
         return version.submit(request, respond)
 
     def infer(
@@ -362,19 +364,17 @@ class Model:
 FINALIZE_RESERVE_S = 1.0
 
 
-def _finalize_all(
-    instances: list[ModelInstance | IsolatedInstance], deadline: float | None
-) -> bool:
+def _finalize_all(instances: list[Instance], deadline: float | None) -> bool:
     """Finalize `instances` side by side, waiting no longer than `deadline` in total."""
 
-    def finalize(instance: ModelInstance | IsolatedInstance) -> Callable[[], object]:
+    def finalize(instance: Instance) -> Callable[[], object]:
         return lambda: instance.finalize(remaining(deadline))
 
     return side_by_side([(i.name, finalize(i)) for i in instances], deadline, "finalize")
 
 
 def side_by_side(
-    calls: list[tuple[str, Callable[[], object]]], deadline: float | None, what: str
+    calls: Sequence[tuple[str, Callable[[], object]]], deadline: float | None, what: str
 ) -> bool:
     """Run each named call on a daemon thread of its own; wait for them until `deadline`.
 

@@ -358,8 +358,11 @@ class RequestValidator:
         self._input_count = len(config.input)
         self._required = [i.name for i in config.input if not i.optional]
         self._outputs = frozenset(o.name for o in config.output)
+        # Input name → (config dims, config reshape), for the inputs that have a reshape.
         self._reshapes = {
-            spec.name: spec for spec in self._inputs.values() if spec.reshape is not None
+            spec.name: (spec.dims, spec.reshape)
+            for spec in self._inputs.values()
+            if spec.reshape is not None
         }
 
     # -- public ---------------------------------------------------------------------------------
@@ -410,12 +413,12 @@ class RequestValidator:
             return inputs
         out = []
         for tensor in inputs:
-            spec = self._reshapes.get(tensor._name)
-            if spec is None:
+            dims_and_reshape = self._reshapes.get(tensor._name)
+            if dims_and_reshape is None:
                 out.append(tensor)
                 continue
             array = tensor._array
-            shape = reshaped_input_shape(spec.dims, spec.reshape, array.shape, self.batching)
+            shape = reshaped_input_shape(*dims_and_reshape, array.shape, self.batching)
             out.append(Tensor._from_wire(tensor._name, array.reshape(shape), tensor._datatype))
         return out
 

@@ -55,7 +55,7 @@ def _merge(current: mc.ModelConfig, updated: mc.ModelConfig) -> mc.ModelConfig:
 
 def apply_auto_complete(
     config: mc.ModelConfig,
-    model_class: type,
+    model_class: type | None,
     model_name: str,
     *,
     config_provided: bool = True,

@@ -34,7 +34,7 @@ from .validate import validate_instance_groups, validate_io_config, validate_mod
 logger = logging.getLogger(__name__)
 
 # Imports a model file and returns its TritonPythonModel class; exceptions become load errors.
-ModelClassLoader = Callable[[Path], type]
+ModelClassLoader = Callable[[Path], type | None]  # None: model.py defines no TritonPythonModel
 
 
 @dataclass(frozen=True)

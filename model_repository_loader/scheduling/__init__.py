@@ -17,7 +17,7 @@ from typing import Protocol
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ..execution import Pending
-from ..instance import ModelInstance
+from ..instance import Instance
 from .default import DefaultScheduler
 from .dynamic import DynamicBatcher
 from .entry import RunBatch
@@ -46,7 +46,7 @@ class Scheduler(Protocol):
 
 def build_scheduler(
     config: mc.ModelConfig,
-    instances: Sequence[ModelInstance],
+    instances: Sequence[Instance],
     run_batch: RunBatch,
     stats: ModelStats,
 ) -> Scheduler:

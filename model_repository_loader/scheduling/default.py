@@ -27,16 +27,16 @@ from collections.abc import Sequence
 
 from .. import pb_utils
 from ..execution import Pending, fail_batch
-from ..instance import ModelInstance
+from ..instance import Instance
 from .entry import RunBatch
 from .stats import ModelStats
 
 
 class DefaultScheduler:
     def __init__(
-        self, instances: Sequence[ModelInstance], run_batch: RunBatch, stats: ModelStats
+        self, instances: Sequence[Instance], run_batch: RunBatch, stats: ModelStats
     ) -> None:
-        self._idle: deque[ModelInstance] = deque(instances)
+        self._idle: deque[Instance] = deque(instances)
         self._pending: deque[Pending] = deque()
         self._run_batch = run_batch
         self._stats = stats
@@ -73,7 +73,7 @@ class DefaultScheduler:
                 return  # an instance has it already; run_execute drops it
         pending.fail_cancelled()
 
-    def _run(self, instance: ModelInstance, pending: Pending | None) -> None:
+    def _run(self, instance: Instance, pending: Pending | None) -> None:
         while pending is not None:
             try:
                 if pending.is_cancelled():
@@ -85,7 +85,7 @@ class DefaultScheduler:
             finally:
                 pending = self._next_or_idle(instance)
 
-    def _execute(self, instance: ModelInstance, pending: Pending) -> None:
+    def _execute(self, instance: Instance, pending: Pending) -> None:
         start = time.monotonic_ns()
         pending.left_queue()
         self._run_batch(instance, [pending])
@@ -99,7 +99,7 @@ class DefaultScheduler:
             # by reference counting instead of waiting for the cyclic collector.
             pending.request = None  # type: ignore[assignment]
 
-    def _next_or_idle(self, instance: ModelInstance) -> Pending | None:
+    def _next_or_idle(self, instance: Instance) -> Pending | None:
         with self._lock:
             if self._pending:
                 return self._pending.popleft()

@@ -26,12 +26,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from functools import partial
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from .. import pb_utils
 from ..execution import Pending, fail_batch
-from ..instance import ModelInstance
+from ..instance import Instance
 from .entry import Entry, RunBatch, drop_if_cancelled, run_timed
 from .ordering import InOrder
 from .queue_policy import TIMEOUT_EXPIRED, PriorityQueues, QueueFull
@@ -62,7 +63,7 @@ class DynamicBatcher:
     def __init__(
         self,
         config: mc.ModelConfig,
-        instances: Sequence[ModelInstance],
+        instances: Sequence[Instance],
         run_batch: RunBatch,
         stats: ModelStats,
         *,
@@ -83,7 +84,7 @@ class DynamicBatcher:
         self._run_batch = run_batch
         self._stats = stats
         self._instance_count = len(instances)
-        self._idle: deque[ModelInstance] = deque(instances)
+        self._idle: deque[Instance] = deque(instances)
         self._ready: deque[_Payload] = deque()  # formed, waiting for an instance
         self._current: _Payload | None = None  # the newest payload, which may still grow
         self._busy = 0
@@ -253,9 +254,9 @@ class DynamicBatcher:
                 self._current = None
             instance = self._idle.popleft()
             self._busy += 1
-            instance.submit(lambda i=instance, p=payload: self._run(i, p))
+            instance.submit(partial(self._run, instance, payload))
 
-    def _run(self, instance: ModelInstance, payload: _Payload) -> None:
+    def _run(self, instance: Instance, payload: _Payload) -> None:
         try:
             entries = payload.entries
             pendings = None

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..execution import Pending
-from ..instance import ModelInstance
+from ..instance import Instance
 from .stats import ModelStats
 
-RunBatch = Callable[[ModelInstance, list[Pending]], None]
+RunBatch = Callable[[Instance, list[Pending]], None]
 
 
 @dataclass(slots=True, eq=False)
@@ -48,7 +48,7 @@ def drop_if_cancelled(entry: Entry) -> bool:
 
 def run_timed(
     run_batch: RunBatch,
-    instance: ModelInstance,
+    instance: Instance,
     entries: Sequence[Entry],
     stats: ModelStats,
     pendings: list[Pending] | None = None,

@@ -33,7 +33,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from .. import pb_utils
 from ..execution import Pending, fail_batch
-from ..instance import ModelInstance
+from ..instance import Instance
 from .controls import Controls
 from .entry import Entry, RunBatch, drop_if_cancelled, run_timed
 from .slots import FreeSlots
@@ -53,7 +53,7 @@ def _null_pending(request: pb_utils.InferenceRequest) -> Pending:
 class _Instance:
     __slots__ = ("instance", "index", "slots", "owners", "busy")
 
-    def __init__(self, instance: ModelInstance, index: int, slots: int) -> None:
+    def __init__(self, instance: Instance, index: int, slots: int) -> None:
         self.instance = instance
         self.index = index
         self.slots: list[deque[Entry]] = [deque() for _ in range(slots)]
@@ -65,7 +65,7 @@ class SequenceBatcher:
     def __init__(
         self,
         config: mc.ModelConfig,
-        instances: Sequence[ModelInstance],
+        instances: Sequence[Instance],
         run_batch: RunBatch,
         stats: ModelStats,
     ) -> None:
@@ -145,17 +145,18 @@ class SequenceBatcher:
             return False  # its iterative sequence holds the slot until the run ends
         corrid = entry.pending.request.correlation_id()
         place = self._active.get(corrid)
+        waiting: deque[Entry] | None
         if place is not None:
-            queue = self._instances[place[0]].slots[place[1]]
+            waiting = self._instances[place[0]].slots[place[1]]
         else:
-            queue = self._backlog.get(corrid)
-            if queue is None:
+            waiting = self._backlog.get(corrid)
+            if waiting is None:
                 return False
         try:
-            queue.remove(entry)
+            waiting.remove(entry)
         except ValueError:
             return False
-        if place is None and not queue:
+        if place is None and not waiting:
             del self._backlog[corrid]  # nothing of this sequence waits any more
         return True
 
