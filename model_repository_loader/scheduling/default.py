@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from .. import pb_utils
 from ..execution import Pending, fail_batch
 from ..instance import Instance
-from .entry import RunBatch
+from .entry import RunBatch, run_recorded
 from .stats import ModelStats
 
 
@@ -88,10 +88,16 @@ class DefaultScheduler:
     def _execute(self, instance: Instance, pending: Pending) -> None:
         start = time.monotonic_ns()
         pending.left_queue()
-        self._run_batch(instance, [pending])
-        infer_ns = time.monotonic_ns() - start
-        self._stats.record_execution(
-            pending.batch_size, 1, start - pending.arrival_ns, 0, infer_ns, 0
+        queue_ns = start - pending.arrival_ns
+        run_recorded(
+            self._run_batch,
+            instance,
+            [pending],
+            self._stats,
+            start,
+            queue_ns,
+            pending.batch_size,
+            1,
         )
         if pending.closed:
             # Answered, and this scheduler reads nothing more of it. Dropping the link breaks

@@ -62,7 +62,25 @@ def run_timed(
     queue_ns = sum(start - entry.arrival_ns for entry in entries)
     for entry in entries:  # no longer pending: its execute starts (even as part of a stack)
         entry.pending.left_queue()
-    run_batch(instance, pendings if pendings is not None else [e.pending for e in entries])
-    infer_ns = time.monotonic_ns() - start
+    executed = pendings if pendings is not None else [e.pending for e in entries]
     batch_size = sum(e.batch_size for e in entries)
-    stats.record_execution(batch_size, len(entries), queue_ns, 0, infer_ns, 0)
+    run_recorded(run_batch, instance, executed, stats, start, queue_ns, batch_size, len(entries))
+
+
+def run_recorded(
+    run_batch: RunBatch,
+    instance: Instance,
+    executed: list[Pending],
+    stats: ModelStats,
+    start_ns: int,
+    queue_ns: int,
+    batch_size: int,
+    requests: int,
+) -> None:
+    """Run `execute` over `executed`; record the execution (the one place schedulers do).
+
+    The default scheduler calls this directly with its one request, skipping `Entry`s.
+    """
+    run_batch(instance, executed)
+    infer_ns = time.monotonic_ns() - start_ns
+    stats.record_execution(batch_size, requests, queue_ns, 0, infer_ns, 0)
