@@ -109,6 +109,9 @@ class DynamoRemoteModels:
     # -- the loader's side (any thread) ---------------------------------------------------------
 
     def find(self, name: str) -> RemoteTarget | None:
+        cached = self._cached(name)
+        if cached is not None:
+            return cached.target
         if self._on_loop():
             # Waiting here would stop the very loop that answers: say "not served" instead.
             log.error("remote lookup of '%s' on the event loop refused", name)
@@ -130,6 +133,16 @@ class DynamoRemoteModels:
         except Exception as exc:
             once(_internal(f"BLS call to '{name}' could not be sent: {exc}"), True, False)
         return call
+
+    def _cached(self, name: str) -> _Entry | None:
+        """The cache's entry for `name` while no bridge process came or went, read from any
+        thread without a hop to the loop (the index is replaced whole, never changed)."""
+        control, index = self._control, self._index
+        if control is None or name not in index:
+            return None
+        if tuple(sorted(control.instance_ids())) != self._seen:
+            return None
+        return index[name]
 
     # -- on the loop ----------------------------------------------------------------------------
 
