@@ -11,6 +11,7 @@ test_composition.py, Triton 2.51's texts and codes).
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.cluster_support import file_discovery_env, start_bridge
-from tests.e2e.support import REPOSITORIES, WAIT_S
+from tests.e2e.support import REPOSITORIES, WAIT_S, wait_until
 
 F = [1.0, 2.0, 3.0, 4.0]
 ADD_SUB = {"model": "add_sub", "inputs": [["INPUT0", "FP32", F], ["INPUT1", "FP32", F]]}
@@ -214,3 +215,39 @@ def test_an_ensemble_step_error_in_another_process(client):
         "in ensemble 'remote_raising', Failed to process the request(s) for model 'raiser_0_0'"
         in failure.value.message()
     )
+
+
+def test_bls_follows_a_reload_in_the_other_process(tmp_path):
+    """B swaps add_sub for a new generation (a new endpoint): A's cached endpoint goes stale,
+    and its BLS calls reach the new one, with no failed call on the way."""
+    env = file_discovery_env(tmp_path / "kv")
+    repo_b = tmp_path / "b"
+    shutil.copytree(REPOSITORIES / "cluster_b" / "add_sub", repo_b / "add_sub")
+    b = start_bridge(repo_b, env, tmp_path / "b.log")
+    try:
+        a = start_bridge(REPOSITORIES / "cluster_a", env, tmp_path / "a.log")
+        try:
+            client = a.client()
+            assert probe(client, ADD_SUB)["responses"][0]["outputs"]["OUTPUT0"][2] == [
+                2.0,
+                4.0,
+                6.0,
+                8.0,
+            ]
+            model_file = repo_b / "add_sub" / "1" / "model.py"
+            model_file.write_text(model_file.read_text().replace("a + b", "a + b + 100"))
+            wait_until(
+                lambda: "successfully loaded 'add_sub' (generation 2)" in b.log_text,
+                "the reload in B",
+            )
+            wait_until(
+                lambda: "successfully unloaded 'add_sub' (generation 1)" in b.log_text,
+                "generation 1 withdrawn in B",
+            )
+            (response,) = probe(client, ADD_SUB)["responses"]
+            assert response["error"] is None
+            assert response["outputs"]["OUTPUT0"][2] == [102.0, 104.0, 106.0, 108.0]
+        finally:
+            a.stop()
+    finally:
+        b.stop()
