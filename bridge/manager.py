@@ -168,7 +168,7 @@ class ModelManager:
                 digest = await self._run(repository.content_digest, source.path)
                 model = await self._on_thread(load_model, source, self.options.loader)
             except ModelLoadError as exc:
-                log.info("'%s' still cannot load: %s", name, exc)
+                log.debug("'%s' still cannot load: %s", name, exc)
                 continue
             await self._serve(model, announce=False)
             self.digests[name] = digest

@@ -129,8 +129,14 @@ class DynamoRemoteModels:
         try:
             # Encoded on the caller's thread: the loop only hands bytes over.
             body = encode_bridge_request(request)
-            asyncio.run_coroutine_threadsafe(self._run(name, body, once, call), self._loop)
         except Exception as exc:
+            once(_internal(f"BLS call to '{name}' could not be encoded: {exc!r}"), True, False)
+            return call
+        running = self._run(name, body, once, call)
+        try:
+            asyncio.run_coroutine_threadsafe(running, self._loop)
+        except RuntimeError as exc:  # the loop is closed: the server is stopping
+            running.close()
             once(_internal(f"BLS call to '{name}' could not be sent: {exc}"), True, False)
         return call
 
