@@ -37,7 +37,6 @@ from tritonclient.grpc import model_config_pb2 as mc
 from model_repository_loader.composition import RemoteRespond, RemoteTarget
 from model_repository_loader.inference import InferRequest
 from model_repository_loader.pb_utils import InferenceResponse, TritonError
-from model_repository_loader.validation import unknown_model_error
 
 from ..codec import decode_bridge_item, encode_bridge_request
 from .control_endpoint import control_path
@@ -156,8 +155,7 @@ class DynamoRemoteModels:
         try:
             stream = await self._open(name, body, call)
             if stream is None:
-                error = TritonError(unknown_model_error(name), TritonError.NOT_FOUND)
-                respond(InferenceResponse._create([], error), True, True)
+                respond(None, True, True)  # no process serves it: the loader words it
                 return
             async for item in stream:
                 response, final, rejected = decode_bridge_item(item)

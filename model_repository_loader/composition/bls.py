@@ -183,6 +183,8 @@ class BlsExecutor:
         def respond(
             response: pb_utils.InferenceResponse | None, final: bool, was_rejected: bool
         ) -> None:
+            if response is None and was_rejected:  # gone since find(): nobody serves it
+                response, was_rejected = _error(error_prefix(name) + not_ready_text(name)), False
             if response is not None:
                 responses.append(response)
                 rejected[0] = was_rejected
@@ -217,7 +219,9 @@ class BlsExecutor:
         def respond(
             response: pb_utils.InferenceResponse | None, final: bool, rejected: bool
         ) -> None:
-            if response is not None:
+            if response is None and rejected:  # gone since find(): nobody serves it
+                response = _error(error_prefix(name) + not_ready_text(name))
+            elif response is not None:
                 response = _as_bls_response(response, name, rejected=rejected)
             iterator._put(response, final)
 

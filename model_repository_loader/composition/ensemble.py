@@ -200,11 +200,7 @@ class EnsembleRun:
                 handle = model.submit(request, respond)
             elif remote is not None:
                 # Served by another process: the same step, through the remote seam.
-                handle = remote.submit(
-                    step.model_name,
-                    request,
-                    lambda response, final, _rejected, respond=respond: respond(response, final),
-                )
+                handle = remote.submit(step.model_name, request, _remote_respond(step, respond))
             else:
                 message = unknown_model_error(step.model_name)
                 respond(_error(message, pb_utils.TritonError.NOT_FOUND), True)
@@ -294,6 +290,20 @@ class EnsembleRun:
         names = tuple(o.name for o in self.ensemble.config.output if o.name in self._requested)
         tensors = [self._tensors[name] for name in triton_input_order(names)]
         return pb_utils.InferenceResponse._create(tensors, None, self._sequence_parameters)
+
+
+def _remote_respond(step: Any, respond: Respond) -> Any:
+    """The RemoteRespond of a step served by another process (remote.py)."""
+
+    def remote_respond(
+        response: pb_utils.InferenceResponse | None, final: bool, rejected: bool
+    ) -> None:
+        if response is None and rejected:  # no process serves it (any more)
+            message = unknown_model_error(step.model_name)
+            response = _error(message, pb_utils.TritonError.NOT_FOUND)
+        respond(response, final)
+
+    return remote_respond
 
 
 def _needed_steps(steps: list[Any], requested: frozenset[str]) -> list[tuple[int, Any]]:

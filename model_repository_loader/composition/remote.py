@@ -13,8 +13,10 @@ Dynamo bridge) installs a `RemoteModels` with `composition.set_remote_models`; B
   whatever thread: each response in order, the last one with `final`, and `rejected` true when
   the target's request checks (or an unknown version, a closing model) refused the request
   before the model saw it, which is when Triton's BLS prefixes the text with the model's name. A
-  target that is not served (any more) is answered NOT_FOUND, rejected. The returned
-  `RemoteCall.cancel()` asks the target to stop, as `Pending.cancel()` does locally.
+  target that no process serves (any more: `find` saw it, then it went away) is answered
+  `respond(None, True, True)`, rejected with no response, and the caller words it (BLS: "not
+  ready", an ensemble: unknown model). The returned `RemoteCall.cancel()` asks the target to
+  stop, as `Pending.cancel()` does locally.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from ..inference import InferRequest
 from ..pb_utils import InferenceResponse
 
-# respond(response or None for a flag-only final, final, rejected)
+# respond(response or None for a flag-only final, final, rejected); (None, True, True): no
+# process serves the target.
 RemoteRespond = Callable[[InferenceResponse | None, bool, bool], None]
 
 

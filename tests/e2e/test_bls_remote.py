@@ -11,7 +11,9 @@ test_composition.py, Triton 2.51's texts and codes).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 
 import numpy as np
 import pytest
@@ -19,7 +21,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.cluster_support import file_discovery_env, start_bridge
-from tests.e2e.support import REPOSITORIES, WAIT_S, wait_until
+from tests.e2e.support import REPOSITORIES, WAIT_S, BackgroundInfer, Gate, wait_until
 
 F = [1.0, 2.0, 3.0, 4.0]
 ADD_SUB = {"model": "add_sub", "inputs": [["INPUT0", "FP32", F], ["INPUT1", "FP32", F]]}
@@ -247,6 +249,45 @@ def test_bls_follows_a_reload_in_the_other_process(tmp_path):
             (response,) = probe(client, ADD_SUB)["responses"]
             assert response["error"] is None
             assert response["outputs"]["OUTPUT0"][2] == [102.0, 104.0, 106.0, 108.0]
+        finally:
+            a.stop()
+    finally:
+        b.stop()
+
+
+def test_a_call_in_flight_when_the_other_process_dies_is_answered(tmp_path):
+    """SIGKILL B while its model holds A's BLS call: the call answers INTERNAL, never hangs;
+    the next call to B's model (still listed by discovery for a while) is "not ready"."""
+    env = file_discovery_env(tmp_path / "kv")
+    repo_b = tmp_path / "b"
+    shutil.copytree(REPOSITORIES / "e2e_serving" / "pool", repo_b / "pool")
+    shutil.copytree(REPOSITORIES / "cluster_b" / "add_sub", repo_b / "add_sub")
+    b = start_bridge(repo_b, env, tmp_path / "b.log")
+    try:
+        a = start_bridge(REPOSITORIES / "cluster_a", env, tmp_path / "a.log")
+        try:
+            client = a.client()
+            probe(client, ADD_SUB)  # A knows B before it dies
+            gate = Gate(tmp_path)
+            spec = {
+                "model": "pool",
+                "inputs": [["INPUT0", "FP32", F]],
+                "parameters": gate.params("held"),
+            }
+            tensor = grpcclient.InferInput("SPEC", [1], "BYTES")
+            tensor.set_data_from_numpy(np.array([json.dumps(spec).encode()], dtype=object))
+            held = BackgroundInfer(client, "bls", [tensor], client_timeout=WAIT_S)
+            wait_until(lambda: gate.started("held"), "B's model executing the call")
+            os.killpg(b.process.pid, signal.SIGKILL)
+            (response,) = json.loads(held.result().as_numpy("INFO")[0])["responses"]
+            assert response["error"][0] == 1
+            assert response["error"][1].startswith("BLS call to 'pool' failed: ")
+            (response,) = probe(client, ADD_SUB)["responses"]
+            assert response["error"] == [
+                1,
+                "Model add_sub - Error when running inference: Failed for execute the "
+                "inference request. Model 'add_sub' is not ready.",
+            ]
         finally:
             a.stop()
     finally:
