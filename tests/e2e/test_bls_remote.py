@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import signal
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,7 +23,14 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.cluster_support import file_discovery_env, start_bridge
-from tests.e2e.support import REPOSITORIES, WAIT_S, BackgroundInfer, Gate, wait_until
+from tests.e2e.support import (
+    REPOSITORIES,
+    WAIT_S,
+    BackgroundInfer,
+    Gate,
+    int32_input,
+    wait_until,
+)
 
 F = [1.0, 2.0, 3.0, 4.0]
 ADD_SUB = {"model": "add_sub", "inputs": [["INPUT0", "FP32", F], ["INPUT1", "FP32", F]]}
@@ -217,6 +226,25 @@ def test_an_ensemble_step_error_in_another_process(client):
         "in ensemble 'remote_raising', Failed to process the request(s) for model 'raiser_0_0'"
         in failure.value.message()
     )
+
+
+def test_a_streaming_ensemble_with_its_decoupled_step_in_another_process(cluster):
+    a, _ = cluster
+    config = a.client().get_model_config("remote_streaming").config
+    assert config.model_transaction_policy.decoupled  # inferred from B's repeat_dec
+    answers: queue.Queue[Any] = queue.Queue()
+    client = a.client()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        client.async_stream_infer("remote_streaming", [int32_input([3], "COUNT")])
+        values = []
+        for _ in range(3):
+            result, error = answers.get(timeout=WAIT_S)
+            assert error is None, error
+            values.append(result.as_numpy("F").tolist())
+    finally:
+        client.stop_stream()
+    assert values == [[0.0], [1.5], [3.0]]
 
 
 def test_bls_follows_a_reload_in_the_other_process(tmp_path):
