@@ -33,7 +33,8 @@ from typing import Any
 
 from dynamo.runtime import DistributedRuntime
 
-from model_repository_loader import repository
+from model_repository_loader import composition, repository
+from model_repository_loader.composition.loading import missing_steps_text
 from model_repository_loader.config import ConfigOptions
 from model_repository_loader.errors import ModelLoadError
 from model_repository_loader.loader import (
@@ -47,6 +48,8 @@ from model_repository_loader.loader import (
 from model_repository_loader.model import Model
 
 from . import heap
+from .cluster.control_endpoint import ControlEndpoint
+from .cluster.remote_models import DynamoRemoteModels
 from .worker import ModelWorker
 
 log = logging.getLogger("dynamo_bridge")
@@ -125,6 +128,7 @@ class ModelManager:
         # futures are kept; a retired worker lets go of its model (ModelWorker.retire).
         self._serving: list[asyncio.Future[Any]] = []
         self._refreeze: asyncio.TimerHandle | None = None
+        self.control: ControlEndpoint | None = None  # served from start() on
         self.loop = asyncio.get_running_loop()
 
     # -- start-up ------------------------------------------------------------------------------
@@ -138,7 +142,38 @@ class ModelManager:
                 self._failed_digests[name] = digest
         for model in list(self.repository.models.values()):
             await self._serve(model, announce=False)
+        # Other bridge processes (a door, BLS callers) find this one's models through it, and
+        # BLS calls and ensemble steps reach theirs.
+        self.control = ControlEndpoint(self.runtime, self.options.namespace, self)
+        self._serving.append(self.control.start())
+        remote = DynamoRemoteModels(
+            self.runtime, self.options.namespace, self.loop, self.control.worker
+        )
+        await remote.start()
+        composition.set_remote_models(remote)
+        await self._load_remote_ensembles()
         self.ready = True
+
+    async def _load_remote_ensembles(self) -> None:
+        """Load again the ensembles the start-up load refused for a composing model it did not
+        find: that load ran before this process could see other processes' models (the
+        runtime did not exist yet), and those may serve the missing steps."""
+        for name, status in list(self.repository.statuses.items()):
+            if status.ready or not status.reason.startswith(missing_steps_text(name, [])):
+                continue
+            source = await self._find(name)
+            if source is None:
+                continue
+            try:
+                digest = await self._run(repository.content_digest, source.path)
+                model = await self._on_thread(load_model, source, self.options.loader)
+            except ModelLoadError as exc:
+                log.debug("'%s' still cannot load: %s", name, exc)
+                continue
+            await self._serve(model, announce=False)
+            self.digests[name] = digest
+            self._failed_digests.pop(name, None)
+            log.info("successfully loaded '%s': other processes serve its composing models", name)
 
     # -- changes -------------------------------------------------------------------------------
 
@@ -316,6 +351,7 @@ class ModelManager:
         )
         for name in list(self._override_dirs):
             self._set_override_dir(name, None)
+        composition.set_remote_models(None)  # the runtime stops next
         # The repository's own bound may end the close first: it then returns False.
         abandoned = closing in done and closing.exception() is None and closing.result() is False
         if not_done or abandoned:

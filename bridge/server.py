@@ -151,7 +151,12 @@ async def serve(options: ServerOptions) -> None:
         raise StartupError("failed to load all models")
 
     _pin_request_plane_to_loopback()
-    runtime = DistributedRuntime(loop, "mem", "tcp")
+    # Until the roles' --discovery-backend / --request-plane flags: Dynamo's own env vars.
+    runtime = DistributedRuntime(
+        loop,
+        os.environ.get("DYN_DISCOVERY_BACKEND") or "mem",
+        os.environ.get("DYN_REQUEST_PLANE") or "tcp",
+    )
     # Dynamo's frontend serves its own HTTP port; it moves to a private loopback port and the
     # bridge serves --metrics-port itself, adding its frontend's metrics (bridge/metrics/).
     frontend_port = free_loopback_port()

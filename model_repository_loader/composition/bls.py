@@ -16,6 +16,12 @@ As in Triton 2.51, failures come back inside the response, never raised [V]:
 wait has an end that answers: the callee answers (or fails) its request; a callee that closes
 answers what it still holds UNAVAILABLE (model.py), and refuses new calls at once; an exception
 on the way in (submitting, or running the call on a lent thread) answers the call INTERNAL.
+
+A name that is not loaded here goes to the models other processes serve, when a
+`RemoteModels` is installed (remote.py): the same texts and codes, the same parameters and
+`timeout`, decoupled iteration, and `ResponseIterator.cancel()` cancels the remote request. A
+remote call is never lent a thread (waits.py): a cycle of synchronous calls across processes
+(A calls B, which calls A's only instance back) waits forever, as it does in Triton.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from typing import Any
 from .. import pb_utils
 from ..execution import run_execute
 from ..inference import InferRequest
+from . import registry
+from .remote import RemoteModels
 from .tensors import handed_over, response_handed_over
 from .waits import BlockedCall, calling_instance
 
@@ -45,7 +53,7 @@ def error_prefix(model_name: str) -> str:
 def not_ready_text(model_name: str) -> str:
     """Triton 2.51's reason for an unknown model or version (HEAD: "Request for unknown...") [V].
 
-    A model served by another Dynamo worker is not reachable from here yet: it gets this too.
+    A model no process serves (here, or through the installed RemoteModels) gets this too.
     """
     return f"Failed for execute the inference request. Model '{model_name}' is not ready."
 
@@ -77,6 +85,9 @@ class BlsExecutor:
         """`exec()`: one response, waited for."""
         name = request._model_name
         model, version = self._target(request)
+        remote = registry.remote() if model is None else None
+        if remote is not None:
+            return self._call_remote(remote, request)
         if version is None:
             return _error(error_prefix(name) + not_ready_text(name))
         if _is_decoupled(version):
@@ -127,6 +138,9 @@ class BlsExecutor:
         """
         name = request._model_name
         model, version = self._target(request)
+        remote = registry.remote() if model is None else None
+        if remote is not None:
+            return self._stream_remote(remote, request)
         handle: list[Any] = []
 
         def cancel() -> None:
@@ -150,6 +164,71 @@ class BlsExecutor:
         pending = model.submit(to_infer_request(request), respond)
         submitting[0] = None
         handle.append(pending)
+        return iterator
+
+    # -- models other processes serve -----------------------------------------------------------
+
+    def _call_remote(
+        self, remote: RemoteModels, request: pb_utils.InferenceRequest
+    ) -> pb_utils.InferenceResponse:
+        """`exec()` of a model another process serves: one response, waited for."""
+        name = request._model_name
+        refusal = _remote_refusal(remote, request, decoupled=False)
+        if refusal is not None:
+            return refusal
+        done = threading.Event()
+        responses: list[pb_utils.InferenceResponse] = []
+        rejected = [False]
+
+        def respond(
+            response: pb_utils.InferenceResponse | None, final: bool, was_rejected: bool
+        ) -> None:
+            if response is None and was_rejected:  # gone since find(): nobody serves it
+                response, was_rejected = _error(error_prefix(name) + not_ready_text(name)), False
+            if response is not None:
+                responses.append(response)
+                rejected[0] = was_rejected
+            if final:
+                done.set()
+
+        try:
+            remote.submit(name, to_infer_request(request), respond)
+        except BaseException as exc:  # the wait below must still end
+            _answer_failed_call(lambda r, f: respond(r, f, False), name, exc)
+        done.wait()
+        response = responses[-1] if responses else pb_utils.InferenceResponse._create([])
+        return _as_bls_response(response, name, rejected=rejected[0])
+
+    def _stream_remote(
+        self, remote: RemoteModels, request: pb_utils.InferenceRequest
+    ) -> pb_utils.ResponseIterator:
+        """`exec(decoupled=True)` of a model another process serves."""
+        name = request._model_name
+        calls: list[Any] = []
+
+        def cancel() -> None:
+            if calls:
+                calls[0].cancel()
+
+        iterator = pb_utils.ResponseIterator._create(cancel)
+        refusal = _remote_refusal(remote, request, decoupled=True)
+        if refusal is not None:
+            iterator._put(refusal, True)
+            return iterator
+
+        def respond(
+            response: pb_utils.InferenceResponse | None, final: bool, rejected: bool
+        ) -> None:
+            if response is None and rejected:  # gone since find(): nobody serves it
+                response = _error(error_prefix(name) + not_ready_text(name))
+            elif response is not None:
+                response = _as_bls_response(response, name, rejected=rejected)
+            iterator._put(response, final)
+
+        try:
+            calls.append(remote.submit(name, to_infer_request(request), respond))
+        except BaseException as exc:
+            _answer_failed_call(lambda r, f: respond(r, f, False), name, exc)
         return iterator
 
     # -- helpers --------------------------------------------------------------------------------
@@ -197,6 +276,21 @@ def _run_nested(version: Any, instance: Any, request: InferRequest, respond: Any
         return False
     run_execute(instance, [pending], version.decoupled)
     return True
+
+
+def _remote_refusal(
+    remote: RemoteModels, request: pb_utils.InferenceRequest, decoupled: bool
+) -> pb_utils.InferenceResponse | None:
+    """Triton's answer for a remote call that must not be sent (unknown model or version, a
+    decoupled target without `decoupled=True`), or None to send it."""
+    name = request._model_name
+    target = remote.find(name)
+    wanted = request._model_version
+    if target is None or (wanted != -1 and wanted not in target.versions):
+        return _error(error_prefix(name) + not_ready_text(name))
+    if not decoupled and target.decoupled:
+        return _error(error_prefix(name) + decoupled_text(name))
+    return None
 
 
 def _answer_failed_call(respond: Any, model_name: str, exc: BaseException) -> None:

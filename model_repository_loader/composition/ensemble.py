@@ -15,7 +15,8 @@
   time all requested outputs have new values they go out as one response of the ensemble.
 
 Composing models are looked up by name when a step runs, in the loaded repository (hot reload
-replaces entries of that dict in place).
+replaces entries of that dict in place), then among the models other processes serve when a
+`RemoteModels` is installed (remote.py): a remote step streams and fails exactly as a local one.
 
 Once `close` begins, a new request is answered UNAVAILABLE at once (as a closing Model does).
 """
@@ -177,13 +178,6 @@ class EnsembleRun:
 
     def _submit_all(self, ready: list[tuple[int, Any, list[pb_utils.Tensor]]]) -> None:
         for submit_id, step, inputs in ready:
-            model = self.ensemble.models.get(step.model_name)
-            if model is None:
-                message = unknown_model_error(step.model_name)
-                self._step_responded(
-                    submit_id, step, _error(message, pb_utils.TritonError.NOT_FOUND), True
-                )
-                continue
             request = InferRequest(
                 inputs=inputs,
                 requested_outputs=sorted(step.output_map.keys()),
@@ -200,7 +194,17 @@ class EnsembleRun:
             ) -> None:
                 self._step_responded(submit_id, step, response, final)
 
-            handle = model.submit(request, respond)
+            model = self.ensemble.models.get(step.model_name)
+            remote = registry.remote() if model is None else None
+            if model is not None:
+                handle = model.submit(request, respond)
+            elif remote is not None:
+                # Served by another process: the same step, through the remote seam.
+                handle = remote.submit(step.model_name, request, _remote_respond(step, respond))
+            else:
+                message = unknown_model_error(step.model_name)
+                respond(_error(message, pb_utils.TritonError.NOT_FOUND), True)
+                continue
             with self._lock:
                 if submit_id in self._in_flight:
                     self._in_flight[submit_id] = handle
@@ -286,6 +290,20 @@ class EnsembleRun:
         names = tuple(o.name for o in self.ensemble.config.output if o.name in self._requested)
         tensors = [self._tensors[name] for name in triton_input_order(names)]
         return pb_utils.InferenceResponse._create(tensors, None, self._sequence_parameters)
+
+
+def _remote_respond(step: Any, respond: Respond) -> Any:
+    """The RemoteRespond of a step served by another process (remote.py)."""
+
+    def remote_respond(
+        response: pb_utils.InferenceResponse | None, final: bool, rejected: bool
+    ) -> None:
+        if response is None and rejected:  # no process serves it (any more)
+            message = unknown_model_error(step.model_name)
+            response = _error(message, pb_utils.TritonError.NOT_FOUND)
+        respond(response, final)
+
+    return remote_respond
 
 
 def _needed_steps(steps: list[Any], requested: frozenset[str]) -> list[tuple[int, Any]]:

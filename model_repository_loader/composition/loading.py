@@ -61,11 +61,10 @@ def load_order(
             )
             continue
         missing = [s for s in steps if s not in names]
-        if missing:
-            failures[name] = (
-                f"ensemble {name} contains models that are not available or ambiguous: "
-                + ", ".join(missing)
-            )
+        # With other processes reachable, a step missing here may be served there: the
+        # ensemble's own load (check_steps) looks.
+        if missing and registry.remote() is None:
+            failures[name] = missing_steps_text(name, missing)
 
     ordered: list[ModelSource] = [s for s in sources if s.name not in ensembles]
     placed: set[str] = set()
@@ -141,25 +140,7 @@ def check_steps(config: mc.ModelConfig, models: Mapping[str, Any]) -> bool:
         known[io.name] = (io, name)
     decoupled = False
     for step in config.ensemble_scheduling.step:
-        model = models.get(step.model_name)
-        if model is None:
-            reason = registry.failure_reason(step.model_name)
-            if reason is not None:
-                raise ModelLoadError(
-                    f"ensemble '{name}' depends on '{step.model_name}' which is not valid. "
-                    f"Model '{step.model_name}' failed with error: {reason}"
-                )
-            raise ModelLoadError(
-                f"ensemble {name} contains models that are not available or ambiguous: "
-                f"{step.model_name}"
-            )
-        if step.model_version != -1 and step.model_version not in model.versions:
-            raise ModelLoadError(
-                f"ensemble '{name}' depends on '{step.model_name}' whose required version "
-                f"{step.model_version} is not loaded."
-            )
-        version = model.versions[step.model_version] if step.model_version != -1 else model.latest
-        step_config = version.config
+        step_config = _step_config(name, step, models)
         decoupled = decoupled or step_config.model_transaction_policy.decoupled
         inputs = {i.name: i for i in step_config.input}
         outputs = {o.name: o for o in step_config.output}
@@ -184,6 +165,42 @@ def check_steps(config: mc.ModelConfig, models: Mapping[str, Any]) -> bool:
                 continue
             _check_consistent(name, tensor, seen, (io, step.model_name))
     return decoupled
+
+
+def _step_config(ensemble: str, step: Any, models: Mapping[str, Any]) -> mc.ModelConfig:
+    """The config of the model (version) a step runs: a local model, else one another process
+    serves (through the installed RemoteModels). Raises ModelLoadError with Triton's texts."""
+    model_name = step.model_name
+    model = models.get(model_name)
+    if model is None:
+        reason = registry.failure_reason(model_name)
+        if reason is not None:
+            raise ModelLoadError(
+                f"ensemble '{ensemble}' depends on '{model_name}' which is not valid. "
+                f"Model '{model_name}' failed with error: {reason}"
+            )
+        remote = registry.remote()
+        target = remote.find(model_name) if remote is not None else None
+        if target is None:
+            raise ModelLoadError(missing_steps_text(ensemble, [model_name]))
+        versions: Any = target.versions
+    else:
+        versions = model.versions
+    if step.model_version != -1 and step.model_version not in versions:
+        raise ModelLoadError(
+            f"ensemble '{ensemble}' depends on '{model_name}' whose required version "
+            f"{step.model_version} is not loaded."
+        )
+    if model is None:
+        return target.config  # every version of a remote model is described by its config
+    version = model.versions[step.model_version] if step.model_version != -1 else model.latest
+    return version.config
+
+
+def missing_steps_text(ensemble: str, missing: list[str]) -> str:
+    """Triton's reason for an ensemble whose composing models are not there."""
+    names = ", ".join(missing)
+    return f"ensemble {ensemble} contains models that are not available or ambiguous: {names}"
 
 
 def _check_consistent(
