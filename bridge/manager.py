@@ -33,7 +33,7 @@ from typing import Any
 
 from dynamo.runtime import DistributedRuntime
 
-from model_repository_loader import composition, repository
+from model_repository_loader import repository
 from model_repository_loader.composition.loading import missing_steps_text
 from model_repository_loader.config import ConfigOptions
 from model_repository_loader.errors import ModelLoadError
@@ -150,7 +150,7 @@ class ModelManager:
             self.runtime, self.options.namespace, self.loop, self.control.worker
         )
         await remote.start()
-        composition.set_remote_models(remote)
+        self.repository.scope.remote = remote
         await self._load_remote_ensembles()
         self.ready = True
 
@@ -166,7 +166,9 @@ class ModelManager:
                 continue
             try:
                 digest = await self._run(repository.content_digest, source.path)
-                model = await self._on_thread(load_model, source, self.options.loader)
+                model = await self._on_thread(
+                    load_model, source, self.options.loader, self.repository
+                )
             except ModelLoadError as exc:
                 log.debug("'%s' still cannot load: %s", name, exc)
                 continue
@@ -351,7 +353,7 @@ class ModelManager:
         )
         for name in list(self._override_dirs):
             self._set_override_dir(name, None)
-        composition.set_remote_models(None)  # the runtime stops next
+        self.repository.scope.remote = None  # the runtime stops next
         # The repository's own bound may end the close first: it then returns False.
         abandoned = closing in done and closing.exception() is None and closing.result() is False
         if not_done or abandoned:
@@ -379,10 +381,14 @@ class ModelManager:
         try:
             if config_json:
                 loading = self._on_thread(
-                    load_model_with_config, source, config_json, self.options.loader
+                    load_model_with_config,
+                    source,
+                    config_json,
+                    self.options.loader,
+                    self.repository,
                 )
             else:
-                loading = self._on_thread(load_model, source, self.options.loader)
+                loading = self._on_thread(load_model, source, self.options.loader, self.repository)
             model = await self._logged_while_slow(loading, name)
         except PollError as exc:
             log.error("Poll failed for model directory '%s': %s", name, exc)

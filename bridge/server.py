@@ -28,10 +28,9 @@ from pathlib import Path
 
 from dynamo.runtime import DistributedRuntime
 
-from model_repository_loader import pb_utils, repository
+from model_repository_loader import repository
 from model_repository_loader.config import ConfigOptions
 from model_repository_loader.loader import LoadedRepository, ModelStatus, load_repository
-from model_repository_loader.pb_utils import metrics as custom_metrics
 
 from . import heap
 from .control import MODEL_REPOSITORY, ControlServer, Restriction
@@ -117,12 +116,15 @@ def _startup_set(options: ServerOptions) -> set[str] | None:
 
 
 def _initial_load(
-    options: ServerOptions, only: set[str] | None
+    options: ServerOptions, only: set[str] | None, control: ModelControl
 ) -> tuple[dict[str, str], LoadedRepository]:
     # Digests first: a file saved while the models load then differs from its digest, and the
     # refresh after start-up picks it up.
     digests = digests_of(options.model_repositories)
-    loaded = load_repository(options.model_repositories, options.loader, only)
+    loaded = LoadedRepository()
+    # The loading API answers "Server not ready" until start-up is over, as Triton's does.
+    loaded.services.control = control
+    loaded = load_repository(options.model_repositories, options.loader, only, into=loaded)
     for name in sorted((only or set()) - set(loaded.statuses)):
         reason = f"failed to load '{name}', failed to poll from model repository"
         log.error("%s", reason)
@@ -139,15 +141,13 @@ async def serve(options: ServerOptions) -> None:
         # next import run the old code; without caches every reload compiles what is on disk.
         sys.dont_write_bytecode = True
     control = ModelControl(mode)
-    pb_utils.set_model_control(control)  # "Server not ready" until start-up is over, as Triton
     digests, loaded = await loop.run_in_executor(
-        None, _initial_load, options, _startup_set(options)
+        None, _initial_load, options, _startup_set(options), control
     )
     serving = not (options.exit_on_error and loaded.failures)
     print(format_status_table(loaded.statuses.values(), serving), flush=True)
     if not serving:
         loaded.close()
-        pb_utils.set_model_control(None)
         raise StartupError("failed to load all models")
 
     _pin_request_plane_to_loopback()
@@ -220,7 +220,7 @@ async def serve(options: ServerOptions) -> None:
         metrics_server = MetricsServer(
             options.metrics_address,
             options.metrics_port,
-            [triton_metrics.render, custom_metrics.render_prometheus],
+            [triton_metrics.render, loaded.services.metrics.render_prometheus],
             frontend_port,
             ready=strictly_ready,
         )
@@ -266,7 +266,7 @@ async def serve(options: ServerOptions) -> None:
     clean = await manager.close(timeout=max(0.0, deadline - loop.time()))
     if metrics_server is not None:
         await metrics_server.stop()
-    pb_utils.set_model_control(None)
+    loaded.services.control = None
     await asyncio.sleep(0.2)  # let the last responses leave through the frontend
     runtime.shutdown()
     await manager.wait_served(timeout=2.0)

@@ -75,8 +75,9 @@ class Instance(Protocol):
 class ModelInstance:
     """A `TritonPythonModel` object with a private thread that runs every call into it."""
 
-    def __init__(self, spec: InstanceSpec) -> None:
+    def __init__(self, spec: InstanceSpec, services: pb_utils.ModelServices | None = None) -> None:
         self.spec = spec
+        self.services = services  # what the model reaches through pb_utils (BLS, metrics, ...)
         self.name = spec.instance_name
         self.model: Any = None
         # Created on first use by `async def execute` models (see run_coroutine).
@@ -267,11 +268,10 @@ class ModelInstance:
 
     def _run(self) -> None:
         bind_model_folders(self.spec.model_file)
-        with pb_utils.context.model_context(
-            model_name=self.spec.model_name,
-            instance_name=self.name,
-            version_dir=str(self.spec.model_file.parent),
-        ) as bound:
+        bound = pb_utils.context.ModelContext(
+            self.spec.model_name, self.name, str(self.spec.model_file.parent), self.services
+        )
+        with pb_utils.context.model_context(context=bound):
             self._bound_context = bound
             while (fn := self._calls.get()) is not None:
                 try:

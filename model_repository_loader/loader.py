@@ -17,7 +17,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from . import composition, pb_utils, repository
-from .composition import EnsembleModel
+from .composition import Scope
 from .config import (
     ConfigError,
     ConfigOptions,
@@ -31,7 +31,7 @@ from .config import (
 from .deadlines import remaining
 from .errors import ModelLoadError
 from .importer import import_model_module
-from .model import Model, ModelVersion, side_by_side
+from .model import Model, ModelVersion, ServedModel, side_by_side
 from .repository import ModelSource
 
 log = logging.getLogger(__name__)
@@ -53,16 +53,25 @@ class ModelStatus:
 
 @dataclass(slots=True)
 class LoadedRepository:
-    models: dict[str, Model] = field(default_factory=dict)
+    """The models of a repository, and what they reach through pb_utils.
+
+    `scope`: what their BLS calls and ensemble steps reach (this very `models` dict, read at call
+    time, then `scope.remote` when a server sets one); `services`: their BLS executor, model
+    control (set by a server) and custom metrics registry. Both belong to this repository only.
+    """
+
+    models: dict[str, ServedModel] = field(default_factory=dict)
     statuses: dict[str, ModelStatus] = field(default_factory=dict)
+    scope: Scope = field(init=False)
+    services: pb_utils.ModelServices = field(init=False)
 
     @property
     def failures(self) -> dict[str, str]:
         return {n: s.reason for n, s in self.statuses.items() if not s.ready}
 
     def __post_init__(self) -> None:
-        # BLS calls and ensemble steps look models up in this very dict, at call time.
-        composition.install(self.models, self.statuses)
+        self.scope = Scope(self.models, self.statuses)
+        self.services = pb_utils.ModelServices(bls=composition.BlsExecutor(self.scope))
 
     def close(self, timeout: float | None = 30.0) -> bool:
         """Close every model side by side; `timeout` bounds the whole (False if reached)."""
@@ -72,7 +81,7 @@ class LoadedRepository:
             for name, model in self.models.items()
         ]
         finished = side_by_side(closes, deadline, "close")
-        composition.uninstall(self.models)
+        self.services.retire()
         return finished
 
 
@@ -80,24 +89,29 @@ def load_repository(
     paths: Iterable[Path | str],
     options: ConfigOptions = ConfigOptions(),
     only: Iterable[str] | None = None,
+    into: LoadedRepository | None = None,
 ) -> LoadedRepository:
-    """Load every model under `paths` (or just the names in `only`)."""
+    """Load every model under `paths` (or just the names in `only`).
+
+    `into`: an empty LoadedRepository to fill (a server sets its `services.control` first, so
+    the models' `initialize` already reaches it); by default a new one.
+    """
     wanted = set(only) if only is not None else None
-    loaded = LoadedRepository()
+    loaded = into if into is not None else LoadedRepository()
     sources = [
         s for s in repository.scan([Path(p) for p in paths]) if wanted is None or s.name in wanted
     ]
     for source in sources:
         loaded.statuses[source.name] = ModelStatus(source.name)
     # Ensembles load after the models they use; cycles and unknown steps fail up front.
-    ordered, early_failures = composition.load_order(sources, options)
+    ordered, early_failures = composition.load_order(sources, options, loaded.scope)
     for name, reason in early_failures.items():
         loaded.statuses[name].reason = reason
         log.error("failed to load '%s': %s", name, reason)
     for source in ordered:
         status = loaded.statuses[source.name]
         try:
-            model = load_model(source, options)
+            model = load_model(source, options, within=loaded)
         except ModelLoadError as exc:
             status.reason = str(exc)
             status.versions = [exc.version] if exc.version is not None else []
@@ -110,20 +124,39 @@ def load_repository(
 
 
 def load_model(
-    source: ModelSource, options: ConfigOptions = ConfigOptions()
-) -> Model | EnsembleModel:
-    """Load every served version of one model; raises ModelLoadError with Triton's reason."""
+    source: ModelSource,
+    options: ConfigOptions = ConfigOptions(),
+    within: LoadedRepository | None = None,
+) -> ServedModel:
+    """Load every served version of one model; raises ModelLoadError with Triton's reason.
+
+    `within`: the repository the model is for. Its BLS calls, ensemble steps, model control and
+    custom metrics are that repository's (`scope`, `services`); None: a model on its own.
+    """
     if _is_ensemble(source, options):
-        return composition.load_ensemble(source, options)
+        return composition.load_ensemble(source, options, _scope(within))
     try:
         config = read_model_config(source, options)
     except ConfigError as exc:
         raise ModelLoadError(str(_reason(exc))) from None
-    return _load_versions(source, config, options, config_file_exists(source, options))
+    provided = config_file_exists(source, options)
+    return _load_versions(source, config, options, provided, _services(within))
+
+
+def _scope(within: LoadedRepository | None) -> Scope | None:
+    return within.scope if within is not None else None
+
+
+def _services(within: LoadedRepository | None) -> pb_utils.ModelServices | None:
+    return within.services if within is not None else None
 
 
 def _load_versions(
-    source: ModelSource, config: mc.ModelConfig, options: ConfigOptions, config_provided: bool
+    source: ModelSource,
+    config: mc.ModelConfig,
+    options: ConfigOptions,
+    config_provided: bool,
+    services: pb_utils.ModelServices | None,
 ) -> Model:
     loaded: dict[int, ModelVersion] = {}
     number: int | None = None
@@ -138,6 +171,7 @@ def _load_versions(
                 config_to_args_json(final),
                 model_file,
                 instance_kind=options.instance_kind,
+                services=services,
             )
             version.load()
             loaded[number] = version
@@ -241,8 +275,11 @@ def _write_override_file(model_dir: Path, key: str, data: bytes) -> None:
 
 
 def load_model_with_config(
-    source: ModelSource, config_json: str, options: ConfigOptions = ConfigOptions()
-) -> Model | EnsembleModel:
+    source: ModelSource,
+    config_json: str,
+    options: ConfigOptions = ConfigOptions(),
+    within: LoadedRepository | None = None,
+) -> ServedModel:
     """Load `source` with `config_json` (Triton's JSON form) in place of its config.pbtxt.
 
     The override is the whole configuration, not a patch [V: an override of only
@@ -255,5 +292,5 @@ def load_model_with_config(
         raise PollError(f"Invalid config override: {exc}") from None
 
     if config.platform == "ensemble":
-        return composition.load_ensemble(source, options, config=config)
-    return _load_versions(source, config, options, config_provided=True)
+        return composition.load_ensemble(source, options, _scope(within), config=config)
+    return _load_versions(source, config, options, True, _services(within))

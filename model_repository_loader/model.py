@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -74,7 +75,9 @@ class ModelVersion:
         config_json: str,
         model_file: Path,
         instance_kind: str = "auto",
+        services: pb_utils.ModelServices | None = None,
     ) -> None:
+        """`services`: what the instances reach through pb_utils (their repository's)."""
         self.name = name
         self.version = version
         self.config = config
@@ -87,9 +90,9 @@ class ModelVersion:
         # Told when an isolated instance dies or comes back (see `ready`).
         self.on_readiness_change: Callable[[], None] | None = None
         self.instances: list[Instance] = [
-            IsolatedInstance(spec, self._instance_health_changed)
+            IsolatedInstance(spec, self._instance_health_changed, services=services)
             if isolated
-            else ModelInstance(spec)
+            else ModelInstance(spec, services)
             for spec, isolated in _instance_specs(
                 name, version, config, config_json, model_file, instance_kind
             )
@@ -297,6 +300,31 @@ class ModelVersion:
             pending.fail(message, pb_utils.TritonError.UNAVAILABLE)
         self._open.clear()
         return finalized and drained
+
+
+class Cancellable(Protocol):
+    """A submitted request, as its caller holds it: it can only be cancelled."""
+
+    def cancel(self) -> None: ...
+
+
+class ServedModel(Protocol):
+    """What a server and BLS use of a loaded model: a Python model (Model) or an ensemble
+    (composition.EnsembleModel)."""
+
+    name: str
+    # Served version number → the version (a ModelVersion, or the ensemble itself).
+    versions: dict[int, Any]
+
+    @property
+    def config(self) -> mc.ModelConfig: ...
+    def submit(self, request: InferRequest, respond: Respond) -> Cancellable | None:
+        """Admit `request` (None when refused: `respond` got the error) and run it."""
+        ...
+    def infer(
+        self, request: InferRequest, timeout: float | None = None
+    ) -> pb_utils.InferenceResponse: ...
+    def close(self, timeout: float | None = 30.0) -> bool: ...
 
 
 class Model:

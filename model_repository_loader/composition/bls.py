@@ -1,7 +1,8 @@
 """BLS: `pb_utils.InferenceRequest(...).exec()` / `async_exec()` into models of this process.
 
-`BlsExecutor(models)` is what `pb_utils.set_bls_executor` gets. It looks the target up by name
-in `models` at call time (hot reload swaps entries of that dict in place) and hands the request
+`BlsExecutor(scope)` is a repository's `ModelServices.bls` (pb_utils/services.py). It looks the
+target up by name in the scope's `models` at call time (hot reload swaps entries of that dict in
+place) and hands the request
 straight to `Model.submit`: no transport, and the caller's `pb_utils.Tensor` objects (numpy
 arrays included) are the callee's inputs, without a copy.
 
@@ -17,8 +18,8 @@ wait has an end that answers: the callee answers (or fails) its request; a calle
 answers what it still holds UNAVAILABLE (model.py), and refuses new calls at once; an exception
 on the way in (submitting, or running the call on a lent thread) answers the call INTERNAL.
 
-A name that is not loaded here goes to the models other processes serve, when a
-`RemoteModels` is installed (remote.py): the same texts and codes, the same parameters and
+A name that is not loaded here goes to the models other processes serve, when the scope has a
+`RemoteModels` (remote.py): the same texts and codes, the same parameters and
 `timeout`, decoupled iteration, and `ResponseIterator.cancel()` cancels the remote request. A
 remote call is never lent a thread (waits.py): a cycle of synchronous calls across processes
 (A calls B, which calls A's only instance back) waits forever, as it does in Triton.
@@ -29,14 +30,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Mapping
 from typing import Any
 
 from .. import pb_utils
 from ..execution import run_execute
 from ..inference import InferRequest
-from . import registry
 from .remote import RemoteModels
+from .scope import Scope
 from .tensors import handed_over, response_handed_over
 from .waits import BlockedCall, calling_instance
 
@@ -69,8 +69,8 @@ def decoupled_text(model_name: str) -> str:
 class BlsExecutor:
     """Runs BLS requests against the models of one loaded repository."""
 
-    def __init__(self, models: Mapping[str, Any]) -> None:
-        self.models = models
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
 
     def __call__(
         self, request: pb_utils.InferenceRequest, decoupled: bool
@@ -85,7 +85,7 @@ class BlsExecutor:
         """`exec()`: one response, waited for."""
         name = request._model_name
         model, version = self._target(request)
-        remote = registry.remote() if model is None else None
+        remote = self.scope.remote if model is None else None
         if remote is not None:
             return self._call_remote(remote, request)
         if version is None:
@@ -95,7 +95,7 @@ class BlsExecutor:
 
         done = threading.Event()
         responses: list[pb_utils.InferenceResponse] = []
-        instance = calling_instance(self.models)
+        instance = calling_instance(self.scope.models)
         blocked = BlockedCall(instance, version) if instance is not None else None
 
         def respond(response: pb_utils.InferenceResponse | None, final: bool) -> None:
@@ -138,7 +138,7 @@ class BlsExecutor:
         """
         name = request._model_name
         model, version = self._target(request)
-        remote = registry.remote() if model is None else None
+        remote = self.scope.remote if model is None else None
         if remote is not None:
             return self._stream_remote(remote, request)
         handle: list[Any] = []
@@ -235,7 +235,7 @@ class BlsExecutor:
 
     def _target(self, request: pb_utils.InferenceRequest) -> tuple[Any, Any]:
         """(model, the version the request selects), or (model or None, None) if not served."""
-        model = self.models.get(request._model_name)
+        model = self.scope.models.get(request._model_name)
         if model is None:
             return None, None
         wanted = request._model_version
@@ -312,9 +312,10 @@ def _as_bls_response(
     response: pb_utils.InferenceResponse, model_name: str, *, rejected: bool
 ) -> pb_utils.InferenceResponse:
     """Triton's form of a BLS error: prefixed when the callee never ran; code INTERNAL."""
-    if not response.has_error():
+    error = response.error()
+    if error is None:
         return response_handed_over(response)
-    message = response.error().message()
+    message = error.message()
     if rejected:
         message = error_prefix(model_name) + message
     return _error(message)

@@ -34,7 +34,7 @@ from .. import pb_utils
 from ..inference import InferRequest, Respond, answer_of
 from ..model import unavailable_text
 from ..validation import RequestError, RequestValidator, triton_input_order, unknown_model_error
-from . import registry
+from .scope import Scope
 from .tensors import handed_over
 
 
@@ -46,7 +46,7 @@ class EnsembleModel:
         name: str,
         version: int,
         config: mc.ModelConfig,
-        models: Mapping[str, Any] | None = None,
+        scope: Scope | None = None,
     ) -> None:
         self.name = name
         self.version = version
@@ -57,7 +57,7 @@ class EnsembleModel:
         self.validator = RequestValidator(config)
         self.all_outputs = frozenset(o.name for o in config.output)
         self.instances: list[Any] = []  # none of its own: its steps' instances do the work
-        self._models = models
+        self.scope = scope if scope is not None else Scope()
         self._steps = list(config.ensemble_scheduling.step)
         self._runs: set[EnsembleRun] = set()
         self._idle = threading.Condition()
@@ -65,7 +65,7 @@ class EnsembleModel:
 
     @property
     def models(self) -> Mapping[str, Any]:
-        return self._models if self._models is not None else registry.models()
+        return self.scope.models
 
     def submit(self, request: InferRequest, respond: Respond) -> EnsembleRun | None:
         """Validate and start `request`; None when it was refused (answered already)."""
@@ -195,7 +195,7 @@ class EnsembleRun:
                 self._step_responded(submit_id, step, response, final)
 
             model = self.ensemble.models.get(step.model_name)
-            remote = registry.remote() if model is None else None
+            remote = self.ensemble.scope.remote if model is None else None
             if model is not None:
                 handle = model.submit(request, respond)
             elif remote is not None:
@@ -219,8 +219,8 @@ class EnsembleRun:
         response: pb_utils.InferenceResponse | None,
         final: bool,
     ) -> None:
-        if response is not None and response.has_error():
-            error = response.error()
+        error = response.error() if response is not None else None
+        if error is not None:
             message = f"in ensemble '{self.ensemble.name}', {error.message()}"
             self._close(_error(message, error.code()))
             return

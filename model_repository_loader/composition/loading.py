@@ -19,8 +19,8 @@ from ..config import ConfigError, ConfigOptions, finalize_config, read_model_con
 from ..config.normalize import ENSEMBLE_PLATFORM
 from ..errors import ModelLoadError
 from ..repository import ModelSource
-from . import registry
 from .ensemble import EnsembleModel
+from .scope import Scope
 
 
 def step_models(config: mc.ModelConfig) -> list[str]:
@@ -40,7 +40,9 @@ def _peek(source: ModelSource, options: ConfigOptions) -> mc.ModelConfig | None:
 
 
 def load_order(
-    sources: Iterable[ModelSource], options: ConfigOptions = ConfigOptions()
+    sources: Iterable[ModelSource],
+    options: ConfigOptions = ConfigOptions(),
+    scope: Scope | None = None,
 ) -> tuple[list[ModelSource], dict[str, str]]:
     """Sources in load order (other models, then ensembles after what they use), and the
     ensembles that must fail before loading anything: {name: Triton's reason}."""
@@ -63,7 +65,7 @@ def load_order(
         missing = [s for s in steps if s not in names]
         # With other processes reachable, a step missing here may be served there: the
         # ensemble's own load (check_steps) looks.
-        if missing and registry.remote() is None:
+        if missing and (scope is None or scope.remote is None):
             failures[name] = missing_steps_text(name, missing)
 
     ordered: list[ModelSource] = [s for s in sources if s.name not in ensembles]
@@ -106,16 +108,16 @@ def _cycle_from(start: str, ensembles: Mapping[str, list[str]]) -> str | None:
 def load_ensemble(
     source: ModelSource,
     options: ConfigOptions = ConfigOptions(),
-    models: Mapping[str, Any] | None = None,
+    scope: Scope | None = None,
     config: mc.ModelConfig | None = None,
 ) -> EnsembleModel:
-    """Load an ensemble whose composing models are in `models` (default: the loaded repository).
+    """Load an ensemble whose composing models `scope` reaches (a repository's: loader.py).
 
     `config`: use this configuration instead of reading the folder's (a load-time override).
 
     Raises ModelLoadError with Triton's reason.
     """
-    live = models if models is not None else registry.models()
+    scope = scope if scope is not None else Scope()
     number: int | None = None
     try:
         if config is None:
@@ -125,13 +127,13 @@ def load_ensemble(
     except ConfigError as exc:
         reason = exc.status_text if exc.stage == "load" else exc
         raise ModelLoadError(str(reason), version=number) from None
-    decoupled = check_steps(final, live)
+    decoupled = check_steps(final, scope)
     final.model_transaction_policy.decoupled = decoupled
-    # Shares the dict, not a copy: steps are looked up when they run.
-    return EnsembleModel(source.name, number, final, live if models is not None else None)
+    # Shares the scope, not a copy of its models: steps are looked up when they run.
+    return EnsembleModel(source.name, number, final, scope)
 
 
-def check_steps(config: mc.ModelConfig, models: Mapping[str, Any]) -> bool:
+def check_steps(config: mc.ModelConfig, scope: Scope) -> bool:
     """Check every step against its composing model; True if one of them is decoupled."""
     name = config.name
     # Ensemble tensor -> (config, model it was inferred from); inputs/outputs come first.
@@ -140,7 +142,7 @@ def check_steps(config: mc.ModelConfig, models: Mapping[str, Any]) -> bool:
         known[io.name] = (io, name)
     decoupled = False
     for step in config.ensemble_scheduling.step:
-        step_config = _step_config(name, step, models)
+        step_config = _step_config(name, step, scope)
         decoupled = decoupled or step_config.model_transaction_policy.decoupled
         inputs = {i.name: i for i in step_config.input}
         outputs = {o.name: o for o in step_config.output}
@@ -167,34 +169,35 @@ def check_steps(config: mc.ModelConfig, models: Mapping[str, Any]) -> bool:
     return decoupled
 
 
-def _step_config(ensemble: str, step: Any, models: Mapping[str, Any]) -> mc.ModelConfig:
+def _step_config(ensemble: str, step: Any, scope: Scope) -> mc.ModelConfig:
     """The config of the model (version) a step runs: a local model, else one another process
-    serves (through the installed RemoteModels). Raises ModelLoadError with Triton's texts."""
+    serves (through the scope's RemoteModels). Raises ModelLoadError with Triton's texts."""
     model_name = step.model_name
-    model = models.get(model_name)
+    model = scope.models.get(model_name)
     if model is None:
-        reason = registry.failure_reason(model_name)
+        reason = scope.failure_reason(model_name)
         if reason is not None:
             raise ModelLoadError(
                 f"ensemble '{ensemble}' depends on '{model_name}' which is not valid. "
                 f"Model '{model_name}' failed with error: {reason}"
             )
-        remote = registry.remote()
+        remote = scope.remote
         target = remote.find(model_name) if remote is not None else None
         if target is None:
             raise ModelLoadError(missing_steps_text(ensemble, [model_name]))
-        versions: Any = target.versions
-    else:
-        versions = model.versions
-    if step.model_version != -1 and step.model_version not in versions:
-        raise ModelLoadError(
-            f"ensemble '{ensemble}' depends on '{model_name}' whose required version "
-            f"{step.model_version} is not loaded."
-        )
-    if model is None:
+        _check_step_version(ensemble, step, target.versions)
         return target.config  # every version of a remote model is described by its config
+    _check_step_version(ensemble, step, model.versions)
     version = model.versions[step.model_version] if step.model_version != -1 else model.latest
     return version.config
+
+
+def _check_step_version(ensemble: str, step: Any, versions: Any) -> None:
+    if step.model_version != -1 and step.model_version not in versions:
+        raise ModelLoadError(
+            f"ensemble '{ensemble}' depends on '{step.model_name}' whose required version "
+            f"{step.model_version} is not loaded."
+        )
 
 
 def missing_steps_text(ensemble: str, missing: list[str]) -> str:

@@ -27,8 +27,9 @@ class BlsCalls:
     the process waits for it.
     """
 
-    def __init__(self, instance_name: str) -> None:
+    def __init__(self, instance_name: str, services: pb_utils.ModelServices | None) -> None:
         self.instance_name = instance_name
+        self.services = services  # the instance's repository's: its BLS executor runs the calls
         # Keyed by process too: call numbers start again at 1 in a restarted process.
         self._running: dict[tuple[Child, int], Any] = {}
 
@@ -59,7 +60,8 @@ class BlsCalls:
         self, child: Child, call: int, wire: WireRequest, decoupled: bool
     ) -> pb_utils.InferenceResponse | None:
         """Run the call; send every response but the last, and return that one."""
-        executor = pb_utils.request._bls_executor
+        owner = self.services or pb_utils.services.current()
+        executor = owner.bls if owner is not None else None
         if executor is None:
             error = pb_utils.TritonError("BLS is not available: no model repository is loaded")
             return pb_utils.InferenceResponse(error=error)

@@ -95,7 +95,8 @@ class InstanceProcess:
         self.instance: ModelInstance | None = None
         self.open: dict[int, Pending] = {}
         self.bls = ForwardedBls(channel, folder)
-        pb_utils.set_bls_executor(self.bls)
+        # The process's one instance reaches the server's models through its parent.
+        self.services = pb_utils.ModelServices(bls=self.bls)
         self.metrics = ForwardedMetrics(channel)
         forward_to(self.metrics)
 
@@ -104,7 +105,7 @@ class InstanceProcess:
         self.channel.send(Started())
         load: Load = self.channel.recv()
         logging.getLogger().setLevel(load.log_level)
-        instance = self.instance = ModelInstance(load.spec)
+        instance = self.instance = ModelInstance(load.spec, self.services)
         _in_background("load", lambda: self._send(_loaded(instance)))
         while True:
             try:

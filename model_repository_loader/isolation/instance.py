@@ -58,7 +58,7 @@ from ..deadlines import remaining
 from ..errors import ModelLoadError
 from ..execution import Pending
 from ..instance import InstanceSpec
-from ..pb_utils.metrics import REGISTRY, LinkedMetrics
+from ..pb_utils.metrics import LinkedMetrics, registry_of
 from .bls_calls import BlsCalls
 from .messages import (
     Bls,
@@ -134,9 +134,15 @@ class IsolatedInstance:
         initialize_timeout: float | None = None,
         restart_backoff: float = RESTART_BACKOFF_S,
         restart_backoff_cap: float = RESTART_BACKOFF_CAP_S,
+        services: pb_utils.ModelServices | None = None,
     ) -> None:
-        """`initialize_timeout` None: the model's config parameter, else INITIALIZE_TIMEOUT_S."""
+        """`initialize_timeout` None: the model's config parameter, else INITIALIZE_TIMEOUT_S.
+
+        `services`: what the model reaches through pb_utils (its repository's BLS executor and
+        metrics registry), here in the server process, where the process's calls arrive.
+        """
         self.spec = spec
+        self.services = services
         self.name = spec.instance_name
         self.on_health_change = on_health_change
         self.restarts = 0
@@ -152,7 +158,7 @@ class IsolatedInstance:
         self._alive = False
         self._stopping = False
         self._restarter: threading.Thread | None = None
-        self._bls = BlsCalls(self.name)
+        self._bls = BlsCalls(self.name, services)
         self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         # Cancels and metric replies, sent by the replier thread: (process, message).
         self._outgoing: queue.SimpleQueue[tuple[Child, ToChild] | None] = queue.SimpleQueue()
@@ -446,7 +452,7 @@ class IsolatedInstance:
         # Who the process's metric families belong to while it runs: bound here only, since
         # this thread runs their operations and ends with the process.
         bound = pb_utils.context.ModelContext(
-            spec.model_name, self.name, str(spec.model_file.parent)
+            spec.model_name, self.name, str(spec.model_file.parent), self.services
         )
         with pb_utils.context.model_context(context=bound, counted=False):
             try:
@@ -462,7 +468,7 @@ class IsolatedInstance:
                 # Unreadable stream: nothing after this can be trusted; treat it as a death.
                 log.exception("%s: unreadable message from the instance process", self.name)
                 child.process.kill()
-        REGISTRY.release_instance(bound)
+        registry_of(bound).release_instance(bound)
         child.metrics.clear()
         self._on_exit(child)
 

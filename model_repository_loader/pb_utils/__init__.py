@@ -11,7 +11,8 @@ work in models and in the helper modules they import.
 
 Loader-facing (internal) API: `context` (which instance/phase is running), `Tensor._from_wire`,
 `InferenceRequest._incoming`, `InferenceResponse._create`, `InferenceResponseSender(deliver, ...)`,
-`ResponseIterator._create`, `set_bls_executor`, `set_model_control`, `render_prometheus`.
+`ResponseIterator._create`, `services` (`ModelServices`: a repository's BLS executor, model
+control and metrics registry), `render_prometheus` (metrics made outside any repository).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import sys
 
 import numpy as np  # noqa: F401 - part of Triton's module namespace
 
-from . import context
+from . import context, services
 from .constants import (
     TRITON_STRING_TO_NUMPY,
     TRITONSERVER_MEMORY_CPU,
@@ -45,7 +46,6 @@ from .helpers import (
     load_model,
     numpy_to_triton_type,
     serialize_byte_tensor,
-    set_model_control,
     triton_string_to_numpy,
     triton_to_numpy_type,
     unload_model,
@@ -64,10 +64,11 @@ from .metrics import (
     render_prometheus,
 )
 from .model_config import ModelConfig
-from .request import InferenceRequest, InferenceTrace, set_bls_executor
+from .request import InferenceRequest, InferenceTrace
 from .response import InferenceResponse
 from .response_iterator import ResponseIterator
 from .response_sender import InferenceResponseSender
+from .services import ModelServices
 from .tensor import Tensor
 
 MODULE_NAMES = ("triton_python_backend_utils", "c_python_backend_utils")
@@ -164,7 +165,7 @@ __all__ = [
     "REGISTRY",
     "context",
     "install",
+    "ModelServices",
     "render_prometheus",
-    "set_bls_executor",
-    "set_model_control",
+    "services",
 ]

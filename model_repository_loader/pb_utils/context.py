@@ -29,15 +29,19 @@ _NO_BLS_PHASES = frozenset({"auto_complete", "initialize", "finalize"})
 
 
 class ModelContext:
-    """One bound model instance. `phase` is the instance's current phase (or None)."""
+    """One bound model instance. `phase` is the instance's current phase (or None);
+    `services` what its repository offers it (services.ModelServices), or None."""
 
-    __slots__ = ("model_name", "instance_name", "version_dir", "phase")
+    __slots__ = ("model_name", "instance_name", "version_dir", "phase", "services")
 
-    def __init__(self, model_name: str, instance_name: str, version_dir: str) -> None:
+    def __init__(
+        self, model_name: str, instance_name: str, version_dir: str, services: Any = None
+    ) -> None:
         self.model_name = model_name
         self.instance_name = instance_name
         self.version_dir = version_dir
         self.phase: str | None = None
+        self.services = services
 
     def __repr__(self) -> str:
         return f"<ModelContext {self.instance_name!r} phase={self.phase!r}>"

@@ -3,7 +3,8 @@
 Lookup helpers and the datatype conversions behave exactly as Triton's (verified on 2.51,
 including the odd corners: `serialize_byte_tensor` of an empty array is `()`, a non-bytes dtype
 gives None). `get_model_dir()` reads the running instance from `context`. The model loading API is
-plugged in with `set_model_control(...)`; until then it raises "not supported yet".
+the calling instance's `ModelServices.control` (services.py); without one it raises "not
+supported yet".
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from . import context
+from . import context, services
 from .constants import TRITON_STRING_TO_NUMPY
 from .errors import TritonModelException, bind_arguments, pybind_type_error
 
@@ -168,13 +169,9 @@ class ModelControl(Protocol):
     def is_model_ready(self, model_name: str, model_version: str) -> bool: ...
 
 
-_control: ModelControl | None = None
-
-
-def set_model_control(control: ModelControl | None) -> None:
-    """Install (or remove, with None) the implementation of the model loading API."""
-    global _control
-    _control = control
+def _control() -> ModelControl | None:
+    owner = services.current()
+    return owner.control if owner is not None else None
 
 
 def _not_supported(prefix: str, function: str) -> TritonModelException:
@@ -207,10 +204,11 @@ def load_model(*args: Any, **kwargs: Any) -> None:
             args,
             kwargs,
         )
-    if _control is None:
+    control = _control()
+    if control is None:
         raise _not_supported("Failed to load model", "load_model")
     try:
-        _control.load_model(params["model_name"], params["config"], params["files"])
+        control.load_model(params["model_name"], params["config"], params["files"])
     except Exception as exc:
         raise _control_failed("Failed to load model", exc) from None
 
@@ -229,10 +227,11 @@ def unload_model(*args: Any, **kwargs: Any) -> None:
             args,
             kwargs,
         )
-    if _control is None:
+    control = _control()
+    if control is None:
         raise _not_supported("Failed to unload model", "unload_model")
     try:
-        _control.unload_model(params["model_name"], bool(params["unload_dependents"]))
+        control.unload_model(params["model_name"], bool(params["unload_dependents"]))
     except Exception as exc:
         raise _control_failed("Failed to unload model", exc) from None
 
@@ -251,9 +250,10 @@ def is_model_ready(*args: Any, **kwargs: Any) -> bool:
             args,
             kwargs,
         )
-    if _control is None:
+    control = _control()
+    if control is None:
         raise _not_supported("Failed to check model readiness", "is_model_ready")
     try:
-        return _control.is_model_ready(params["model_name"], params["model_version"])
+        return control.is_model_ready(params["model_name"], params["model_version"])
     except Exception as exc:
         raise _control_failed("Failed to check model readiness", exc) from None

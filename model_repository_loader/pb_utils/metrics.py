@@ -1,4 +1,7 @@
-"""Custom metrics: `MetricFamily`, `Metric`, `MetricKind`, held in memory in `REGISTRY`.
+"""Custom metrics: `MetricFamily`, `Metric`, `MetricKind`, held in memory in a `MetricRegistry`.
+
+Each loaded repository has its own registry (`ModelServices.metrics`, services.py), where the
+families its models make live; a family made outside any repository goes to `REGISTRY`.
 
 Semantics follow Triton (python backend + core + prometheus-cpp), texts verified on 2.51:
 * families are unique by name; asking again with the same kind returns the same family (the
@@ -12,11 +15,12 @@ Semantics follow Triton (python backend + core + prometheus-cpp), texts verified
 
 A model in an instance process (isolation/) holds stand-ins: `forward_to(link)` makes every
 family and metric operation a call to the server process, where `LinkedMetrics` runs it on real
-objects in the one `REGISTRY`, as Triton's stub asks its parent. So one /metrics shows them,
+objects in the instance's registry, as Triton's stub asks its parent. So one /metrics shows them,
 series with the same labels are shared with other instances, errors are that registry's texts,
 and the families go when the process's instance does.
 
-`render_prometheus()` gives the text exposition format for the bridge's /metrics endpoint.
+`MetricRegistry.render_prometheus()` gives the text exposition format for the bridge's /metrics
+endpoint.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import re
 import threading
 from typing import Any, Protocol
 
-from . import context
+from . import context, services
 from .errors import TritonModelException, bind_arguments, pybind_type_error
 
 
@@ -105,16 +109,18 @@ class _Family:
 class _Handle:
     """Per `MetricFamily` object: its metrics stop working when the object is deleted."""
 
-    __slots__ = ("family", "deleted", "owner")
+    __slots__ = ("family", "deleted", "owner", "registry")
 
-    def __init__(self, family: _Family, owner: int | None) -> None:
+    def __init__(self, family: _Family, owner: int | None, registry: MetricRegistry) -> None:
         self.family = family
         self.deleted = False
         self.owner = owner  # id() of the ModelContext of the instance that made it
+        self.registry = registry  # where the family lives
 
 
 class MetricRegistry:
-    """Every live custom metric family of the process."""
+    """Every live custom metric family of one repository's models (or of the process's models
+    outside any repository: `REGISTRY`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -153,7 +159,7 @@ class MetricRegistry:
                 )
             family.handles += 1
             owner = context.current_model()
-            handle = _Handle(family, id(owner) if owner is not None else None)
+            handle = _Handle(family, id(owner) if owner is not None else None, self)
             if handle.owner is not None:
                 self._owned.setdefault(handle.owner, {})[id(handle)] = handle
             return handle
@@ -200,12 +206,27 @@ class MetricRegistry:
                     del family.series[labels]
 
 
+# The families made outside any loaded repository (a model object used on its own, tests).
 REGISTRY = MetricRegistry()
-context.on_unbound(REGISTRY.release_instance)
+
+
+def registry_of(instance: context.ModelContext | None) -> MetricRegistry:
+    """The registry of `instance`'s repository (REGISTRY when it has none)."""
+    owner = instance.services if instance is not None else None
+    return owner.metrics if owner is not None else REGISTRY
+
+
+def _current_registry() -> MetricRegistry:
+    owner = services.current()
+    return owner.metrics if owner is not None else REGISTRY
+
+
+# When an instance goes, so do the families it made, in its repository's registry.
+context.on_unbound(lambda instance: registry_of(instance).release_instance(instance))
 
 
 def render_prometheus() -> str:
-    """`REGISTRY.render_prometheus()`."""
+    """The families made outside any repository (`REGISTRY`), in the text exposition format."""
     return REGISTRY.render_prometheus()
 
 
@@ -239,7 +260,9 @@ class MetricFamily:
             raise TritonModelException(
                 "Error when creating MetricFamily: " + _request_failed("Invalid metric name")
             )
-        self._handle = REGISTRY._acquire_family(name, params["description"], params["kind"])
+        self._handle = _current_registry()._acquire_family(
+            name, params["description"], params["kind"]
+        )
 
     def Metric(self, labels: Any = None, buckets: Any = None) -> Metric:  # noqa: N802 - Triton's name
         """A metric of this family with the given labels (and buckets, for histograms)."""
@@ -272,7 +295,8 @@ class MetricFamily:
             return Metric._create(
                 _Remote(_link.call("metric", handle.number, key, bounds), kind), key
             )
-        return Metric._create(handle, key, REGISTRY._acquire_series(handle.family, key, bounds))
+        series = handle.registry._acquire_series(handle.family, key, bounds)
+        return Metric._create(handle, key, series)
 
     def __del__(self) -> None:
         handle = getattr(self, "_handle", None)
@@ -280,7 +304,7 @@ class MetricFamily:
             _release_remote(handle)
         elif handle is not None and not handle.deleted:
             try:
-                REGISTRY._release_family(handle)
+                handle.registry._release_family(handle)
             except Exception:  # interpreter shutdown
                 pass
 
@@ -313,7 +337,7 @@ class Metric:
         value = self._argument("increment", args, kwargs)
         if isinstance(self._handle, _Remote):
             return _call_remote("increment", self._handle, value)
-        kind, series = self._usable("increment")
+        kind, series, lock = self._usable("increment")
         if kind == HISTOGRAM:
             raise self._unsupported("increment", kind, "Increment")
         if kind == COUNTER and value < 0.0:
@@ -324,24 +348,24 @@ class Metric:
                     "non-negative values."
                 )
             )
-        with REGISTRY._lock:
+        with lock:
             series.value += value
 
     def set(self, *args: Any, **kwargs: Any) -> None:
         value = self._argument("set", args, kwargs)
         if isinstance(self._handle, _Remote):
             return _call_remote("set", self._handle, value)
-        kind, series = self._usable("set")
+        kind, series, lock = self._usable("set")
         if kind != GAUGE:
             raise self._unsupported("set", kind, "Set")
-        with REGISTRY._lock:
+        with lock:
             series.value = value
 
     def observe(self, *args: Any, **kwargs: Any) -> None:
         value = self._argument("observe", args, kwargs)
         if isinstance(self._handle, _Remote):
             return _call_remote("observe", self._handle, value)
-        kind, series = self._usable("observe")
+        kind, series, lock = self._usable("observe")
         if kind != HISTOGRAM:
             raise self._unsupported("observe", kind, "Observe")
         bounds = series.bounds or ()
@@ -350,7 +374,7 @@ class Metric:
             if value <= bound:
                 index = i
                 break
-        with REGISTRY._lock:
+        with lock:
             series.counts[index] += 1
             series.sum += value
             series.count += 1
@@ -362,7 +386,7 @@ class Metric:
             )
         if isinstance(self._handle, _Remote):
             return _call_remote("value", self._handle)
-        kind, series = self._usable("get")
+        kind, series, lock = self._usable("get")
         if kind == HISTOGRAM:
             raise self._unsupported("get", kind, "Value")
         return series.value
@@ -377,12 +401,14 @@ class Metric:
             )
         return _as_float(args[0], method, (self, *args))
 
-    def _usable(self, verb: str) -> tuple[MetricKind, _Series]:
-        """The family's kind and this metric's series; a local metric's, of a live family."""
-        assert isinstance(self._handle, _Handle) and self._series is not None
-        if self._handle.deleted:
+    def _usable(self, verb: str) -> tuple[MetricKind, _Series, threading.Lock]:
+        """The family's kind, this metric's series and the lock guarding it: a local metric's,
+        of a live family."""
+        handle = self._handle
+        assert isinstance(handle, _Handle) and self._series is not None
+        if handle.deleted:
             raise TritonModelException(f"Failed to {verb} metric value: {_DELETED}")
-        return self._handle.family.kind, self._series
+        return handle.family.kind, self._series, handle.registry._lock
 
     @staticmethod
     def _unsupported(verb: str, kind: MetricKind, operation: str) -> TritonModelException:
@@ -397,7 +423,7 @@ class Metric:
             _release_remote(handle)
         elif handle is not None:
             try:
-                REGISTRY._release_series(handle.family, self._labels)
+                handle.registry._release_series(handle.family, self._labels)
             except Exception:  # interpreter shutdown
                 pass
 
@@ -456,7 +482,7 @@ class LinkedMetrics:
 
     `run` is one operation of that process's MetricsLink. It runs with the process's instance
     bound (`model_context`), so errors name the instance and the families are that instance's:
-    `REGISTRY.release_instance` drops them when the process goes. One thread calls `run`.
+    its registry's `release_instance` drops them when the process goes. One thread calls `run`.
     """
 
     _OPERATIONS = frozenset({"increment", "set", "observe", "value"})

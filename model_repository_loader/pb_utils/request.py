@@ -4,9 +4,9 @@ Incoming requests are made by the loader with `InferenceRequest._incoming(...)`.
 constructor is the BLS one and checks its arguments the way Triton's pybind binding does:
 conversion failures are TypeErrors, content problems are TritonModelExceptions with Triton's texts.
 
-BLS execution is plugged in by the loader with `set_bls_executor(fn)`: every `LoadedRepository`
-installs one bound to its models (model_repository_loader/composition/bls.py). Without one (no
-repository loaded in this process) `exec` / `async_exec` raise a TritonModelException.
+BLS runs in the calling instance's repository: its `ModelServices.bls` (services.py), which every
+`LoadedRepository` sets to an executor bound to its models (model_repository_loader/composition/
+bls.py). Without one (no repository loaded) `exec` / `async_exec` raise a TritonModelException.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import context
+from . import context, services
 from .errors import TritonModelException, bind_arguments, pybind_type_error
 from .memory import PreferredMemory
 from .tensor import Tensor
@@ -29,20 +29,9 @@ if TYPE_CHECKING:
     from .response_iterator import ResponseIterator
     from .response_sender import InferenceResponseSender
 
-# exec(request, decoupled) -> InferenceResponse (decoupled=False) or ResponseIterator (True).
-BlsExecutor = Callable[["InferenceRequest", bool], "InferenceResponse | ResponseIterator"]
-
-_bls_executor: BlsExecutor | None = None
-
 _UINT32 = 1 << 32
 _UINT64 = 1 << 64
 _INT64 = 1 << 63
-
-
-def set_bls_executor(executor: BlsExecutor | None) -> None:
-    """Install (or remove, with None) the function that runs BLS requests."""
-    global _bls_executor
-    _bls_executor = executor
 
 
 class InferenceTrace:
@@ -258,7 +247,8 @@ class InferenceRequest:
     def _run(self, decoupled: bool) -> InferenceResponse | ResponseIterator:
         if not context.bls_allowed():
             raise TritonModelException("BLS is only supported during the 'execute' function.")
-        executor = _bls_executor
+        owner = services.current()
+        executor = owner.bls if owner is not None else None
         if executor is None:
             raise TritonModelException(
                 "BLS requests (InferenceRequest.exec / async_exec) are not supported yet by "

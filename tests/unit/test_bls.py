@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from model_repository_loader import pb_utils
-from model_repository_loader.composition import BlsExecutor
+from model_repository_loader.composition import BlsExecutor, Scope
 from model_repository_loader.inference import InferRequest
 from model_repository_loader.loader import LoadedRepository, load_repository
 
@@ -315,7 +315,7 @@ def test_bls_outside_execute_is_refused():
 
 def test_executor_reads_the_models_dict_live(repo):
     models: dict[str, Any] = {}
-    executor = BlsExecutor(models)
+    executor = BlsExecutor(Scope(models))
     request = pb_utils.InferenceRequest(
         model_name="scale",
         inputs=[pb_utils.Tensor("IN", np.array(F, dtype=np.float32))],
@@ -343,7 +343,7 @@ def test_inputs_are_passed_without_a_copy(repo):
 
     model.submit = spy  # type: ignore[method-assign]
     try:
-        BlsExecutor(repo.models)(request, False)
+        BlsExecutor(Scope(repo.models))(request, False)
     finally:
         del model.submit
     assert seen[0] is tensor and seen[0].as_numpy() is array

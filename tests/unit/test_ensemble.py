@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from model_repository_loader import pb_utils
-from model_repository_loader.composition import EnsembleModel, load_order
+from model_repository_loader.composition import EnsembleModel, Scope, load_order
 from model_repository_loader.inference import InferRequest
 from model_repository_loader.loader import LoadedRepository, load_repository
 from model_repository_loader.repository import scan
@@ -204,7 +204,7 @@ def test_decoupled_step_error_ends_the_stream(repo):
 def test_steps_are_looked_up_live(repo):
     ensemble = repo.models["versioned_ens"]
     models = {"versioned": repo.models["versioned"]}
-    own = EnsembleModel("versioned_ens", 1, ensemble.config, models)
+    own = EnsembleModel("versioned_ens", 1, ensemble.config, Scope(models))
     tensor = pb_utils.Tensor("X", F)
     assert not own.infer(InferRequest([tensor]), timeout=10).has_error()
     del models["versioned"]  # unloaded meanwhile

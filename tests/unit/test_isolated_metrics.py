@@ -2,7 +2,8 @@
 
 Repository: tests/repositories/isolated_metrics (model `metered`: two instance processes sharing
 the family `metered_calls`). Loaded in-process through load_repository, with real child
-processes; what /metrics would show is `pb_utils.metrics.render_prometheus()` of this process.
+processes; what /metrics would show is the repository's registry, `services.metrics`, in this
+process (and nothing lands in the registry of models outside any repository).
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def _ask(repo: LoadedRepository, op: str, **parameters: str) -> dict:
     return json.loads(response.output_tensors()[0].as_numpy()[0])
 
 
-def _series(name: str, labels: str) -> float | None:
-    text = pb_utils.metrics.render_prometheus()
+def _series(repo: LoadedRepository, name: str, labels: str) -> float | None:
+    text = repo.services.metrics.render_prometheus()
     match = re.search(rf"^{name}{re.escape(labels)} (\S+)$", text, re.M)
     return float(match.group(1)) if match else None
 
@@ -67,7 +68,7 @@ def test_two_processes_share_one_series(repo: LoadedRepository, tmp_path: Path):
     for thread in threads:
         thread.start()
     wait_until(lambda: all(m.exists() for m in started), "both instances to count", WAIT_S)
-    assert _series("metered_calls", '{by="model"}') == 2
+    assert _series(repo, "metered_calls", '{by="model"}') == 2
     gate.write_text("open")
     for thread in threads:
         thread.join(WAIT_S)
@@ -95,7 +96,8 @@ def test_errors_are_the_registry_texts(repo: LoadedRepository):
         answer["other_kind"],
     )
     # The server's registry refused it: the family there is untouched.
-    assert "# TYPE metered_calls counter" in pb_utils.metrics.render_prometheus()
+    assert "# TYPE metered_calls counter" in repo.services.metrics.render_prometheus()
+    assert pb_utils.metrics.render_prometheus() == ""  # the repository's, not the process's
 
 
 def test_deleting_the_family_object_first_makes_the_metric_unusable(repo: LoadedRepository):
@@ -109,9 +111,9 @@ def test_deleting_the_family_object_first_makes_the_metric_unusable(repo: Loaded
 def test_families_go_when_the_model_unloads(
     repo: LoadedRepository, caplog: pytest.LogCaptureFixture
 ):
-    assert _series("metered_calls", '{by="model"}') == 0
+    assert _series(repo, "metered_calls", '{by="model"}') == 0
     repo.close()
-    assert "metered_calls" not in pb_utils.metrics.render_prometheus()
+    assert "metered_calls" not in repo.services.metrics.render_prometheus()
     # finalize could still use its metrics (the parent answered while the process finalized).
     for instance in ("metered_0_0", "metered_0_1"):
         assert f"{instance} finalize read 0.0" in caplog.text
@@ -121,10 +123,10 @@ def test_families_of_a_dead_process_go_with_it(repo: LoadedRepository, tmp_path:
     gate = tmp_path / "gate"
     gate.write_text("open")
     _ask(repo, "count", started=str(tmp_path / "started"), gate=str(gate))
-    assert _series("metered_calls", '{by="model"}') == 1
+    assert _series(repo, "metered_calls", '{by="model"}') == 1
     # Both processes die: what they held goes with them; the restarted ones start from zero.
     instances = repo.models["metered"].latest.instances
     for instance in instances:
         instance.kill()
     wait_until(lambda: all(i.restarts == 1 for i in instances), "the restarts", WAIT_S)
-    assert _series("metered_calls", '{by="model"}') == 0
+    assert _series(repo, "metered_calls", '{by="model"}') == 0

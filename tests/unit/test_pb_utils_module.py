@@ -185,7 +185,7 @@ def test_model_loading_api_not_supported_yet() -> None:
         pb_utils.load_model(None)
 
 
-def test_model_loading_api_uses_installed_control() -> None:
+def test_model_loading_api_uses_the_calling_instances_control() -> None:
     calls = []
 
     class Control:
@@ -199,13 +199,13 @@ def test_model_loading_api_uses_installed_control() -> None:
             calls.append(("ready", name, version))
             return True
 
-    pb_utils.set_model_control(Control())
-    try:
+    services = pb_utils.ModelServices(control=Control())
+    bound = pb_utils.context.ModelContext("m", "m_0", "", services)
+    with pb_utils.context.model_context(context=bound):
         pb_utils.load_model("a", config="{}")
         pb_utils.unload_model("a", unload_dependents=True)
         assert pb_utils.is_model_ready("a", "1") is True
-    finally:
-        pb_utils.set_model_control(None)
+    services.retire()
     assert calls == [("load", "a", "{}", None), ("unload", "a", True), ("ready", "a", "1")]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -195,20 +196,22 @@ def test_exec_in_execute_is_not_supported_yet() -> None:
             _bls().exec()
 
 
-def test_exec_uses_installed_executor() -> None:
+def bound_to(executor: Any) -> context.model_context:
+    """Bind an instance whose repository runs BLS with `executor`."""
+    services = pb_utils.ModelServices(bls=executor)
+    return context.model_context(context=context.ModelContext("m", "m_0", "", services))
+
+
+def test_exec_uses_the_calling_instances_executor() -> None:
     calls = []
 
     def executor(request: InferenceRequest, decoupled: bool) -> InferenceResponse:
         calls.append((request.request_id(), decoupled))
         return InferenceResponse([])
 
-    pb_utils.set_bls_executor(executor)
-    try:
-        with context.phase("execute"):
-            assert isinstance(_bls(request_id="r").exec(), InferenceResponse)
-            _bls(request_id="d").exec(decoupled=True)
-    finally:
-        pb_utils.set_bls_executor(None)
+    with bound_to(executor), context.phase("execute"):
+        assert isinstance(_bls(request_id="r").exec(), InferenceResponse)
+        _bls(request_id="d").exec(decoupled=True)
     assert calls == [("r", False), ("d", True)]
 
 
@@ -228,11 +231,8 @@ def test_async_exec_runs_in_the_executor_with_the_callers_phase() -> None:
         with context.phase("execute"):
             return await _bls().async_exec(decoupled=True)
 
-    pb_utils.set_bls_executor(executor)
-    try:
+    with bound_to(executor):
         response = asyncio.run(execute())
-    finally:
-        pb_utils.set_bls_executor(None)
     assert seen == [(False, True)]
     assert response.parameters() == '{"d": true}'
 

@@ -3,7 +3,8 @@
 `OtherRepository` implements `RemoteModels` over a second loaded repository, in this process: a
 stand-in for "another process" that exercises exactly what the loader asks of the seam (the
 bridge's Dynamo implementation is covered end to end by tests/e2e/test_bls_remote.py). Loading
-happens with the seam installed, the order a composition root that makes its runtime first uses.
+happens with the seam set on the repository's scope, the order a composition root that makes its
+runtime first uses. The two repositories share this process and each reaches its own models.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from model_repository_loader import composition, pb_utils
-from model_repository_loader.composition import RemoteTarget, registry
+from model_repository_loader import pb_utils
+from model_repository_loader.composition import RemoteModels, RemoteTarget
 from model_repository_loader.inference import InferRequest
 from model_repository_loader.loader import LoadedRepository, load_repository
 
@@ -50,9 +51,14 @@ class OtherRepository:
         return handle
 
 
+def load_with_remote(folder: Path, remote: RemoteModels | None) -> LoadedRepository:
+    loaded = LoadedRepository()
+    loaded.scope.remote = remote
+    return load_repository([folder], into=loaded)
+
+
 @pytest.fixture(scope="module")
 def other() -> Iterator[OtherRepository]:
-    # Loaded first: it binds itself as "the" repository, then the main one takes over.
     loaded = load_repository([REPOSITORIES / "cluster_b"])
     yield OtherRepository(loaded.models)
     loaded.close()
@@ -63,13 +69,9 @@ def here(other, tmp_path_factory) -> Iterator[LoadedRepository]:
     folder = tmp_path_factory.mktemp("here")
     for name in ("scale", "remote_pipeline", "remote_raising"):
         shutil.copytree(REPOSITORIES / "cluster_a" / name, folder / name)
-    composition.set_remote_models(other)
-    try:
-        loaded = load_repository([folder])
-        yield loaded
-        loaded.close()
-    finally:
-        composition.set_remote_models(None)
+    loaded = load_with_remote(folder, other)
+    yield loaded
+    loaded.close()
 
 
 def test_an_ensemble_loads_with_a_step_another_process_serves(here, other):
@@ -99,12 +101,7 @@ def test_a_remote_step_error_ends_the_ensemble_with_its_text(here):
 def test_without_the_seam_a_missing_step_fails_the_load(tmp_path):
     for name in ("scale", "remote_pipeline"):
         shutil.copytree(REPOSITORIES / "cluster_a" / name, tmp_path / name)
-    installed = registry.remote()
-    composition.set_remote_models(None)
-    try:
-        loaded = load_repository([tmp_path])
-    finally:
-        composition.set_remote_models(installed)
+    loaded = load_with_remote(tmp_path, None)
     try:
         assert loaded.statuses["remote_pipeline"].reason == (
             "ensemble remote_pipeline contains models that are not available or ambiguous: add_sub"
@@ -123,12 +120,7 @@ def test_a_step_version_the_other_process_lacks_fails_the_load(other, tmp_path):
         )
     )
     shutil.copytree(REPOSITORIES / "cluster_a" / "scale", tmp_path / "scale")
-    installed = registry.remote()
-    composition.set_remote_models(other)
-    try:
-        loaded = load_repository([tmp_path])
-    finally:
-        composition.set_remote_models(installed)
+    loaded = load_with_remote(tmp_path, other)
     try:
         assert loaded.statuses["pinned"].reason == (
             "ensemble 'pinned' depends on 'add_sub' whose required version 3 is not loaded."
