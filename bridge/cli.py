@@ -334,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with hide_filter_banner(quiet_targets):  # Dynamo reads DYN_LOG when first imported
         from .control import MODEL_REPOSITORY, parse_restricted_api
         from .metrics.triton import parse_metrics_config
-        from .server import ServerOptions, ServiceUnreachable, StartupError, serve
+        from .server import RuntimeSettingsError, ServerOptions, StartupError, serve
 
     try:
         restricted = parse_restricted_api(args.http_restricted_api)
@@ -379,7 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StartupError as exc:
         print(f"error: creating server: Internal - {exc}", file=sys.stderr)
         return 1
-    except ServiceUnreachable as exc:
+    except RuntimeSettingsError as exc:
         log.error("%s", exc)
         return 1
     return 0
