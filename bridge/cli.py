@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--role",
         default=None,
-        metavar="ROLE",
+        metavar="{" + ",".join(ROLES) + "}",
         help="all (default): load the repository and serve gRPC in one process; worker: load "
         "the repository and register its models with Dynamo, no gRPC port; frontend: serve "
         f"gRPC for the models found through discovery, no repository (env {ROLE_ENV})",
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--discovery-backend",
         default=None,
-        metavar="BACKEND",
+        metavar="{" + ",".join(DISCOVERY_BACKENDS) + "}",
         help="Dynamo discovery: mem (one process only), file (one host; DYN_FILE_KV), etcd "
         "(ETCD_ENDPOINTS) or kubernetes (default $DYN_DISCOVERY_BACKEND, else mem for --role "
         "all and file for worker and frontend)",
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--request-plane",
         default=None,
-        metavar="PLANE",
+        metavar="{" + ",".join(REQUEST_PLANES) + "}",
         help="Dynamo request plane: tcp or nats (NATS_SERVER) (default $DYN_REQUEST_PLANE, "
         "else tcp)",
     )
