@@ -6,7 +6,8 @@ models, changed in place, so in-process BLS callers find a swapped model by name
 
 A swap never leaves a gap: the new model is loaded beside the serving one (on a thread of its
 own), served on a new Dynamo component (generation 2, 3, ...) and registered; once discovery
-shows its instance and the frontend lists the name, the old one is unregistered. A request that
+shows its instance and the frontend lists the name (a frontend in another process, which cannot
+be asked, gets a grace instead), the old one is unregistered. A request that
 still reaches the old endpoint goes to the model now serving the name (ModelWorker.generate).
 The old generation's instance is withdrawn once it is quiet (no request in flight, none arriving
 for `route_quiet`; bounded by `drain_timeout`), then it is closed (drained and finalized, bounded
@@ -97,8 +98,12 @@ class ManagerOptions:
     slow_load_warning: float = 10.0
     # The in-process frontend's metrics port: a newly loaded model is reported loaded only once
     # the frontend lists it (/v1/models), so "load returned" means "requests reach it", as in
-    # Triton. None (no local frontend): not waited for.
+    # Triton. None (no local frontend, `--role worker`): frontends elsewhere cannot be asked,
+    # so they are given `remote_frontend_grace` seconds to pick up a new generation before
+    # the one it replaces is withdrawn (measured with file discovery: withdrawing at once
+    # made a frontend answer NOT_FOUND for a moment).
     frontend_metrics_port: int | None = None
+    remote_frontend_grace: float = 0.0
 
 
 class ModelManager:
@@ -450,7 +455,8 @@ class ModelManager:
         replacing = old_model is not None and old_model is not model
         if announce or replacing:
             # Confirmations before the old generation is withdrawn: discovery shows the new
-            # generation's instance (start() waited for it) and the frontend lists the name.
+            # generation's instance (start() waited for it) and the frontend lists the name
+            # (with no frontend in this process: a grace for the frontends elsewhere).
             await self._until_frontend_lists(name)
         if announce:
             log.info("successfully loaded '%s' (generation %d)", name, generation)
@@ -530,6 +536,7 @@ class ModelManager:
     async def _until_frontend_lists(self, name: str, timeout: float = 5.0) -> None:
         port = self.options.frontend_metrics_port
         if port is None:
+            await asyncio.sleep(self.options.remote_frontend_grace)
             return
         needle = b'"id":' + json.dumps(name).encode()
         deadline = self.loop.time() + timeout
