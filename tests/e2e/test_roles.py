@@ -125,7 +125,10 @@ def file_kv(tmp_path) -> dict[str, str]:
 
 
 def test_worker_and_frontend_with_file_discovery(started, file_kv, tmp_path) -> None:
-    frontend = started(Frontend(env=file_kv, log_path=tmp_path / "frontend.log"))
+    # DYN_SYSTEM_PORT is a worker's: a frontend started with it does not serve it.
+    system_port = free_port(SYSTEM_PORTS)
+    frontend_env = {**file_kv, "DYN_SYSTEM_PORT": str(system_port), "DYN_SYSTEM_HOST": "127.0.0.1"}
+    frontend = started(Frontend(env=frontend_env, log_path=tmp_path / "frontend.log"))
     metrics = f"http://127.0.0.1:{frontend.metrics_port}"
     # Ready once its gRPC port is up, with no worker yet.
     wait_until(lambda: http_status(f"{metrics}/v2/health/ready") == 200, "the frontend ready")
@@ -140,6 +143,7 @@ def test_worker_and_frontend_with_file_discovery(started, file_kv, tmp_path) -> 
     assert 'nv_inference_request_success{model="echo",version="1"} 1' in worker_metrics
     assert "dynamo_frontend_requests_total" in http_text(f"{metrics}/metrics")
     assert "serving KServe gRPC" not in worker.log_text  # a worker serves no gRPC port
+    assert http_status(f"http://127.0.0.1:{system_port}/health") is None
 
     worker.process.send_signal(signal.SIGTERM)
     assert worker.process.wait(WAIT_S) == 0
