@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from tests.e2e.reload_support import control
 from tests.e2e.support import LOAD_FAILURES, SERVING, WAIT_S, fp32_input, wait_until
 from tests.harness import BridgeServer
 from tests.harness.ports import free_port
+from tests.harness.process import stop_process_group
 
 # Dynamo 1.6.1 takes DYN_SYSTEM_PORT only up to 32767.
 SYSTEM_PORTS = range(20000, 32768)
@@ -216,3 +218,31 @@ def test_worker_not_healthy_while_a_start_up_model_failed(started, file_kv, tmp_
     ready_url = f"{worker.metrics_url[: -len('/metrics')]}/v2/health/ready"
     assert http_status(ready_url) == 400
     assert http_status(f"http://127.0.0.1:{system_port}/health") == 503
+
+
+def test_worker_stops_while_a_caller_routes_on_its_instance(started, file_kv, tmp_path) -> None:
+    # A caller that routes on the endpoint's instances (cross-worker BLS does) keeps sending
+    # after the model cards are gone: the worker withdraws its instances after a bounded wait,
+    # and stops cleanly well inside --exit-timeout-secs.
+    worker = started(
+        Worker(
+            SERVING,
+            "--model-control-mode=none",
+            "--exit-timeout-secs=20",
+            env=file_kv,
+            log_path=tmp_path / "worker.log",
+        )
+    )
+    report = tmp_path / "calls"
+    caller = subprocess.Popen(
+        [sys.executable, "-m", "tests.e2e.roles_caller", "dynamo_bridge", "echo", str(report)],
+        env={**worker.environ(), **file_kv},
+        cwd=Path(__file__).resolve().parents[2],
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: report.exists() and "ok" in report.read_text(), "the caller's calls")
+        worker.process.send_signal(signal.SIGTERM)
+        assert worker.process.wait(WAIT_S) == 0, worker.log_tail()
+    finally:
+        stop_process_group(caller, timeout=5)
