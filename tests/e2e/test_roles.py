@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from tests.e2e.reload_support import control
+from tests.e2e.reload_support import Traffic, control, copy_models, set_line
 from tests.e2e.support import LOAD_FAILURES, SERVING, WAIT_S, fp32_input, wait_until
 from tests.harness import BridgeServer
 from tests.harness.ports import free_port
@@ -246,3 +246,25 @@ def test_worker_stops_while_a_caller_routes_on_its_instance(started, file_kv, tm
         assert worker.process.wait(WAIT_S) == 0, worker.log_tail()
     finally:
         stop_process_group(caller, timeout=5)
+
+
+def test_hot_reload_in_a_worker_through_a_separate_frontend(started, file_kv, tmp_path) -> None:
+    # The frontend in another process cannot be asked whether it sees the new generation: the
+    # worker gives it a grace before withdrawing the old one (without it: NOT_FOUND, seen here).
+    repo = copy_models(tmp_path, "marked")
+    started(Worker(repo, "--reload-debounce-secs=0.2", env=file_kv, log_path=tmp_path / "w.log"))
+    frontend = started(Frontend(env=file_kv, log_path=tmp_path / "frontend.log"))
+    wait_until(lambda: frontend.client().is_model_ready("marked"), "the frontend to find it")
+    traffic = [Traffic(frontend.grpc_url).start() for _ in range(4)]
+    try:
+        for mark in (1, 2, 3, 4):
+            if mark > 1:
+                set_line(repo / "marked" / "1" / "model.py", "MARK = ", f"MARK = {mark}")
+            for t in traffic:
+                wait_until(lambda t=t, m=mark: t.last_mark() == m, f"version {mark} answering")
+    finally:
+        for t in traffic:
+            t.stop()
+    for t in traffic:
+        assert t.errors == []
+        assert t.marks == sorted(t.marks)  # never back to an old version
