@@ -3,6 +3,11 @@
 The role (`--role all|worker|frontend`), discovery backend, request plane and namespace default to
 Dynamo's own environment variables (docs/deployment.md); combinations that cannot work are
 refused here, before anything starts.
+
+Every other flag also has an environment form, as Dynamo's components have: `--grpc-port 9001`
+is `DYN_BRIDGE_GRPC_PORT=9001` (the first long name, upper case, `-` as `_`). The command line
+wins over the environment, the environment over the default. A repeatable flag takes a list:
+paths separated by `os.pathsep` (`DYN_BRIDGE_MODEL_REPOSITORY=/a:/b`), other values by commas.
 """
 
 from __future__ import annotations
@@ -318,9 +323,61 @@ def resolve_topology(
     return Topology(role, discovery, plane, namespace)
 
 
+ENV_PREFIX = "DYN_BRIDGE_"
+# Flags whose environment form is Dynamo's own variable (resolve_topology reads them).
+_TOPOLOGY_DESTS = frozenset({"role", "discovery_backend", "request_plane", "namespace"})
+
+
+def env_name(action: argparse.Action) -> str:
+    """`--grpc-port` → `DYN_BRIDGE_GRPC_PORT`."""
+    flag = next(o for o in action.option_strings if o.startswith("--"))
+    return ENV_PREFIX + flag[2:].upper().replace("-", "_")
+
+
+def parse_with_environment(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None, environ: Mapping[str, str]
+) -> argparse.Namespace:
+    """Parse `argv`; a flag not given there takes its `DYN_BRIDGE_*` variable, if set
+    (parser.error when that is invalid)."""
+    from_env: dict[str, object] = {}
+    for action in parser._actions:
+        if not action.option_strings or action.dest in _TOPOLOGY_DESTS or action.dest == "help":
+            continue
+        name = env_name(action)
+        text = environ.get(name)
+        if text is None or text == "":
+            continue
+        try:
+            from_env[action.dest] = _env_value(action, text)
+        except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
+            parser.error(f"{name}: invalid value '{text}': {exc}")
+    # A repeatable flag given on the command line replaces its variable rather than extending
+    # it, so lists are filled in after parsing, and only where the command line gave none.
+    lists = {dest: value for dest, value in from_env.items() if isinstance(value, list)}
+    parser.set_defaults(**{d: v for d, v in from_env.items() if d not in lists})
+    args = parser.parse_args(argv)
+    for dest, values in lists.items():
+        if not getattr(args, dest):
+            setattr(args, dest, values)
+    return args
+
+
+def _env_value(action: argparse.Action, text: str) -> object:
+    if isinstance(action, argparse._StoreTrueAction):
+        return _bool(text)
+    convert = action.type if callable(action.type) else str
+    if isinstance(action, argparse._AppendAction):
+        separator = os.pathsep if convert is Path else ","
+        return [convert(part.strip()) for part in text.split(separator) if part.strip()]
+    value = convert(text)
+    if action.choices is not None and value not in action.choices:
+        raise ValueError(f"choose from {', '.join(map(str, action.choices))}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_with_environment(parser, argv, os.environ)
     topology = resolve_topology(parser, args, os.environ)
     sys.argv[:] = [""]  # parsed; models now see what Triton's stub gives them, not our flags
     if args.log_file:

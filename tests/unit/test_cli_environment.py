@@ -1,0 +1,62 @@
+"""Every flag has a DYN_BRIDGE_* environment form (bridge/cli.py): the command line wins, then
+the environment, then the default; invalid values are refused naming the variable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bridge.cli import build_parser, env_name, parse_with_environment
+
+
+def parse(argv: list[str], environ: dict[str, str]):
+    return parse_with_environment(build_parser(), argv, environ)
+
+
+def test_every_flag_but_the_topology_ones_has_a_variable():
+    parser = build_parser()
+    names = {env_name(a) for a in parser._actions if a.option_strings and a.dest != "help"}
+    assert "DYN_BRIDGE_GRPC_PORT" in names
+    assert "DYN_BRIDGE_MODEL_REPOSITORY" in names
+    assert "DYN_BRIDGE_EXIT_TIMEOUT_SECS" in names
+
+
+def test_the_environment_fills_what_the_command_line_leaves():
+    args = parse(
+        [],
+        {
+            "DYN_BRIDGE_GRPC_PORT": "9101",
+            "DYN_BRIDGE_EXIT_TIMEOUT_SECS": "7.5",
+            "DYN_BRIDGE_STRICT_MODEL_CONFIG": "true",
+            "DYN_BRIDGE_MODEL_CONTROL_MODE": "explicit",
+        },
+    )
+    assert args.grpc_port == 9101
+    assert args.exit_timeout_secs == 7.5
+    assert args.strict_model_config is True
+    assert args.model_control_mode == "explicit"
+
+
+def test_the_command_line_wins_over_the_environment():
+    environ = {"DYN_BRIDGE_GRPC_PORT": "9101", "DYN_BRIDGE_MODEL_REPOSITORY": "/env/a"}
+    args = parse(["--grpc-port", "9202", "--model-repository", "/cli"], environ)
+    assert args.grpc_port == 9202
+    assert args.model_repositories == [Path("/cli")]  # replaced, not extended
+
+
+def test_a_repeatable_flag_takes_a_list():
+    args = parse([], {"DYN_BRIDGE_MODEL_REPOSITORY": "/a:/b", "DYN_BRIDGE_LOAD_MODEL": "x, y"})
+    assert args.model_repositories == [Path("/a"), Path("/b")]
+    assert args.load_models == ["x", "y"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("DYN_BRIDGE_GRPC_PORT", "eighty"), ("DYN_BRIDGE_MODEL_CONTROL_MODE", "sometimes")],
+)
+def test_an_invalid_variable_is_refused_by_name(name, value, capsys):
+    with pytest.raises(SystemExit) as exited:
+        parse([], {name: value})
+    assert exited.value.code == 2
+    assert name in capsys.readouterr().err
