@@ -1,0 +1,4 @@
+"""Front doors: what serves KServe gRPC to clients and reaches the models through Dynamo.
+
+`dynamo`: Dynamo's own KServe gRPC frontend (Rust, from ai-dynamo-runtime), run in this process.
+"""
