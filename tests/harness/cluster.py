@@ -38,7 +38,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from .bridge_server import BridgeServer
-from .ports import LOCALHOST, free_port, free_ports
+from .ports import LOCALHOST, free_port
 
 # Inherited settings that would point a test's processes at someone else's cluster; every
 # process gets exactly the values of its Cluster instead.
@@ -189,6 +189,10 @@ class _RoleProcess(BridgeServer):
         return self.stop(timeout=0)
 
 
+# Where a worker's DYN_SYSTEM_PORT is picked (below the kernel's ephemeral range, too).
+SYSTEM_PORTS = range(20000, 32768)
+
+
 class WorkerProcess(_RoleProcess):
     """`python -m bridge --role worker --model-repository REPO`, health on DYN_SYSTEM_PORT."""
 
@@ -204,7 +208,9 @@ class WorkerProcess(_RoleProcess):
         self.ready_at = 0.0  # time.monotonic() when /health first answered 200
 
     def _pick_ports(self) -> None:
-        self.metrics_port, self.system_port = free_ports(2)
+        self.metrics_port = free_port()
+        # Dynamo 1.6.1 parses DYN_SYSTEM_PORT as an i16: a port above 32767 fails start-up.
+        self.system_port = free_port(SYSTEM_PORTS)
         self._extra_env["DYN_SYSTEM_PORT"] = str(self.system_port)
         self._extra_env["DYN_SYSTEM_HOST"] = LOCALHOST
 
