@@ -32,10 +32,10 @@ from . import heap
 from .metrics.server import MetricsServer
 from .options import ServerOptions, StartupError
 from .roles.frontend import FrontendRole
-from .roles.runtime import ServiceUnreachable, check_services, start_runtime
+from .roles.runtime import RuntimeSettingsError, check_services, start_runtime
 from .roles.worker import WorkerRole
 
-__all__ = ["ServerOptions", "ServiceUnreachable", "StartupError", "serve"]
+__all__ = ["RuntimeSettingsError", "ServerOptions", "StartupError", "serve"]
 
 log = logging.getLogger("dynamo_bridge")
 

@@ -30,8 +30,17 @@ CONNECT_TIMEOUT_S = 3.0
 _REQUEST_PLANE_HOSTS = ("DYN_TCP_RPC_HOST", "DYN_TCP_RESPONSE_STREAM_HOST")
 
 
-class ServiceUnreachable(Exception):
+class RuntimeSettingsError(Exception):
+    """Dynamo's runtime cannot start with these settings; str() is the one line to log."""
+
+
+class ServiceUnreachable(RuntimeSettingsError):
     """etcd or NATS, needed by this process, does not accept connections."""
+
+
+# Dynamo 1.6.1 parses DYN_SYSTEM_PORT as a signed 16-bit number (measured: 37481 is refused
+# when the runtime starts, after the models have loaded).
+SYSTEM_PORT_MAX = 32767
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +123,26 @@ def place_request_plane(discovery: str, environ: MutableMapping[str, str]) -> No
         )
 
 
+def check_system_port(environ: Mapping[str, str]) -> None:
+    """DYN_SYSTEM_PORT, if set, is a port Dynamo accepts."""
+    value = environ.get("DYN_SYSTEM_PORT")
+    if value is None:
+        return
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= SYSTEM_PORT_MAX:
+        raise RuntimeSettingsError(
+            f"DYN_SYSTEM_PORT={value}: Dynamo's system status server takes a port from 0 to "
+            f"{SYSTEM_PORT_MAX} (0: any free port)"
+        )
+
+
 async def check_services(discovery: str, request_plane: str) -> None:
-    """Before anything slow (loading models): the services the runtime will need answer."""
+    """Before anything slow (loading models): the settings the runtime reads are valid and the
+    services it will need answer."""
+    check_system_port(os.environ)
     await check_reachable(needed_services(discovery, request_plane, os.environ))
 
 
