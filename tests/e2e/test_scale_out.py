@@ -234,10 +234,12 @@ def test_replica_killed_under_load_fails_only_its_requests(
     failures = [o for o in outcomes if not o.ok]
     after_kill = [o for o in outcomes if o.answered >= killed_at]
     last_failure = max((o.answered for o in failures), default=killed_at) - killed_at
+    in_flight = sum(1 for o in failures if o.sent < killed_at)
     print(
         f"\nSIGKILL of one of two replicas: {len(failures)} failed of {len(after_kill)} requests "
-        f"answered after the kill; last failure {last_failure:.1f} s after it; "
-        f"{describe(outcomes)}"
+        f"answered after the kill ({in_flight} in flight at the kill, "
+        f"{len(failures) - in_flight} routed to the dead replica later); last failure "
+        f"{last_failure:.1f} s after the kill; {describe(outcomes)}"
     )
     assert all(o.answered >= killed_at for o in failures), "a failure before the kill"
     # In flight on b at the kill (at most one per client thread), then one per client thread
