@@ -81,7 +81,7 @@ async def serve(options: ServerOptions) -> None:
     if worker is not None:
         await worker.load()  # before the runtime: the status table comes first, as in Triton
 
-    runtime = start_runtime(options.discovery_backend, options.request_plane)
+    runtime = start_runtime(options.discovery_backend, options.request_plane, options.role)
     if worker is not None:
         await worker.start(runtime, frontend.http_port if frontend is not None else None)
 

@@ -185,16 +185,25 @@ def test_system_port_in_range(value: str) -> None:
 @pytest.mark.parametrize("discovery", ["mem", "file"])
 def test_one_host_pins_the_request_plane_to_loopback(discovery: str) -> None:
     environ: dict[str, str] = {"DYN_TCP_RPC_HOST": "10.1.2.3"}
-    place_request_plane(discovery, environ)
+    place_request_plane(discovery, "tcp", "worker", environ)
     assert environ == {"DYN_TCP_RPC_HOST": "10.1.2.3", "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1"}
 
 
+@pytest.mark.parametrize(
+    ("role", "variable"),
+    [
+        ("worker", "DYN_TCP_RPC_HOST"),
+        ("all", "DYN_TCP_RPC_HOST"),
+        ("frontend", "DYN_TCP_RESPONSE_STREAM_HOST"),
+    ],
+)
 @pytest.mark.parametrize("discovery", ["etcd", "kubernetes"])
-def test_cluster_warns_without_a_routable_address(discovery: str, caplog) -> None:
+def test_cluster_warns_without_a_routable_address(discovery, role, variable, caplog) -> None:
     environ: dict[str, str] = {}
-    place_request_plane(discovery, environ)
-    assert environ == {}
-    assert "DYN_TCP_RPC_HOST is not set" in caplog.text
+    place_request_plane(discovery, "tcp", role, environ)
+    assert environ == {}  # not pinned: other hosts must reach it
+    assert f"{variable} is not set" in caplog.text
     caplog.clear()
-    place_request_plane(discovery, {"DYN_TCP_RPC_HOST": "10.1.2.3"})
+    place_request_plane(discovery, "tcp", role, {variable: "10.1.2.3"})
+    place_request_plane(discovery, "nats", role, {})  # requests travel through NATS
     assert caplog.text == ""
