@@ -1,10 +1,10 @@
 """Scale-out: one `--role frontend` with one and then two `--role worker` processes, against the
 embedded default (`--role all`), on one machine.
 
-* **Throughput:** a CPU-bound model (`--work-ms` of pure Python per request, holding the GIL, one
-  instance per worker) at concurrency `--concurrency`, served by one worker, then by two behind
-  the same frontend. The ratio is what a second worker process buys; the embedded default's row
-  is the same model in one process.
+* **Throughput:** a CPU-bound model (`--work-ms`, default 10, of pure Python per request,
+  holding the GIL, one instance per worker) at concurrency `--concurrency`, served by one
+  worker, then by two behind the same frontend. The ratio is what a second worker process
+  buys; the embedded default's row is the same model in one process.
 * **The cross-process hop:** the identity model on FP32 × n at concurrency 1, p50, through the
   frontend and one worker against the embedded default; the difference is what the hop adds.
 
@@ -210,6 +210,8 @@ def format_table(result: dict[str, Any]) -> str:
     args = result["args"]
     lines = [
         f"Scale-out on {os.cpu_count()} CPUs, discovery file, request plane tcp, 127.0.0.1",
+        f"{result.get('date', '')}; 1-minute load average before / after: "
+        + " / ".join(f"{x:.1f}" for x in result.get("load_average", [])),
         "",
         f"CPU-bound model ({args['work_ms']:g} ms of pure Python per request, one instance per "
         f"process), c={args['concurrency']}, {args['seconds']:g} s per row:",
@@ -254,7 +256,7 @@ def format_table(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--work-ms", type=float, default=5.0, help="CPU work per request")
+    parser.add_argument("--work-ms", type=float, default=10.0, help="CPU work per request")
     parser.add_argument("--seconds", type=float, default=8.0, help="per throughput row")
     parser.add_argument("--warmup", type=float, default=1.0, help="before each throughput row")
     parser.add_argument(
@@ -268,9 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     started = datetime.datetime.now(datetime.timezone.utc)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-scale-out-") as tmp:
         result = run(args, Path(tmp))
     result["date"] = started.strftime("%Y-%m-%d %H:%M UTC")
+    # Other work on the machine moves every number here: say how busy it was.
+    result["load_average"] = [load_before, os.getloadavg()[0]]
     print(format_table(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, default=str))
