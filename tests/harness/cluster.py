@@ -439,10 +439,11 @@ class LoadGenerator:
         load ended without it."""
         deadline = time.monotonic() + timeout
         while True:
+            alive = self.running  # read first: the last outcomes land before threads end
             value = predicate(self.snapshot())
             if value:
                 return value
-            if not self.running:
+            if not alive:
                 raise AssertionError(f"the load ended before {what}")
             if time.monotonic() >= deadline:
                 raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
