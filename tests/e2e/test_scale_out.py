@@ -5,11 +5,11 @@ Real Dynamo discovery (file, etcd) and request planes (tcp, nats), real etcd and
 Models: tests/repositories/scale_out (`whoami` answers with its process id) and the hot-reload
 repository (tests/repositories/reload).
 
-Discovery facts these tests lean on (ai-dynamo-runtime 1.6.1, docs/../spec section 5): a worker
+Discovery facts these tests lean on (ai-dynamo-runtime 1.6.1, measured for issue 12): a worker
 that stops with rt.shutdown() leaves discovery at once; one killed with SIGKILL stays listed
-until its entry expires (about 10 s with `file`; with etcd, its lease: ETCD_LEASE_TTL, about
-30 s by default), and meanwhile the frontend sends it one
-request each time its 5 s inhibition ends.
+until its entry expires (about 10 s with `file`; with etcd when its lease ends, ETCD_LEASE_TTL,
+about 30 s by default), and meanwhile the frontend sends it one request each time its 5 s
+inhibition of the failed instance ends.
 """
 
 from __future__ import annotations
@@ -148,9 +148,8 @@ def test_split_roles_answer_as_the_embedded_default(
     got = ask(door.client())
     assert pid_of(got) == work.pid, "the frontend answered itself instead of the worker"
     assert answer(got) == answer(ask(embedded.client()))
-    assert door.client().get_model_config(
-        "whoami", as_json=True
-    ) == embedded.client().get_model_config("whoami", as_json=True)
+    config = door.client().get_model_config("whoami", as_json=True)
+    assert config == embedded.client().get_model_config("whoami", as_json=True)
 
     # The processes really used the backend and plane they were given.
     if discovery == "file":
