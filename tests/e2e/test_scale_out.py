@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from tests.e2e.metrics_support import scrape, value
 from tests.e2e.reload_support import Traffic, copy_models, set_line
 from tests.e2e.support import REPOSITORIES, fp32_input, wait_until
 from tests.harness import BridgeServer
@@ -176,6 +177,12 @@ def two_replicas(
     return door, a, b
 
 
+def successes(worker: WorkerProcess) -> float:
+    """nv_inference_request_success of `whoami` on the worker's metrics port."""
+    samples = scrape(worker.metrics_port)
+    return value(samples, "nv_inference_request_success", model="whoami", version="1") or 0.0
+
+
 def seen_both(a: WorkerProcess, b: WorkerProcess) -> Callable[[list[Outcome]], bool]:
     def check(outcomes: list[Outcome]) -> bool:
         pids = {o.value for o in outcomes if o.ok}
@@ -191,6 +198,7 @@ def test_two_replicas_share_the_load(cluster: Callable[..., Cluster]) -> None:
         warm.wait_for(seen_both(a, b), "answers from both workers")
     assert not warm.failures(), describe(warm.snapshot())
 
+    before = {w.pid: successes(w) for w in (a, b)}
     load = LoadGenerator(
         door.grpc_url, "whoami", one_value, threads=4, max_requests=200, keep=pid_of
     )
@@ -202,6 +210,8 @@ def test_two_replicas_share_the_load(cluster: Callable[..., Cluster]) -> None:
     print(f"\nrequests per replica: a={counts[a.pid]} b={counts[b.pid]} of {len(outcomes)}")
     assert set(counts) == {a.pid, b.pid}
     assert min(counts.values()) >= len(outcomes) // 4, counts
+    # Each worker's own Triton metrics count what it answered.
+    assert {w.pid: successes(w) - before[w.pid] for w in (a, b)} == dict(counts)
 
 
 @pytest.mark.parametrize("discovery", ["file", "etcd"])
