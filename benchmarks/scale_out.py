@@ -1,7 +1,7 @@
 """Scale-out: one `--role frontend` with one and then two `--role worker` processes, against the
 embedded default (`--role all`), on one machine.
 
-* **Throughput:** a CPU-bound model (`--work-ms`, default 10, of pure Python per request,
+* **Throughput:** a CPU-bound model (`--work-ms`, default 10, of pure-Python CPU time per request,
   holding the GIL, one instance per worker) at concurrency `--concurrency`, served by one
   worker, then by two behind the same frontend. The ratio is what a second worker process
   buys; the embedded default's row is the same model in one process.
@@ -52,9 +52,11 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
-            end = time.perf_counter() + WORK_S
+            # CPU time of this thread, not wall time: on a busy machine a preempted loop
+            # still burns the same work.
+            end = time.thread_time() + WORK_S
             n = 0
-            while time.perf_counter() < end:  # pure Python: holds the GIL
+            while time.thread_time() < end:  # pure Python: holds the GIL
                 n += 1
             x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
             outputs = [
@@ -119,12 +121,31 @@ def _check_identity(url: str, size: int) -> None:
         client.close()
 
 
-def _throughput(url: str, args: argparse.Namespace) -> dict[str, Any]:
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far, all its threads (Linux /proc)."""
+    # Fields after the command's closing parenthesis start at field 3: utime and stime are
+    # fields 14 and 15.
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _throughput(url: str, args: argparse.Namespace, pids: dict[str, list[int]]) -> dict[str, Any]:
+    """One throughput row; `pids` names the server processes whose CPU time is reported
+    ({"frontend": [...], "workers": [...]}), per request, next to the client's own."""
+    closed_loop(url, "burn", _burn_inputs, args.concurrency, args.warmup, warmup=0)
+    before = {role: sum(map(_cpu_seconds, group)) for role, group in pids.items()}
+    client_before = sum(os.times()[:2])
     load = closed_loop(
-        url, "burn", _burn_inputs, args.concurrency, args.seconds, keep=_pid, warmup=args.warmup
+        url, "burn", _burn_inputs, args.concurrency, args.seconds, keep=_pid, warmup=0
     )
+    used = {role: sum(map(_cpu_seconds, group)) - before[role] for role, group in pids.items()}
+    used["client"] = sum(os.times()[:2]) - client_before
     summary = load.summary()
     summary["per_process"] = dict(Counter(load.results))
+    answered = len(load.latencies_ms)
+    summary["cpu_ms_per_request"] = {
+        role: seconds * 1000 / answered if answered else None for role, seconds in used.items()
+    }
     return summary
 
 
@@ -186,12 +207,19 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 for name, ms in turns.items()
             }
 
-        result["throughput"]["embedded"] = _throughput(embedded.grpc_url, args)
+        assert embedded.process is not None
+        result["throughput"]["embedded"] = _throughput(
+            embedded.grpc_url, args, {"workers": [embedded.process.pid]}
+        )
         embedded.stop()  # idle from here on, but out of the way
-        result["throughput"]["1"] = _throughput(door.grpc_url, args)
+        result["throughput"]["1"] = _throughput(
+            door.grpc_url, args, {"frontend": [door.pid], "workers": [first.pid]}
+        )
         second.start()
         _wait_both_serve(door.grpc_url, {first.pid, second.pid})
-        result["throughput"]["2"] = _throughput(door.grpc_url, args)
+        result["throughput"]["2"] = _throughput(
+            door.grpc_url, args, {"frontend": [door.pid], "workers": [first.pid, second.pid]}
+        )
         result["worker_pids"] = [first.pid, second.pid]
     finally:
         embedded.stop()
@@ -216,8 +244,9 @@ def format_table(result: dict[str, Any]) -> str:
         f"CPU-bound model ({args['work_ms']:g} ms of pure Python per request, one instance per "
         f"process), c={args['concurrency']}, {args['seconds']:g} s per row:",
         "",
-        "| served by | req/s | p50 ms | p99 ms | answers per worker | errors |",
-        "|---|---:|---:|---:|---|---:|",
+        "| served by | req/s | p50 ms | p99 ms | answers per worker "
+        "| CPU ms per request: frontend / workers / client | errors |",
+        "|---|---:|---:|---:|---|---|---:|",
     ]
     labels = {
         "embedded": "embedded (`--role all`)",
@@ -229,9 +258,15 @@ def format_table(result: dict[str, Any]) -> str:
         if row is None:
             continue
         shares = " / ".join(str(n) for n in sorted(row.get("per_process", {}).values()))
+        cpu = row.get("cpu_ms_per_request", {})
+        cpu_text = " / ".join(
+            "-" if cpu.get(role) is None else f"{cpu[role]:.1f}"
+            for role in ("frontend", "workers", "client")
+        )
         lines.append(
             f"| {label} | {_fmt(row.get('throughput'), 0)} | {_fmt(row.get('p50_ms'))} "
-            f"| {_fmt(row.get('p99_ms'))} | {shares or 'n/a'} | {row.get('errors', 0)} |"
+            f"| {_fmt(row.get('p99_ms'))} | {shares or 'n/a'} | {cpu_text} "
+            f"| {row.get('errors', 0)} |"
         )
     ratio = result.get("throughput_ratio")
     lines += [
