@@ -34,7 +34,7 @@ import tritonclient.grpc as grpcclient
 
 from benchmarks.closed_loop import closed_loop
 from tests.harness.bridge_server import BridgeServer
-from tests.harness.cluster import Cluster, FrontendProcess, WorkerProcess, start_all
+from tests.harness.cluster import Cluster, start_all
 
 BENCH_REPOSITORY = Path(__file__).resolve().parent / "repository"
 
@@ -182,10 +182,9 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     embedded = BridgeServer(
         repository, env=env, log_path=workdir / "embedded.log", startup_timeout=_STARTUP_TIMEOUT
     )
-    door = FrontendProcess(cluster, startup_timeout=_STARTUP_TIMEOUT)
-    first = WorkerProcess(cluster, repository, name="worker1", startup_timeout=_STARTUP_TIMEOUT)
-    second = WorkerProcess(cluster, repository, name="worker2", startup_timeout=_STARTUP_TIMEOUT)
-    cluster.processes += [door, first, second]
+    door = cluster.frontend(startup_timeout=_STARTUP_TIMEOUT)
+    first = cluster.worker(repository, name="worker1", startup_timeout=_STARTUP_TIMEOUT)
+    second = cluster.worker(repository, name="worker2", startup_timeout=_STARTUP_TIMEOUT)
     result: dict[str, Any] = {"args": vars(args), "latency": {}, "throughput": {}}
     try:
         start_all([door, first])

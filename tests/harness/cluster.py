@@ -102,16 +102,21 @@ class Cluster:
         return env
 
     def worker(
-        self, model_repository: str | os.PathLike[str], *extra_args: str, name: str = "worker"
+        self,
+        model_repository: str | os.PathLike[str],
+        *extra_args: str,
+        name: str = "worker",
+        **kwargs: Any,
     ) -> WorkerProcess:
-        """A worker of this cluster (not started), stopped by stop()."""
-        process = WorkerProcess(self, model_repository, *extra_args, name=name)
+        """A worker of this cluster (not started), stopped by stop(); kwargs as WorkerProcess."""
+        process = WorkerProcess(self, model_repository, *extra_args, name=name, **kwargs)
         self.processes.append(process)
         return process
 
-    def frontend(self, *extra_args: str, name: str = "frontend") -> FrontendProcess:
-        """A frontend of this cluster (not started), stopped by stop()."""
-        process = FrontendProcess(self, *extra_args, name=name)
+    def frontend(self, *extra_args: str, name: str = "frontend", **kwargs: Any) -> FrontendProcess:
+        """A frontend of this cluster (not started), stopped by stop(); kwargs as
+        FrontendProcess."""
+        process = FrontendProcess(self, *extra_args, name=name, **kwargs)
         self.processes.append(process)
         return process
 
@@ -168,8 +173,8 @@ class _RoleProcess(BridgeServer):
         return self.process.pid
 
     def kill(self) -> int:
-        """SIGKILL the process (not its instance processes' group first: a crash, not a stop);
-        then reap the rest of its group. Returns the exit code."""
+        """SIGKILL the bridge process alone, as a crash would; then reap what is left of its
+        group (instance processes). Returns the exit code."""
         proc = self.process
         assert proc is not None, f"{self.name} is not running"
         proc.send_signal(signal.SIGKILL)
@@ -197,7 +202,6 @@ class WorkerProcess(_RoleProcess):
     """`python -m bridge --role worker --model-repository REPO`, health on DYN_SYSTEM_PORT."""
 
     role = "worker"
-    health_status: int | None = None
 
     def __init__(
         self, cluster: Cluster, model_repository: str | os.PathLike[str], *extra_args: str,
