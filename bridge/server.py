@@ -126,6 +126,7 @@ async def serve(options: ServerOptions) -> None:
         _arm_exit_watchdog(options.exit_timeout + RUNTIME_STOP_S)
         clean = await worker.close(runtime, options.exit_timeout)
     else:
+        log.info("shutting down")
         _arm_exit_watchdog(RUNTIME_STOP_S)
     if metrics_server is not None:
         await metrics_server.stop()
