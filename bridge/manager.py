@@ -61,6 +61,10 @@ SERVER_NOT_READY = "Server not ready"
 
 # After the last unload of a burst, when the heap is collected and frozen again.
 REFREEZE_DELAY = 1.0
+# Shutdown: the longest wait, after the model cards are gone, for requests to stop arriving
+# before the instance records go too (a caller that routes on instances, not cards, would
+# otherwise hold the exit until --exit-timeout-secs).
+ROUTES_QUIET_MAX_S = 5.0
 
 
 class ControlError(Exception):
@@ -322,7 +326,7 @@ class ModelManager:
                 await worker.stop()
             except Exception as exc:  # keep shutting the rest down
                 log.warning("unregistering '%s' failed: %s", worker.name, exc)
-        await self._until_routes_quiet(workers, since, deadline)
+        await self._until_routes_quiet(workers, since, min(deadline, since + ROUTES_QUIET_MAX_S))
         for worker in workers:
             await worker.withdraw()
         if self._refreeze is not None:

@@ -14,15 +14,17 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from tests.e2e.reload_support import control
+from tests.e2e.reload_support import Traffic, control, copy_models, set_line
 from tests.e2e.support import LOAD_FAILURES, SERVING, WAIT_S, fp32_input, wait_until
 from tests.harness import BridgeServer
 from tests.harness.ports import free_port
+from tests.harness.process import stop_process_group
 
 # Dynamo 1.6.1 takes DYN_SYSTEM_PORT only up to 32767.
 SYSTEM_PORTS = range(20000, 32768)
@@ -125,7 +127,10 @@ def file_kv(tmp_path) -> dict[str, str]:
 
 
 def test_worker_and_frontend_with_file_discovery(started, file_kv, tmp_path) -> None:
-    frontend = started(Frontend(env=file_kv, log_path=tmp_path / "frontend.log"))
+    # DYN_SYSTEM_PORT is a worker's: a frontend started with it does not serve it.
+    system_port = free_port(SYSTEM_PORTS)
+    frontend_env = {**file_kv, "DYN_SYSTEM_PORT": str(system_port), "DYN_SYSTEM_HOST": "127.0.0.1"}
+    frontend = started(Frontend(env=frontend_env, log_path=tmp_path / "frontend.log"))
     metrics = f"http://127.0.0.1:{frontend.metrics_port}"
     # Ready once its gRPC port is up, with no worker yet.
     wait_until(lambda: http_status(f"{metrics}/v2/health/ready") == 200, "the frontend ready")
@@ -140,6 +145,7 @@ def test_worker_and_frontend_with_file_discovery(started, file_kv, tmp_path) -> 
     assert 'nv_inference_request_success{model="echo",version="1"} 1' in worker_metrics
     assert "dynamo_frontend_requests_total" in http_text(f"{metrics}/metrics")
     assert "serving KServe gRPC" not in worker.log_text  # a worker serves no gRPC port
+    assert http_status(f"http://127.0.0.1:{system_port}/health") is None
 
     worker.process.send_signal(signal.SIGTERM)
     assert worker.process.wait(WAIT_S) == 0
@@ -212,3 +218,53 @@ def test_worker_not_healthy_while_a_start_up_model_failed(started, file_kv, tmp_
     ready_url = f"{worker.metrics_url[: -len('/metrics')]}/v2/health/ready"
     assert http_status(ready_url) == 400
     assert http_status(f"http://127.0.0.1:{system_port}/health") == 503
+
+
+def test_worker_stops_while_a_caller_routes_on_its_instance(started, file_kv, tmp_path) -> None:
+    # A caller that routes on the endpoint's instances (cross-worker BLS does) keeps sending
+    # after the model cards are gone: the worker withdraws its instances after a bounded wait,
+    # and stops cleanly well inside --exit-timeout-secs.
+    worker = started(
+        Worker(
+            SERVING,
+            "--model-control-mode=none",
+            "--exit-timeout-secs=20",
+            env=file_kv,
+            log_path=tmp_path / "worker.log",
+        )
+    )
+    report = tmp_path / "calls"
+    caller = subprocess.Popen(
+        [sys.executable, "-m", "tests.e2e.roles_caller", "dynamo_bridge", "echo", str(report)],
+        env={**worker.environ(), **file_kv},
+        cwd=Path(__file__).resolve().parents[2],
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: report.exists() and "ok" in report.read_text(), "the caller's calls")
+        worker.process.send_signal(signal.SIGTERM)
+        assert worker.process.wait(WAIT_S) == 0, worker.log_tail()
+    finally:
+        stop_process_group(caller, timeout=5)
+
+
+def test_hot_reload_in_a_worker_through_a_separate_frontend(started, file_kv, tmp_path) -> None:
+    # The frontend in another process cannot be asked whether it sees the new generation: the
+    # worker gives it a grace before withdrawing the old one (without it: NOT_FOUND, seen here).
+    repo = copy_models(tmp_path, "marked")
+    started(Worker(repo, "--reload-debounce-secs=0.2", env=file_kv, log_path=tmp_path / "w.log"))
+    frontend = started(Frontend(env=file_kv, log_path=tmp_path / "frontend.log"))
+    wait_until(lambda: frontend.client().is_model_ready("marked"), "the frontend to find it")
+    traffic = [Traffic(frontend.grpc_url).start() for _ in range(4)]
+    try:
+        for mark in (1, 2, 3, 4):
+            if mark > 1:
+                set_line(repo / "marked" / "1" / "model.py", "MARK = ", f"MARK = {mark}")
+            for t in traffic:
+                wait_until(lambda t=t, m=mark: t.last_mark() == m, f"version {mark} answering")
+    finally:
+        for t in traffic:
+            t.stop()
+    for t in traffic:
+        assert t.errors == []
+        assert t.marks == sorted(t.marks)  # never back to an old version
