@@ -1,0 +1,476 @@
+"""dynamo-bridge split into roles for the scale-out tests: workers, frontends, their shared
+environment, and a bounded load generator that records every request's outcome.
+
+* `Cluster`: what every process of one test shares: the discovery backend (`file` with a
+  DYN_FILE_KV dir of the test's own, or `etcd`), the request plane (`tcp` or `nats`), the
+  etcd / NATS addresses and a Dynamo namespace unique to the test, so tests sharing one etcd
+  never see each other's models.
+* `WorkerProcess`: `python -m bridge --role worker --model-repository REPO`; ready when Dynamo's
+  system status server (DYN_SYSTEM_PORT) answers /health with 200, which the bridge does only
+  once every model of its start-up set is ready. `kill()` is SIGKILL, `stop()` SIGTERM.
+* `FrontendProcess`: `python -m bridge --role frontend`; ready when ServerLive answers; tests wait
+  for their models with `wait_model_ready`.
+* `LoadGenerator`: threads, each with its own tritonclient gRPC client, sending requests back to
+  back, bounded in count and time; each outcome (ok, or the status code and message) is kept
+  with its send and answer times.
+
+Processes run in their own process group (tests/harness/process.py), so stopping one reaps the
+instance processes it spawned and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from .bridge_server import BridgeServer
+from .ports import LOCALHOST, free_port
+
+# Inherited settings that would point a test's processes at someone else's cluster; every
+# process gets exactly the values of its Cluster instead.
+_CLUSTER_VARS = (
+    "DYN_BRIDGE_ROLE",
+    "DYN_DISCOVERY_BACKEND",
+    "DYN_REQUEST_PLANE",
+    "DYN_NAMESPACE",
+    "DYN_FILE_KV",
+    "ETCD_ENDPOINTS",
+    "NATS_SERVER",
+    "DYN_SYSTEM_PORT",
+    "DYN_SYSTEM_HOST",
+)
+
+
+@dataclass
+class Cluster:
+    """The discovery backend, request plane and namespace shared by one test's processes."""
+
+    workdir: Path
+    discovery: str = "file"  # file | etcd
+    request_plane: str = "tcp"  # tcp | nats
+    etcd_endpoint: str | None = None
+    nats_url: str | None = None
+    namespace: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:12]}")
+    extra_env: dict[str, str] = field(default_factory=dict)
+    # Every process made through worker() / frontend(); stop() stops them all.
+    processes: list[_RoleProcess] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.discovery == "etcd" and not self.etcd_endpoint:
+            raise ValueError("etcd discovery needs etcd_endpoint")
+        if self.request_plane == "nats" and not self.nats_url:
+            raise ValueError("the nats request plane needs nats_url")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.file_kv = self.workdir / "dyn_file_kv"
+
+    def flags(self) -> list[str]:
+        return [
+            "--discovery-backend", self.discovery,
+            "--request-plane", self.request_plane,
+            "--namespace", self.namespace,
+        ]  # fmt: skip
+
+    def environ(self) -> dict[str, str]:
+        """The variables set in each process (on top of the test's own environment)."""
+        env = {
+            "DYN_FILE_KV": str(self.file_kv),
+            "DYN_NAMESPACE": self.namespace,
+            # Loopback only: Dynamo's default picks the host's primary interface.
+            "DYN_TCP_RPC_HOST": LOCALHOST,
+            "DYN_TCP_RESPONSE_STREAM_HOST": LOCALHOST,
+        }
+        if self.etcd_endpoint:
+            env["ETCD_ENDPOINTS"] = self.etcd_endpoint
+        # Set only when used: a NATS_SERVER Dynamo cannot reach stalls every process.
+        if self.request_plane == "nats" and self.nats_url:
+            env["NATS_SERVER"] = self.nats_url
+        env.update(self.extra_env)
+        return env
+
+    def worker(
+        self,
+        model_repository: str | os.PathLike[str],
+        *extra_args: str,
+        name: str = "worker",
+        **kwargs: Any,
+    ) -> WorkerProcess:
+        """A worker of this cluster (not started), stopped by stop(); kwargs as WorkerProcess."""
+        process = WorkerProcess(self, model_repository, *extra_args, name=name, **kwargs)
+        self.processes.append(process)
+        return process
+
+    def frontend(self, *extra_args: str, name: str = "frontend", **kwargs: Any) -> FrontendProcess:
+        """A frontend of this cluster (not started), stopped by stop(); kwargs as
+        FrontendProcess."""
+        process = FrontendProcess(self, *extra_args, name=name, **kwargs)
+        self.processes.append(process)
+        return process
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every process of the cluster still running (SIGTERM, then SIGKILL)."""
+        for process in self.processes:
+            process.stop(timeout=timeout)
+
+
+class _RoleProcess(BridgeServer):
+    """A bridge process in one role of `cluster`; see WorkerProcess and FrontendProcess."""
+
+    role = "all"
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        model_repository: str | os.PathLike[str],
+        *extra_args: str,
+        name: str,
+        env: dict[str, str] | None = None,
+        startup_timeout: float = 60.0,
+        stop_timeout: float = 30.0,
+    ) -> None:
+        self.cluster = cluster
+        self.name = name
+        log_path = cluster.workdir / f"{name}.log"
+        merged = {**cluster.environ(), **(env or {})}
+        super().__init__(
+            model_repository,
+            *extra_args,
+            env=merged,
+            startup_timeout=startup_timeout,
+            stop_timeout=stop_timeout,
+            log_path=log_path,
+        )
+        self.program = f"dynamo-bridge --role {self.role} ({name})"
+        self.started_at = 0.0  # time.monotonic() of the last Popen
+
+    def environ(self) -> dict[str, str]:
+        environ = super().environ()
+        for name in _CLUSTER_VARS:
+            if name not in self._extra_env:
+                environ.pop(name, None)
+        return environ
+
+    def start(self) -> _RoleProcess:
+        self.started_at = time.monotonic()
+        return super().start()
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, f"{self.name} is not running"
+        return self.process.pid
+
+    def kill(self) -> int:
+        """SIGKILL the bridge process alone, as a crash would; then reap what is left of its
+        group (instance processes). Returns the exit code."""
+        proc = self.process
+        assert proc is not None, f"{self.name} is not running"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        self.stop(timeout=0)
+        return proc.returncode
+
+    def terminate(self) -> None:
+        """Send SIGTERM and return at once; `wait_exit` collects the exit code."""
+        assert self.process is not None, f"{self.name} is not running"
+        self.process.send_signal(signal.SIGTERM)
+
+    def wait_exit(self, timeout: float = 60.0) -> int | None:
+        """Wait for the process to exit on its own (after `terminate`), then reap its group."""
+        assert self.process is not None
+        self.process.wait(timeout)
+        return self.stop(timeout=0)
+
+
+# Where a worker's DYN_SYSTEM_PORT is picked (below the kernel's ephemeral range, too).
+SYSTEM_PORTS = range(20000, 32768)
+
+
+class WorkerProcess(_RoleProcess):
+    """`python -m bridge --role worker --model-repository REPO`, health on DYN_SYSTEM_PORT."""
+
+    role = "worker"
+
+    def __init__(
+        self, cluster: Cluster, model_repository: str | os.PathLike[str], *extra_args: str,
+        name: str = "worker", **kwargs: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(cluster, model_repository, *extra_args, name=name, **kwargs)
+        self.system_port = 0
+        self.ready_at = 0.0  # time.monotonic() when /health first answered 200
+
+    def _pick_ports(self) -> None:
+        self.metrics_port = free_port()
+        # Dynamo 1.6.1 parses DYN_SYSTEM_PORT as an i16: a port above 32767 fails start-up.
+        self.system_port = free_port(SYSTEM_PORTS)
+        self._extra_env["DYN_SYSTEM_PORT"] = str(self.system_port)
+        self._extra_env["DYN_SYSTEM_HOST"] = LOCALHOST
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", self.module,
+            "--role", self.role,
+            *self.cluster.flags(),
+            "--model-repository", str(self.model_repository),
+            "--metrics-port", str(self.metrics_port),
+            *self.extra_args,
+        ]  # fmt: skip
+
+    def start(self) -> WorkerProcess:
+        # DYN_SYSTEM_PORT is picked with the other ports, so environ() must run after that:
+        # one attempt per start() call here (ports taken in between are rare on loopback).
+        self.started_at = time.monotonic()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._pick_ports()
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.environ(),
+                start_new_session=True,
+            )
+        try:
+            self._wait_started()
+        except BaseException:
+            self.stop(timeout=5)
+            raise
+        return self
+
+    def health(self) -> int | None:
+        """The HTTP status of GET /health on the system port (None when nothing answers)."""
+        try:
+            url = f"http://{LOCALHOST}:{self.system_port}/health"
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return None
+
+    def _wait_started(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"{self.program} exited with code {self.process.returncode} during "
+                    f"start-up; log {self.log_path}:\n{self.log_tail()}"
+                )
+            if self.health() == 200:
+                self.ready_at = time.monotonic()
+                return
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"{self.program}: /health not 200 after {self.startup_timeout:.0f} s; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            time.sleep(0.05)
+
+
+class FrontendProcess(_RoleProcess):
+    """`python -m bridge --role frontend --grpc-port P --metrics-port M`."""
+
+    role = "frontend"
+    wait_for = "live"
+
+    def __init__(self, cluster: Cluster, *extra_args: str, name: str = "frontend",
+                 **kwargs: Any) -> None:  # fmt: skip
+        # A frontend has no repository; the path is never passed to it.
+        super().__init__(cluster, cluster.workdir, *extra_args, name=name, **kwargs)
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", self.module,
+            "--role", self.role,
+            *self.cluster.flags(),
+            "--grpc-port", str(self.grpc_port),
+            "--metrics-port", str(self.metrics_port),
+            *self.extra_args,
+        ]  # fmt: skip
+
+
+def start_all(processes: Iterable[_RoleProcess]) -> None:
+    """Start processes in parallel (each start waits for its own readiness); raise the first
+    error after every start returned."""
+    errors: list[BaseException] = []
+
+    def run(process: _RoleProcess) -> None:
+        try:
+            process.start()
+        except BaseException as exc:  # re-raised below, in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(p,), daemon=True) for p in processes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+# -- load ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """One request: when it was sent and answered (time.monotonic()), and how it ended."""
+
+    sent: float
+    answered: float
+    ok: bool
+    status: str = ""  # e.g. StatusCode.UNAVAILABLE, when not ok
+    message: str = ""
+    value: Any = None  # what `keep` returned for an ok answer
+
+
+class LoadGenerator:
+    """`threads` clients sending `model` requests back to back until stop(), `max_requests`
+    requests in all, or `max_seconds`, whichever comes first.
+
+    `inputs()` builds one request's inputs (called once per thread); `keep(result)` picks what
+    to remember of an ok answer (e.g. the answering worker's pid).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        inputs: Callable[[], list[grpcclient.InferInput]],
+        threads: int = 4,
+        max_requests: int = 20000,
+        max_seconds: float = 60.0,
+        keep: Callable[[grpcclient.InferResult], Any] | None = None,
+        client_timeout: float = 30.0,
+        **infer_kwargs: Any,
+    ) -> None:
+        self.url, self.model = url, model
+        self._inputs, self._keep = inputs, keep
+        self.max_requests, self.max_seconds = max_requests, max_seconds
+        self._client_timeout = client_timeout
+        self._infer_kwargs = infer_kwargs
+        self.outcomes: list[Outcome] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._budget = max_requests
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+
+    def __enter__(self) -> LoadGenerator:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> LoadGenerator:
+        self._deadline = time.monotonic() + self.max_seconds
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> list[Outcome]:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(self._client_timeout + 10)
+        return self.snapshot()
+
+    @property
+    def running(self) -> bool:
+        return any(thread.is_alive() for thread in self._threads)
+
+    def _take_one(self) -> bool:
+        with self._lock:
+            if self._budget <= 0:
+                return False
+            self._budget -= 1
+            return True
+
+    def _run(self) -> None:
+        client = grpcclient.InferenceServerClient(self.url)
+        inputs = self._inputs()
+        try:
+            while not self._stop.is_set() and time.monotonic() < self._deadline:
+                if not self._take_one():
+                    return
+                sent = time.monotonic()
+                try:
+                    result = client.infer(
+                        self.model, inputs, client_timeout=self._client_timeout,
+                        **self._infer_kwargs,
+                    )  # fmt: skip
+                    value = self._keep(result) if self._keep is not None else None
+                    outcome = Outcome(sent, time.monotonic(), True, value=value)
+                except InferenceServerException as exc:
+                    outcome = Outcome(
+                        sent, time.monotonic(), False, str(exc.status()), exc.message() or ""
+                    )
+                except Exception as exc:  # anything else is a failure too; keep counting
+                    outcome = Outcome(sent, time.monotonic(), False, type(exc).__name__, str(exc))
+                with self._lock:
+                    self.outcomes.append(outcome)
+        finally:
+            client.close()
+
+    # -- reading the record ----------------------------------------------------------------
+
+    def snapshot(self) -> list[Outcome]:
+        with self._lock:
+            return list(self.outcomes)
+
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.snapshot() if not o.ok]
+
+    def ok_values(self) -> list[Any]:
+        return [o.value for o in self.snapshot() if o.ok]
+
+    def wait_for(
+        self, predicate: Callable[[list[Outcome]], Any], what: str, timeout: float = 60.0
+    ) -> Any:
+        """Poll `predicate(outcomes so far)` until truthy; fail after `timeout` or when the
+        load ended without it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            alive = self.running  # read first: the last outcomes land before threads end
+            value = predicate(self.snapshot())
+            if value:
+                return value
+            if not alive:
+                raise AssertionError(f"the load ended before {what}")
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+            time.sleep(0.02)
+
+
+def describe(outcomes: Iterable[Outcome], limit: int = 5) -> str:
+    """A short account of failures for assertion messages: count per status, first messages."""
+    failed = [o for o in outcomes if not o.ok]
+    counts: dict[str, int] = {}
+    for outcome in failed:
+        counts[outcome.status] = counts.get(outcome.status, 0) + 1
+    first = "; ".join(f"{o.status}: {o.message[:200]}" for o in failed[:limit])
+    return f"{len(failed)} failed {counts} first: {first}"
+
+
+__all__ = [
+    "Cluster",
+    "FrontendProcess",
+    "LoadGenerator",
+    "Outcome",
+    "WorkerProcess",
+    "describe",
+    "free_port",
+    "start_all",
+]

@@ -1,0 +1,247 @@
+"""Real etcd and nats-server for the cluster tests: installed when missing, run on free ports.
+
+Both are Debian packages (`etcd-server`, `nats-server`). `ensure_binary` finds a server or
+installs it with apt-get (as root, or through `sudo -n`). When that fails the tests must not turn
+into skips in CI: `ServiceUnavailable` is raised, and `require_service` fails the test under
+CI=true and skips it elsewhere (the same rule as the Triton oracle).
+
+`EtcdServer` and `NatsServer` each start one server in a temp dir on free 127.0.0.1 ports, wait
+until it answers its health check, and stop (SIGTERM, then SIGKILL of its process group) only
+the process they started.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from .oracle import in_ci
+from .ports import LOCALHOST, free_ports
+from .process import stop_process_group
+
+# binary -> Debian package holding it
+PACKAGES = {"etcd": "etcd-server", "nats-server": "nats-server"}
+# apt installs nats-server in /usr/sbin, which a non-root PATH often lacks.
+_EXTRA_DIRS = ("/usr/sbin", "/usr/bin", "/usr/local/bin", "/usr/local/sbin")
+_INSTALL_TIMEOUT = 600.0
+_STARTUP_TIMEOUT = 30.0
+
+
+class ServiceUnavailable(RuntimeError):
+    """A server binary is missing and could not be installed; the message says why."""
+
+
+def find_binary(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    for folder in _EXTRA_DIRS:
+        candidate = Path(folder) / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def _apt(*args: str) -> subprocess.CompletedProcess[str]:
+    prefix = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    return subprocess.run(
+        [*prefix, "apt-get", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=_INSTALL_TIMEOUT,
+        check=False,
+    )
+
+
+def ensure_binary(name: str) -> str:
+    """The path of `name` (etcd or nats-server), installing its package with apt-get if needed."""
+    found = find_binary(name)
+    if found:
+        return found
+    package = PACKAGES[name]
+    if shutil.which("apt-get") is None:
+        raise ServiceUnavailable(f"{name} is not installed and there is no apt-get to install it")
+    for args in (("update",), ("install", "-y", "--no-install-recommends", package)):
+        try:
+            done = _apt(*args)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ServiceUnavailable(f"apt-get {' '.join(args)} failed: {exc}") from exc
+        if done.returncode != 0:
+            raise ServiceUnavailable(
+                f"apt-get {' '.join(args)} exited with {done.returncode}:\n"
+                f"{(done.stdout + done.stderr)[-2000:]}"
+            )
+    found = find_binary(name)
+    if found is None:
+        raise ServiceUnavailable(f"installed {package} but found no {name} binary")
+    return found
+
+
+def require_service(name: str) -> str:
+    """ensure_binary for a test: fail under CI=true, skip elsewhere, when it cannot be had."""
+    try:
+        return ensure_binary(name)
+    except ServiceUnavailable as exc:
+        if in_ci():
+            pytest.fail(f"{name} is required in CI: {exc}", pytrace=False)
+        pytest.skip(f"{name} unavailable: {exc}")
+
+
+def _http_ok(url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as response:
+            return response.read().decode(errors="replace") if response.status == 200 else None
+    except (OSError, urllib.error.URLError):
+        return None
+
+
+class _Service:
+    """One server subprocess in its own process group, with a data dir of its own."""
+
+    name = "service"
+
+    def __init__(self, binary: str, workdir: str | os.PathLike[str] | None = None) -> None:
+        self.binary = binary
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"{self.name}-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.workdir / f"{self.name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    def start(self) -> _Service:
+        # A port picked as free may be taken before the server binds it: retry on new ports.
+        for attempt in range(3):
+            command = self.command()
+            with open(self.log_path, "ab") as log:
+                self.process = subprocess.Popen(
+                    command,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    cwd=self.workdir,
+                    start_new_session=True,
+                )
+            deadline = time.monotonic() + _STARTUP_TIMEOUT
+            while not self.ready():
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            else:
+                return self
+            self.stop()
+            if attempt == 2 or "address already in use" not in self.log_text().lower():
+                raise RuntimeError(
+                    f"{self.name} did not start; log {self.log_path}:\n{self.log_text()[-3000:]}"
+                )
+        raise AssertionError("unreachable")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process_group(self.process, 10.0)
+            self.process = None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def __enter__(self) -> _Service:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class EtcdServer(_Service):
+    """`etcd` (3.4) serving clients on 127.0.0.1:client_port; `endpoint` is ETCD_ENDPOINTS."""
+
+    name = "etcd"
+
+    def __init__(self, workdir: str | os.PathLike[str] | None = None) -> None:
+        super().__init__(ensure_binary("etcd"), workdir)
+        self.client_port = self.peer_port = 0
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{LOCALHOST}:{self.client_port}"
+
+    def command(self) -> list[str]:
+        self.client_port, self.peer_port = free_ports(2)
+        peer = f"http://{LOCALHOST}:{self.peer_port}"
+        data = self.workdir / f"data-{self.client_port}"
+        return [
+            self.binary,
+            "--name", "bridge-test",
+            "--data-dir", str(data),
+            "--listen-client-urls", self.endpoint,
+            "--advertise-client-urls", self.endpoint,
+            "--listen-peer-urls", peer,
+            "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"bridge-test={peer}",
+        ]  # fmt: skip
+
+    def ready(self) -> bool:
+        body = _http_ok(f"{self.endpoint}/health")
+        return body is not None and '"health":"true"' in body.replace(" ", "")
+
+
+class NatsServer(_Service):
+    """`nats-server -js` on 127.0.0.1:port; `url` is NATS_SERVER."""
+
+    name = "nats"
+
+    def __init__(self, workdir: str | os.PathLike[str] | None = None) -> None:
+        super().__init__(ensure_binary("nats-server"), workdir)
+        self.port = self.monitor_port = 0
+
+    @property
+    def url(self) -> str:
+        return f"nats://{LOCALHOST}:{self.port}"
+
+    def command(self) -> list[str]:
+        self.port, self.monitor_port = free_ports(2)
+        return [
+            self.binary,
+            "-a", LOCALHOST,
+            "-p", str(self.port),
+            "-m", str(self.monitor_port),
+            "-js",
+            "-sd", str(self.workdir / f"js-{self.port}"),
+        ]  # fmt: skip
+
+    def ready(self) -> bool:
+        # /healthz answers 200 once the client port and JetStream are up.
+        return _http_ok(f"http://{LOCALHOST}:{self.monitor_port}/healthz") is not None
+
+
+def etcd_keys(endpoint: str) -> list[str]:
+    """Every key in etcd, through its v3 JSON gateway (no etcdctl needed)."""
+    body = json.dumps({"key": "AA==", "range_end": "AA==", "keys_only": True}).encode()
+    request = urllib.request.Request(f"{endpoint}/v3/kv/range", data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        reply = json.loads(response.read())
+    return [base64.b64decode(kv["key"]).decode(errors="replace") for kv in reply.get("kvs", [])]
+
+
+def nats_connections(server: NatsServer) -> int:
+    """How many clients are connected to `server` now (its monitoring /connz)."""
+    body = _http_ok(f"http://{LOCALHOST}:{server.monitor_port}/connz")
+    return int(json.loads(body)["num_connections"]) if body else 0
