@@ -86,13 +86,13 @@ _DECODERS: dict[str, Callable[[list], np.ndarray]] = {
 
 
 # Raw contents: little-endian numpy types per KServe datatype (BOOL as one byte per element).
-_RAW_TYPES = {
+_RAW_TYPES: dict[str, np.dtype] = {
     **{name: np.dtype(dtype).newbyteorder("<") for name, dtype in _NUMERIC.items()},
     "BOOL": np.dtype(np.uint8),
     "FP16": np.dtype("<f2"),
     "BF16": np.dtype("<u2"),
 }
-_STORED_TYPES = {**_NUMERIC, "FP16": np.float16, "BF16": np.uint16}
+_STORED_TYPES: dict[str, type] = {**_NUMERIC, "FP16": np.float16, "BF16": np.uint16}
 _LENGTH = struct.Struct("<I")
 
 
@@ -295,7 +295,7 @@ def decode_parameters(parameters: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def encode_parameters(parameters: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for name, value in parameters.items():
         if isinstance(value, bool):
             out[name] = {"bool": value}

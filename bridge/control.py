@@ -195,9 +195,8 @@ class ControlServer:
                 writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
             raw = await self._body(conn, reader, deadline)
         except _Refused as exc:
-            log.warning(
-                "model control: refused %s: %s", _cut(request and request.target), _cut(str(exc))
-            )
+            target = request.target if request is not None else None
+            log.warning("model control: refused %s: %s", _cut(target), _cut(str(exc)))
             await self._respond(conn, writer, request, exc.status, {"error": str(exc)}, close=True)
             return False
         except h11.RemoteProtocolError as exc:

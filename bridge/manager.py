@@ -46,7 +46,7 @@ from model_repository_loader.loader import (
     load_model_with_config,
     override_source,
 )
-from model_repository_loader.model import Model
+from model_repository_loader.model import ServedModel
 
 from . import heap
 from .cluster.control_endpoint import ControlEndpoint
@@ -469,7 +469,7 @@ class ModelManager:
             log.warning("still loading '%s' after %.0f s", name, waited)
             step = waited
 
-    async def _serve(self, model: Model, announce: bool = True) -> None:
+    async def _serve(self, model: ServedModel, announce: bool = True) -> None:
         """Serve `model`, replacing (after it is registered) whatever served its name."""
         name = model.name
         generation = self._generations.get(name, 0) + 1
@@ -506,7 +506,7 @@ class ModelManager:
             await self._until_frontend_lists(name)
         if announce:
             log.info("successfully loaded '%s' (generation %d)", name, generation)
-        if replacing:
+        if replacing and old_model is not None:
             await self._retire(old_worker, old_model)
 
     async def _remove(self, name: str) -> None:
@@ -519,7 +519,7 @@ class ModelManager:
             log.info("'%s': its folder was removed; unloading", name)
             await self._retire(worker, model)
 
-    async def _retire(self, worker: ModelWorker | None, model: Model) -> None:
+    async def _retire(self, worker: ModelWorker | None, model: ServedModel) -> None:
         """Unregister a generation now; withdraw, close and forget it in the background."""
         if worker is not None:
             try:
@@ -530,7 +530,7 @@ class ModelManager:
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
-    async def _finalize(self, worker: ModelWorker | None, model: Model, since: float) -> None:
+    async def _finalize(self, worker: ModelWorker | None, model: ServedModel, since: float) -> None:
         name = model.name
         generation = f" (generation {worker.generation})" if worker is not None else ""
         if worker is not None:
@@ -553,7 +553,7 @@ class ModelManager:
         self._schedule_refreeze()
         log.info("successfully unloaded '%s'%s", name, generation)
 
-    async def _close_bounded(self, model: Model) -> None:
+    async def _close_bounded(self, model: ServedModel) -> None:
         """model.close() (drain, then finalize) on a thread of its own, waited for at most
         `close_timeout`: a finalize that never returns keeps only its thread."""
         # The model bounds its own close (answering what it could not finish UNAVAILABLE); the

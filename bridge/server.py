@@ -57,7 +57,11 @@ def _second_signal() -> None:
 
 def _arm_exit_watchdog(seconds: float) -> threading.Timer:
     """The last resort if shutdown itself stalls past its bound (the event loop included)."""
-    timer = threading.Timer(seconds, lambda: (log.error(EXIT_TIMEOUT_TEXT), _exit_now(1)))
+    def expired() -> None:
+        log.error(EXIT_TIMEOUT_TEXT)
+        _exit_now(1)
+
+    timer = threading.Timer(seconds, expired)
     timer.daemon = True
     timer.start()
     return timer

@@ -27,7 +27,7 @@ from dynamo.llm import ModelInput, ModelType, WorkerType, register_model, unregi
 from dynamo.runtime import DistributedRuntime, Endpoint
 from tritonclient.grpc import model_config_pb2 as mc
 
-from model_repository_loader.model import Model
+from model_repository_loader.model import ServedModel
 from model_repository_loader.pb_utils import InferenceResponse, TritonError
 from model_repository_loader.validation import (
     RequestError,
@@ -104,11 +104,11 @@ class ModelWorker:
         self,
         runtime: DistributedRuntime,
         namespace: str,
-        model: Model,
+        model: ServedModel,
         generation: int = 1,
-        serving: Callable[[], Model | None] | None = None,
+        serving: Callable[[], ServedModel | None] | None = None,
     ) -> None:
-        self.model: Model | None = model  # None once retired: see retire()
+        self.model: ServedModel | None = model  # None once retired: see retire()
         # The model that answers new requests: during a reload, the frontend may still route
         # to a retiring generation for a moment; those requests go to the newest model, so
         # no client sees the old version again once the new one has answered.
@@ -133,6 +133,8 @@ class ModelWorker:
         # publishes the instance record in the background; the model card must not come
         # before it, or during a reload the frontend can pick this generation while it has no
         # instance yet and answer "model temporarily unavailable".
+        model = self.model
+        assert model is not None, "start() before retire()"
         self._serving = asyncio.ensure_future(self.endpoint.serve_endpoint(self.generate))
         client = await self.endpoint.client()
         await asyncio.wait_for(client.wait_for_instances(), timeout=30)
@@ -143,7 +145,7 @@ class ModelWorker:
             self.name,
             self.name,
             worker_type=WorkerType.Aggregated,
-            tensor_model_config=tensor_model_config(self.name, self.model.config),
+            tensor_model_config=tensor_model_config(self.name, model.config),
         )
         watch = getattr(self.model, "watch_readiness", None)  # ensembles have no instances
         if watch is not None:
@@ -244,7 +246,7 @@ class ModelWorker:
         self.last_arrival = loop.time()
         refused: TritonError | None = None
         pending = None
-        model: Model | None = None
+        model: ServedModel | None = None
         try:
             try:
                 if request_elements(request) > LARGE_REQUEST_ELEMENTS:
@@ -344,7 +346,7 @@ def _standard_response(name: str, response: InferenceResponse | None, final: boo
     )
 
 
-def _answering_version(model: Model, requested: int) -> str:
+def _answering_version(model: ServedModel, requested: int) -> str:
     """The version that answers a request for `requested` (-1: the model's default)."""
     if requested != -1:
         return str(requested)

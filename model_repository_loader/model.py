@@ -315,9 +315,14 @@ class ServedModel(Protocol):
     name: str
     # Served version number → the version (a ModelVersion, or the ensemble itself).
     versions: dict[int, Any]
+    latest: Any  # the newest served version
 
     @property
     def config(self) -> mc.ModelConfig: ...
+    @property
+    def ready(self) -> bool:
+        """Whether it can serve now (a Python model: an instance of every version is alive)."""
+        ...
     def submit(self, request: InferRequest, respond: Respond) -> Cancellable | None:
         """Admit `request` (None when refused: `respond` got the error) and run it."""
         ...

@@ -24,9 +24,10 @@ remote.py), installed by the ModelManager. The loader asks it only for names not
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -257,8 +258,10 @@ class DynamoRemoteModels:
     def _on_loop(self) -> bool:
         return threading.get_ident() == self._loop_thread
 
-    def _wait(self, coroutine: Awaitable[Any], timeout: float) -> Any:
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)  # type: ignore[arg-type]
+    def _wait(self, coroutine: Coroutine[Any, Any, Any], timeout: float) -> Any:
+        future: concurrent.futures.Future[Any] = asyncio.run_coroutine_threadsafe(
+            coroutine, self._loop
+        )
         return future.result(timeout)
 
 

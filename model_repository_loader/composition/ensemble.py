@@ -64,6 +64,11 @@ class EnsembleModel:
         self._closing = False
 
     @property
+    def ready(self) -> bool:
+        """Always, once loaded: its steps' models report their own readiness."""
+        return True
+
+    @property
     def models(self) -> Mapping[str, Any]:
         return self.scope.models
 

@@ -16,7 +16,8 @@ import base64
 import json
 import math
 import struct
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -39,6 +40,7 @@ def _float32(value: float) -> float:
 def _scalar(field: FieldDescriptor, value: Any) -> Any:
     kind = field.type
     if kind == _F.TYPE_ENUM:
+        assert field.enum_type is not None  # an enum field has its enum
         enum_value = field.enum_type.values_by_number.get(value)
         return enum_value.name if enum_value is not None else value
     if kind in _INT64_TYPES:
@@ -67,7 +69,7 @@ def _map_key(field: FieldDescriptor, key: Any) -> str:
 
 def _message(message: Message) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    descriptor: Descriptor = message.DESCRIPTOR
+    descriptor = cast(Descriptor, message.DESCRIPTOR)  # the stubs type it as upb or Python
     for field in descriptor.fields:
         value = getattr(message, field.name)
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
@@ -179,7 +181,8 @@ def _upper_enums(value: Any, descriptor: Descriptor) -> Any:
     return value
 
 
-def _enum_upper(field: FieldDescriptor):
+def _enum_upper(field: FieldDescriptor) -> Callable[[Any], Any]:
+    assert field.enum_type is not None  # an enum field has its enum
     names = field.enum_type.values_by_name
 
     def fix(v: Any) -> Any:
