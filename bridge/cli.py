@@ -389,8 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Before Dynamo's runtime starts: it reads its logging settings once.
     quiet_targets = configure_dynamo_logging(args.log_verbose, os.environ)
     with hide_filter_banner(quiet_targets):  # Dynamo reads DYN_LOG when first imported
-        from .control import MODEL_REPOSITORY, parse_restricted_api
         from .metrics.triton import parse_metrics_config
+        from .restrictions import MODEL_REPOSITORY, parse_restricted_api
         from .server import RuntimeSettingsError, ServerOptions, StartupError, serve
 
     try:

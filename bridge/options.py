@@ -7,8 +7,8 @@ from pathlib import Path
 
 from model_repository_loader.config import ConfigOptions
 
-from .control import Restriction
 from .metrics.triton import MetricsConfig
+from .restrictions import Restriction
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,6 +57,7 @@ def _second_signal() -> None:
 
 def _arm_exit_watchdog(seconds: float) -> threading.Timer:
     """The last resort if shutdown itself stalls past its bound (the event loop included)."""
+
     def expired() -> None:
         log.error(EXIT_TIMEOUT_TEXT)
         _exit_now(1)

@@ -1,16 +1,39 @@
-"""Errors the loader reports, worded as Triton words them."""
+"""Errors the loader reports, worded as Triton words them.
+
+`TritonStatusError` is the one base of every error this project reports to a client: Triton's
+text and Triton's status code (`ErrorCode`). The loader and the bridge raise its subclasses; a
+code becomes a Dynamo exception, a gRPC status or an HTTP status only at the edge that answers
+(bridge/errors.py, bridge/frontends/, bridge/control/).
+"""
 
 from __future__ import annotations
 
 import traceback
 from pathlib import Path
 
+from .pb_utils.errors import ErrorCode, TritonError
+
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _PB_UTILS_DIR = _PACKAGE_DIR / "pb_utils"
 _NATIVE_IN_TRITON = frozenset({_PB_UTILS_DIR / "response_sender.py"})
 
 
-class ModelLoadError(Exception):
+class TritonStatusError(Exception):
+    """An error with Triton's text (`str(exc)`, `message`) and status code (`code`)."""
+
+    default_code = ErrorCode.INTERNAL
+
+    def __init__(self, message: str, code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code if code is not None else self.default_code
+
+    def triton_error(self) -> TritonError:
+        """The same error as a response carries it."""
+        return TritonError(self.message, self.code)
+
+
+class ModelLoadError(TritonStatusError):
     """A model (version) failed to load; str() is the reason Triton would report.
 
     `version` is the version that failed, or None when the model failed before any version

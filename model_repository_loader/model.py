@@ -323,9 +323,11 @@ class ServedModel(Protocol):
     def ready(self) -> bool:
         """Whether it can serve now (a Python model: an instance of every version is alive)."""
         ...
+
     def submit(self, request: InferRequest, respond: Respond) -> Cancellable | None:
         """Admit `request` (None when refused: `respond` got the error) and run it."""
         ...
+
     def infer(
         self, request: InferRequest, timeout: float | None = None
     ) -> pb_utils.InferenceResponse: ...

@@ -23,6 +23,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from .config.errors import ConfigError
+from .pb_utils.errors import ErrorCode
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def scan(repository_paths: Iterable[Path | str]) -> list[ModelSource]:
         if others:
             error = ConfigError(
                 f"failed to poll model '{name}': not unique across all model repositories",
-                code="INVALID_ARG",
+                code=ErrorCode.INVALID_ARG,
                 stage="poll",
             )
             first = ModelSource(first.name, first.path, first.repository, error)
@@ -195,7 +196,7 @@ def select_versions(source: ModelSource, config: mc.ModelConfig) -> list[int]:
         raise ConfigError(
             "at least one version must be available under the version policy of model "
             f"'{source.name}'",
-            code="INVALID_ARG",
+            code=ErrorCode.INVALID_ARG,
             stage="versions",
         )
     return chosen
@@ -210,13 +211,13 @@ def model_file(source: ModelSource, version: int, config: mc.ModelConfig) -> Pat
         raise ConfigError(
             f"invalid default_model_filename '{filename}': the model file must stay within "
             f"the model directory '{source.path}'",
-            code="INVALID_ARG",
+            code=ErrorCode.INVALID_ARG,
             stage="load",
         )
     if not path.exists():
         raise ConfigError(
             f"Failed to preinitialize Python stub: Python model file not found in '{path}'",
-            code="INTERNAL",
+            code=ErrorCode.INTERNAL,
             stage="load",
         )
     return path

@@ -26,6 +26,7 @@ from collections.abc import Collection, Sequence
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from .errors import TritonStatusError
 from .pb_utils.errors import ErrorCode
 from .pb_utils.tensor import Tensor
 
@@ -100,19 +101,11 @@ _STOL_SPACE = " \t\n\v\f\r"
 _LONG_MAX = (1 << 63) - 1
 
 
-class RequestError(Exception):
-    """A request the model must not see. `str(exc)` is Triton's message; `code` its TritonError
-    code (an int enum: `pb_utils.TritonError(str(exc), exc.code)` works as is)."""
+class RequestError(TritonStatusError):
+    """A request the model must not see. `str(exc)` is Triton's message; `code` its status
+    (INVALID_ARG unless said otherwise)."""
 
-    def __init__(self, message: str, code: ErrorCode = ErrorCode.INVALID_ARG) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-
-    @property
-    def grpc_status(self) -> str:
-        """The gRPC status name Triton answers with, e.g. "INVALID_ARGUMENT"."""
-        return GRPC_STATUS_NAMES[self.code]
+    default_code = ErrorCode.INVALID_ARG
 
 
 # -- model lookup texts (used by the bridge and by BLS) -------------------------------------------

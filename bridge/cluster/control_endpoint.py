@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dynamo.runtime import DistributedRuntime
 
-    from ..manager import ModelManager
+    from ..models import ModelManager
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ from model_repository_loader import repository
 from model_repository_loader.loader import LoadedRepository, ModelStatus, load_repository
 
 from ..control import MODEL_REPOSITORY, ControlServer
-from ..manager import ManagerOptions, ModelControl, ModelManager, digests_of
 from ..metrics.triton import TritonMetrics
+from ..models import ManagerOptions, ModelControl, ModelManager, digests_of
 from ..options import ServerOptions, StartupError
 from ..reload import RepositoryWatcher
 from ..status_table import format_status_table

@@ -14,6 +14,7 @@ import logging
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ..errors import format_python_error
+from ..pb_utils.errors import ErrorCode
 from ..pb_utils.model_config import ModelConfig
 from .errors import ConfigError
 from .json import ConfigJsonError, config_from_json, config_to_args_json
@@ -42,7 +43,7 @@ def _merge(current: mc.ModelConfig, updated: mc.ModelConfig) -> mc.ModelConfig:
         number = mc.ModelConfig.DESCRIPTOR.fields_by_name[current_choice].number
         raise ConfigError(
             f"Cannot update scheduling choice from {number} to {number} when auto-completing.",
-            code="INTERNAL",
+            code=ErrorCode.INTERNAL,
             stage="load",
         )
 
@@ -73,19 +74,19 @@ def apply_auto_complete(
     try:
         result = hook(ModelConfig(config_to_args_json(config)))
     except (Exception, SystemExit) as exc:  # sys.exit() in model code fails the load too
-        raise ConfigError(format_python_error(exc), code="INTERNAL", stage="load") from exc
+        raise ConfigError(format_python_error(exc), code=ErrorCode.INTERNAL, stage="load") from exc
     if not isinstance(result, ModelConfig):
         raise ConfigError(
             f"auto_complete_config function in model '{model_name}' must return a valid "
             "pb.ModelConfig object.",
-            code="INTERNAL",
+            code=ErrorCode.INTERNAL,
             stage="load",
         )
 
     try:
         returned = json.dumps(result.as_dict())
     except (TypeError, ValueError) as exc:
-        raise ConfigError(format_python_error(exc), code="INTERNAL", stage="load") from exc
+        raise ConfigError(format_python_error(exc), code=ErrorCode.INTERNAL, stage="load") from exc
     try:
         updated = config_from_json(returned)
     except ConfigJsonError as exc:
@@ -98,7 +99,7 @@ def apply_auto_complete(
         if not config_provided:
             raise ConfigError(
                 f"model configuration is not provided for model '{model_name}'",
-                code="NOT_FOUND",
+                code=ErrorCode.NOT_FOUND,
                 stage="load",
             ) from None
         return _merge(config, config)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+from ..errors import TritonStatusError
+from ..pb_utils.errors import ErrorCode
+
 # Where in Triton's load sequence an error happens decides what a client sees:
 # - "poll":     reading / normalizing / validating config.pbtxt before any version is chosen.
 #               Triton only logs the reason; an explicit load answers "failed to poll".
@@ -11,34 +14,38 @@ from typing import Literal
 # - "load":     per version: instance groups, auto-complete, tensor validation, model file.
 Stage = Literal["poll", "versions", "load"]
 
-# Triton status codes (TRITONSERVER_Error_Code names) and the words Triton prints for them
-# in front of a reason, as in "version 1 is at UNAVAILABLE state: Invalid argument: ...".
+# The words Triton prints for a status code in front of a reason, as in
+# "version 1 is at UNAVAILABLE state: Invalid argument: ...".
 _CODE_WORDS = {
-    "UNKNOWN": "Unknown",
-    "INTERNAL": "Internal",
-    "NOT_FOUND": "Not found",
-    "INVALID_ARG": "Invalid argument",
-    "UNAVAILABLE": "Unavailable",
-    "UNSUPPORTED": "Unsupported",
-    "ALREADY_EXISTS": "Already exists",
-    "CANCELLED": "Cancelled",
+    ErrorCode.UNKNOWN: "Unknown",
+    ErrorCode.INTERNAL: "Internal",
+    ErrorCode.NOT_FOUND: "Not found",
+    ErrorCode.INVALID_ARG: "Invalid argument",
+    ErrorCode.UNAVAILABLE: "Unavailable",
+    ErrorCode.UNSUPPORTED: "Unsupported",
+    ErrorCode.ALREADY_EXISTS: "Already exists",
+    ErrorCode.CANCELLED: "Cancelled",
 }
 
 
-class ConfigError(Exception):
+class ConfigError(TritonStatusError):
     """A model that cannot be loaded because of its directory or configuration.
 
-    `str(error)` is Triton's reason text. `code` is the Triton status code name, `stage` where
+    `str(error)` is Triton's reason text. `code` is its status code, `stage` where
     Triton would have failed (see `Stage`), `detail` extra text for logs (e.g. the parser's
     message for a config.pbtxt syntax error, which Triton logs on a separate line).
     """
 
     def __init__(
-        self, reason: str, *, code: str = "INVALID_ARG", stage: Stage = "poll", detail: str = ""
+        self,
+        reason: str,
+        *,
+        code: ErrorCode = ErrorCode.INVALID_ARG,
+        stage: Stage = "poll",
+        detail: str = "",
     ) -> None:
-        super().__init__(reason)
+        super().__init__(reason, code)
         self.reason = reason
-        self.code = code
         self.stage: Stage = stage
         self.detail = detail
 
@@ -48,7 +55,7 @@ class ConfigError(Exception):
     @property
     def status_text(self) -> str:
         """`<code words>: <reason>`, the form inside Triton's per-version load errors."""
-        return f"{_CODE_WORDS.get(self.code, self.code)}: {self.reason}"
+        return f"{_CODE_WORDS[self.code]}: {self.reason}"
 
     def load_failure_message(self, model_name: str, version: int | None = None) -> str:
         """What Triton answers an explicit load request (RepositoryModelLoad) failing here.

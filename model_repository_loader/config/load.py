@@ -19,6 +19,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 # Module import (not names): repository imports config.errors, so names may not exist yet here.
 from .. import repository
 from ..errors import format_python_error
+from ..pb_utils.errors import ErrorCode
 from .auto_complete import apply_auto_complete
 from .errors import ConfigError
 from .normalize import (
@@ -140,7 +141,9 @@ def finalize_config(
             except ConfigError:
                 raise
             except (Exception, SystemExit) as exc:
-                raise ConfigError(format_python_error(exc), code="INTERNAL", stage="load") from exc
+                raise ConfigError(
+                    format_python_error(exc), code=ErrorCode.INTERNAL, stage="load"
+                ) from exc
             final = apply_auto_complete(
                 final, model_class, source.name, config_provided=config_provided
             )

@@ -8,6 +8,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from ..pb_utils.errors import ErrorCode
 from .errors import ConfigError
 
 
@@ -19,7 +20,7 @@ def parse_config_text(text: str, path: Path | str = "config.pbtxt") -> mc.ModelC
     except text_format.ParseError as exc:
         raise ConfigError(
             f"failed to read text proto from {path}",
-            code="INTERNAL",
+            code=ErrorCode.INTERNAL,
             stage="poll",
             detail=f"Error parsing text-format inference.ModelConfig: {exc}",
         ) from None
@@ -33,14 +34,16 @@ def read_config_file(path: Path) -> mc.ModelConfig:
     except OSError as exc:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         raise ConfigError(
-            f"failed to open text file for read {path}: {reason}", code="INTERNAL", stage="poll"
+            f"failed to open text file for read {path}: {reason}",
+            code=ErrorCode.INTERNAL,
+            stage="poll",
         ) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"failed to read text proto from {path}",
-            code="INTERNAL",
+            code=ErrorCode.INTERNAL,
             stage="poll",
             detail=f"Error parsing text-format inference.ModelConfig: {exc}",
         ) from None

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from ..pb_utils.errors import ErrorCode
 from .errors import ConfigError, Stage
 from .normalize import ENSEMBLE_PLATFORM
 
@@ -36,7 +37,7 @@ _CORRID_TYPES = {
 }
 
 
-def _fail(reason: str, stage: Stage, code: str = "INVALID_ARG") -> ConfigError:
+def _fail(reason: str, stage: Stage, code: ErrorCode = ErrorCode.INVALID_ARG) -> ConfigError:
     return ConfigError(reason, code=code, stage=stage)
 
 
@@ -519,7 +520,7 @@ def validate_instance_groups(
             if group.gpus:
                 raise _fail(f"{where} has kind KIND_CPU but specifies one or more GPUs", stage)
         else:
-            raise _fail(f"{where} has unexpected kind KIND_AUTO", stage, code="INTERNAL")
+            raise _fail(f"{where} has unexpected kind KIND_AUTO", stage, code=ErrorCode.INTERNAL)
 
         if config.platform != TENSORRT_PLATFORM and group.profile:
             raise _fail(

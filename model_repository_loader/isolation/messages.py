@@ -51,7 +51,7 @@ class WireRequest:
 @dataclass(frozen=True, slots=True)
 class WireResponse:
     outputs: list[WireTensor]
-    error: tuple[str, int] | None
+    error: tuple[str, ErrorCode] | None  # message, code
     parameters_json: str
 
 
@@ -223,7 +223,7 @@ def pack_response(folder: SegmentFolder, response: InferenceResponse | None) -> 
     error = response.error()
     return WireResponse(
         pack_all(folder, response.output_tensors()),
-        (error.message(), int(error.code())) if error is not None else None,
+        (error.message(), error.code()) if error is not None else None,
         response.parameters(),
     )
 
@@ -233,5 +233,5 @@ def unpack_response(folder: SegmentFolder, wire: WireResponse | None) -> Inferen
         return None
     error = None
     if wire.error is not None:
-        error = TritonError(wire.error[0], ErrorCode(wire.error[1]))
+        error = TritonError(wire.error[0], wire.error[1])
     return InferenceResponse._create(unpack_all(folder, wire.outputs), error, wire.parameters_json)

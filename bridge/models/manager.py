@@ -21,13 +21,10 @@ and is logged while it lasts ("still loading ..."); other models keep reloading.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import shutil
 import tempfile
-import threading
 from collections.abc import Iterable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,19 +44,19 @@ from model_repository_loader.loader import (
     override_source,
 )
 from model_repository_loader.model import ServedModel
+from model_repository_loader.pb_utils.errors import ErrorCode
 
-from . import heap
-from .cluster.control_endpoint import ControlEndpoint
-from .cluster.remote_models import DynamoRemoteModels
-from .worker import ModelWorker
+from .. import heap
+from ..cluster.control_endpoint import ControlEndpoint
+from ..cluster.remote_models import DynamoRemoteModels
+from ..worker import ModelWorker
+from .errors import ControlError, poll_failed
+from .frontend_probe import until_frontend_lists
+from .threads import on_daemon_thread
 
 log = logging.getLogger("dynamo_bridge")
 
 MODEL_CONTROL_MODES = ("none", "poll", "explicit")
-
-# Triton's texts [V, 2.51].
-NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
-SERVER_NOT_READY = "Server not ready"
 
 
 # After the last unload of a burst, when the heap is collected and frozen again.
@@ -68,18 +65,6 @@ REFREEZE_DELAY = 1.0
 # before the instance records go too (a caller that routes on instances, not cards, would
 # otherwise hold the exit until --exit-timeout-secs).
 ROUTES_QUIET_MAX_S = 5.0
-
-
-class ControlError(Exception):
-    """A refused or failed load/unload; str() is Triton's message, `code` its status name."""
-
-    def __init__(self, message: str, code: str = "INTERNAL") -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def poll_failed(name: str) -> ControlError:
-    return ControlError(f"failed to load '{name}', failed to poll from model repository")
 
 
 def digests_of(paths: Iterable[Path]) -> dict[str, str]:
@@ -198,7 +183,7 @@ class ModelManager:
         """
         reason = repository.invalid_model_name(name)
         if reason is not None:
-            raise ControlError(reason, "INVALID_ARG")
+            raise ControlError(reason, ErrorCode.INVALID_ARG)
         if files and not config_json:
             log.error(
                 "Poll failed for model directory '%s': Load parameter 'config' must be "
@@ -449,7 +434,7 @@ class ModelManager:
             raise ControlError(
                 f"load failed for model '{name}': version {exc.version} is at UNAVAILABLE "
                 f"state: {exc};\n",
-                "INVALID_ARG",
+                ErrorCode.INVALID_ARG,
             ) from None
         await self._serve(model)
         # Only now: a load that failed (even for a passing reason) is tried again on the next
@@ -584,22 +569,8 @@ class ModelManager:
         if port is None:
             await asyncio.sleep(self.options.remote_frontend_grace)
             return
-        needle = b'"id":' + json.dumps(name).encode()
-        deadline = self.loop.time() + timeout
-        while self.loop.time() < deadline:
-            try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.write(
-                    b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-                )
-                body = await asyncio.wait_for(reader.read(), 1.0)
-                writer.close()
-                if needle in body.replace(b" ", b""):
-                    return
-            except (OSError, asyncio.TimeoutError):
-                pass
-            await asyncio.sleep(0.005)
-        log.warning("'%s' registered but not listed by the frontend after %.0fs", name, timeout)
+        if not await until_frontend_lists(port, name, timeout):
+            log.warning("'%s' registered but not listed by the frontend after %.0fs", name, timeout)
 
     async def _find(self, name: str) -> repository.ModelSource | None:
         sources = await self._run(repository.scan, self.options.repositories)
@@ -619,64 +590,4 @@ class ModelManager:
         return await self.loop.run_in_executor(None, fn, *args)
 
     def _on_thread(self, fn: Any, *args: Any) -> asyncio.Future[Any]:
-        """Run model code (a load's initialize, a close's finalize) on a daemon thread of its
-        own: one that never returns must not take a thread of the shared executor for good,
-        nor be joined at exit."""
-        loop = self.loop
-        future: asyncio.Future[Any] = loop.create_future()
-
-        def settle(result: Any, error: BaseException | None) -> None:
-            if future.done():
-                return
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(result)
-
-        def run() -> None:
-            try:
-                result, error = fn(*args), None
-            except BaseException as exc:  # handed to the awaiting coroutine
-                result, error = None, exc
-            try:
-                loop.call_soon_threadsafe(settle, result, error)
-            except RuntimeError:
-                pass  # the loop is closed: nobody waits any more
-
-        threading.Thread(target=run, name=f"bridge-{fn.__name__}", daemon=True).start()
-        return future
-
-
-class ModelControl:
-    """`pb_utils.load_model` / `unload_model` / `is_model_ready`, called on model threads.
-
-    Installed before the start-up load, so calls during it get Triton's "Server not ready".
-    Each call waits for the manager on the event loop; the loop never waits for a model.
-    """
-
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
-        self.manager: ModelManager | None = None
-
-    def _ready_manager(self) -> ModelManager:
-        if self.manager is None or not self.manager.ready:
-            raise ControlError(SERVER_NOT_READY, "UNAVAILABLE")
-        return self.manager
-
-    def _call(self, coroutine_fn: Any, *args: Any) -> None:
-        manager = self._ready_manager()
-        if self.mode != "explicit":
-            raise ControlError(NOT_EXPLICIT, "UNAVAILABLE")
-        future: Future[None] = asyncio.run_coroutine_threadsafe(
-            coroutine_fn(manager, *args), manager.loop
-        )
-        future.result()
-
-    def load_model(self, model_name: str, config: str, files: dict[str, bytes] | None) -> None:
-        self._call(ModelManager.load, model_name, config, files)
-
-    def unload_model(self, model_name: str, unload_dependents: bool) -> None:
-        self._call(ModelManager.unload, model_name)
-
-    def is_model_ready(self, model_name: str, model_version: str) -> bool:
-        return self._ready_manager().is_model_ready(model_name, model_version)
+        return on_daemon_thread(self.loop, fn, *args)

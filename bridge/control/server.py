@@ -35,81 +35,34 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import hmac
 import ipaddress
 import json
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
 
 import h11
 
-from .manager import NOT_EXPLICIT, ControlError, ModelManager
+from model_repository_loader.pb_utils.errors import ErrorCode
+
+from ..models import NOT_EXPLICIT, ControlError, ModelManager
+from ..restrictions import Restriction
 
 log = logging.getLogger("dynamo_bridge")
 
-_STATUS = {"INVALID_ARG": 400, "NOT_FOUND": 404, "INTERNAL": 500, "UNAVAILABLE": 503}
+# Triton's HTTP status for each code a load/unload answers with.
+_STATUS = {
+    ErrorCode.INVALID_ARG: 400,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.INTERNAL: 500,
+    ErrorCode.UNAVAILABLE: 503,
+}
 MAX_BODY_BYTES = 256 * 1024 * 1024  # a model's files travel in the body of a load
 READ_TIMEOUT_S = 5.0  # longest silence while a request (or the next one) is awaited
 REQUEST_TIMEOUT_S = 120.0  # longest time to receive one whole request
 _MAX_HEAD_BYTES = 64 * 1024
 _READ_CHUNK = 256 * 1024
-
-# tritonserver's restricted API groups (`--http-restricted-api=<apis>:<key>=<value>`).
-RESTRICTED_APIS = (
-    "health",
-    "metadata",
-    "inference",
-    "shared-memory",
-    "model-config",
-    "model-repository",
-    "statistics",
-    "trace",
-    "logging",
-)
-# The one group this port serves.
-MODEL_REPOSITORY = "model-repository"
-
-
-@dataclass(frozen=True, slots=True)
-class Restriction:
-    """A restricted API group: requests must carry header `header: value`."""
-
-    header: str
-    value: str
-
-    def allows(self, headers: dict[str, str]) -> bool:
-        given = headers.get(self.header.lower())
-        return given is not None and hmac.compare_digest(given.encode(), self.value.encode())
-
-
-def parse_restricted_api(specs: Iterable[str]) -> dict[str, Restriction]:
-    """tritonserver's `--http-restricted-api` values, as {api group: Restriction}.
-
-    Raises ValueError with tritonserver's texts for a malformed value, an unknown group, or a
-    group named in two values.
-    """
-    restrictions: dict[str, Restriction] = {}
-    for spec in specs:
-        apis, colon, setting = spec.partition(":")
-        key, equals, value = setting.partition("=")
-        if not (colon and equals and apis and key and value):
-            raise ValueError(
-                "--http-restricted-api option format is '<config name>:<setting>=<value>'. "
-                f"Got {spec}"
-            )
-        for api in apis.split(","):
-            if api not in RESTRICTED_APIS:
-                raise ValueError(f"unknown restricted api '{api}'")
-            if api in restrictions:
-                raise ValueError(
-                    f"restricted api '{api}' can not be specified in multiple config groups"
-                )
-            restrictions[api] = Restriction(key, value)
-    return restrictions
 
 
 class _Refused(Exception):
@@ -331,10 +284,10 @@ class ControlServer:
 
     async def _change(self, action: str, name: str, body: Any) -> None:
         if not self.explicit:
-            raise ControlError(NOT_EXPLICIT, "UNAVAILABLE")
+            raise ControlError(NOT_EXPLICIT, ErrorCode.UNAVAILABLE)
         params = body.get("parameters", {}) if isinstance(body, dict) else {}
         if not isinstance(params, dict):
-            raise ControlError("'parameters' must be a JSON object", "INVALID_ARG")
+            raise ControlError("'parameters' must be a JSON object", ErrorCode.INVALID_ARG)
         if action == "unload":
             await self.manager.unload(name)
             return
@@ -346,7 +299,7 @@ class ControlServer:
                     files[key] = base64.b64decode(value, validate=True)
                 except (binascii.Error, TypeError, ValueError):
                     raise ControlError(
-                        f"failed to decode base64 content of '{key}'", "INVALID_ARG"
+                        f"failed to decode base64 content of '{key}'", ErrorCode.INVALID_ARG
                     ) from None
         await self.manager.load(name, config if isinstance(config, str) else "", files or None)
 
