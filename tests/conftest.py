@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -65,8 +66,10 @@ def _session_servers() -> Iterator[Callable[[tuple, Callable[[], Server]], Serve
     try:
         yield get
     finally:
-        for server in servers.values():
-            server.stop()
+        # Side by side: each stop is a graceful shutdown of its own (seconds), all independent.
+        if servers:
+            with ThreadPoolExecutor(max_workers=len(servers)) as pool:
+                list(pool.map(lambda server: server.stop(), servers.values()))
 
 
 @pytest.fixture(scope="session")
