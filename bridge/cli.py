@@ -58,6 +58,35 @@ def build_parser() -> argparse.ArgumentParser:
         "interface whatever this says, and the bridge warns at start-up",
     )
     p.add_argument(
+        "--frontend",
+        choices=("dynamo", "triton"),
+        default=os.environ.get("DYN_BRIDGE_FRONTEND", "dynamo"),
+        help="the gRPC front door: dynamo (Dynamo's KServe frontend) or triton (the bridge's "
+        "own Triton GRPCInferenceService on Dynamo's runtime: TLS, Triton's status codes, "
+        "no 4 MiB cap); default $DYN_BRIDGE_FRONTEND, else dynamo",
+    )
+    p.add_argument(
+        "--grpc-use-ssl",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="BOOL",
+        help="triton door: serve gRPC over TLS (needs --grpc-server-cert and --grpc-server-key)",
+    )
+    p.add_argument(
+        "--grpc-use-ssl-mutual",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="BOOL",
+        help="triton door: TLS that requires a client certificate signed by --grpc-root-cert",
+    )
+    p.add_argument("--grpc-server-cert", type=Path, default=None, metavar="PATH")
+    p.add_argument("--grpc-server-key", type=Path, default=None, metavar="PATH")
+    p.add_argument("--grpc-root-cert", type=Path, default=None, metavar="PATH")
+    p.add_argument(
         "--metrics-port",
         type=int,
         default=8002,
@@ -225,6 +254,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             ", ".join(others),
             MODEL_REPOSITORY,
         )
+    door = None
+    tls = args.grpc_use_ssl or args.grpc_use_ssl_mutual
+    if args.frontend == "triton":
+        from .frontends.triton import DoorOptions
+
+        door = DoorOptions(
+            use_ssl=args.grpc_use_ssl,
+            use_ssl_mutual=args.grpc_use_ssl_mutual,
+            server_cert=args.grpc_server_cert,
+            server_key=args.grpc_server_key,
+            root_cert=args.grpc_root_cert,
+        )
+    elif tls:
+        parser.error("--grpc-use-ssl and --grpc-use-ssl-mutual need --frontend triton")
     options = ServerOptions(
         model_repositories=args.model_repositories,
         grpc_port=args.grpc_port,
@@ -240,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         reload_debounce=args.reload_debounce_secs,
         http_restricted_api=restricted,
         exit_timeout=args.exit_timeout_secs,
+        door=door,
         loader=ConfigOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             model_config_name=args.model_config_name,

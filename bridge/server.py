@@ -23,7 +23,7 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dynamo.runtime import DistributedRuntime
@@ -36,6 +36,8 @@ from model_repository_loader.pb_utils import metrics as custom_metrics
 from . import heap
 from .control import MODEL_REPOSITORY, ControlServer, Restriction
 from .frontend import run_grpc_frontend
+from .frontends.triton import DoorOptions, TritonDoor
+from .frontends.triton.server import DoorConfigError, credentials
 from .manager import ManagerOptions, ModelControl, ModelManager, digests_of
 from .metrics.server import MetricsServer, free_loopback_port
 from .metrics.triton import MetricsConfig, TritonMetrics
@@ -64,6 +66,7 @@ class ServerOptions:
     # `--http-restricted-api`: {api group: header the requests must carry}
     http_restricted_api: dict[str, Restriction] = field(default_factory=dict)
     exit_timeout: float = 30.0  # tritonserver's --exit-timeout-secs
+    door: DoorOptions | None = None  # `--frontend triton`: its TLS options; None = dynamo
 
 
 class StartupError(Exception):
@@ -134,6 +137,11 @@ async def serve(options: ServerOptions) -> None:
     """Run the embedded default: one process, `mem` discovery, `tcp` request plane."""
     loop = asyncio.get_running_loop()
     mode = options.model_control_mode
+    if options.door is not None:
+        try:
+            credentials(options.door)  # unreadable TLS files: fail before loading any model
+        except DoorConfigError as exc:
+            raise StartupError(str(exc)) from None
     if mode == "poll":
         # A .pyc written now and an edit of the same size within the same second would make the
         # next import run the old code; without caches every reload compiles what is on disk.
@@ -154,7 +162,7 @@ async def serve(options: ServerOptions) -> None:
     runtime = DistributedRuntime(loop, "mem", "tcp")
     # Dynamo's frontend serves its own HTTP port; it moves to a private loopback port and the
     # bridge serves --metrics-port itself, adding its frontend's metrics (bridge/metrics/).
-    frontend_port = free_loopback_port()
+    frontend_port = free_loopback_port() if options.door is None else None
     manager = ModelManager(
         runtime,
         ManagerOptions(
@@ -224,12 +232,25 @@ async def serve(options: ServerOptions) -> None:
     heap.freeze()  # everything loaded so far lives as long as the server (heap.py)
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    frontend = asyncio.ensure_future(
-        run_grpc_frontend(runtime, options.grpc_port, frontend_port, options.host)
-    )
+    door: TritonDoor | None = None
+    if options.door is not None:
+        door_options = replace(
+            options.door, port=options.grpc_port, address=options.host, namespace=options.namespace
+        )
+        door = TritonDoor(runtime, door_options, ready=strictly_ready)
+        try:
+            await door.start()
+        except (DoorConfigError, RuntimeError) as exc:
+            log.error("cannot serve gRPC: %s", exc)
+            stop.set()
+        frontend = asyncio.ensure_future(door.wait())
+    else:
+        frontend = asyncio.ensure_future(
+            run_grpc_frontend(runtime, options.grpc_port, frontend_port, options.host)
+        )
     # Dynamo 1.6's KServe frontend listens on every interface whatever `http_host` says (seen
     # with `ss -ltnp`), its own HTTP port too. Print the real address, and say it loudly.
-    if options.host not in ("0.0.0.0", "::"):
+    if door is None and options.host not in ("0.0.0.0", "::"):
         log.warning(
             "--host %s is not honoured: Dynamo's KServe frontend binds gRPC (port %d) and its "
             "own HTTP port (%d, which the metrics port passes through to) on every interface "
@@ -239,7 +260,8 @@ async def serve(options: ServerOptions) -> None:
             options.grpc_port,
             frontend_port,
         )
-    log.info("serving KServe gRPC on 0.0.0.0:%d (all interfaces)", options.grpc_port)
+    if door is None:
+        log.info("serving KServe gRPC on 0.0.0.0:%d (all interfaces)", options.grpc_port)
     stopped = asyncio.ensure_future(stop.wait())
     await asyncio.wait({frontend, stopped}, return_when=asyncio.FIRST_COMPLETED)
     if frontend.done() and frontend.exception() is not None:
@@ -263,6 +285,8 @@ async def serve(options: ServerOptions) -> None:
         await metrics_server.stop()
     pb_utils.set_model_control(None)
     await asyncio.sleep(0.2)  # let the last responses leave through the frontend
+    if door is not None:
+        await door.stop()
     runtime.shutdown()
     await manager.wait_served(timeout=2.0)
     stopped.cancel()

@@ -1,0 +1,1 @@
+"""Front doors: what serves Triton's gRPC protocol to clients (`--frontend dynamo|triton`)."""

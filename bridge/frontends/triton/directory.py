@@ -1,0 +1,166 @@
+"""Which models exist, which versions are ready, and which Dynamo endpoint serves each.
+
+Every bridge process that serves models answers `{"op": "index"}` on its control endpoint
+`<namespace>.bridge.control` (interfaces §2). The directory asks every instance of that endpoint
+(`client.instance_ids()`, then `client.direct`) and merges the answers: one entry per model
+name, over however many workers serve it. Nothing travels outside Dynamo.
+
+The merged index is cached. The hot path (ModelInfer) reuses it until the set of control
+instances changes (a worker came or went) or a name is missing; the RPCs that report state
+(ModelReady, ServerReady, ModelMetadata, ModelConfig) ask for a fresh one, so a model unloaded
+or reloaded on a worker is seen at once. Concurrent refreshes share one round of questions, but
+a caller never gets an index that was asked for before it called.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from dynamo.runtime import DistributedRuntime
+from tritonclient.grpc import model_config_pb2 as mc
+
+log = logging.getLogger(__name__)
+
+CONTROL_COMPONENT = "bridge"
+CONTROL_ENDPOINT = "control"
+# Bound of one worker's index answer: a worker that hangs must not hang the door.
+INDEX_TIMEOUT_S = 10.0
+# Bound of waiting for a model endpoint's first instance to be seen by a new client.
+INSTANCE_WAIT_S = 10.0
+
+
+@dataclass
+class ModelEntry:
+    """One model name as the workers that know it describe it."""
+
+    name: str
+    config: mc.ModelConfig
+    ready: bool = False
+    versions: set[str] = field(default_factory=set)  # ready versions, over every worker
+    endpoints: list[str] = field(default_factory=list)  # the generations serving it now
+    reason: str = ""
+    bridge_form: bool = False
+
+    @property
+    def decoupled(self) -> bool:
+        return self.config.model_transaction_policy.decoupled
+
+    def merge(self, model: dict[str, Any]) -> None:
+        ready = bool(model.get("ready"))
+        endpoint = str(model.get("endpoint") or "")
+        if ready:
+            self.ready = True
+            self.versions.update(str(v) for v in model.get("versions", ()))
+        elif not self.reason:
+            self.reason = str(model.get("reason") or "")
+        if endpoint and endpoint not in self.endpoints:
+            self.endpoints.append(endpoint)
+        self.bridge_form = self.bridge_form or model.get("bridge_form") == 1
+
+
+def _parse_config(data: Any, name: str) -> mc.ModelConfig:
+    config = mc.ModelConfig()
+    if isinstance(data, bytes | bytearray):
+        config.ParseFromString(bytes(data))
+    if not config.name:
+        config.name = name
+    return config
+
+
+class Directory:
+    """The door's view of the models served in its namespace."""
+
+    def __init__(self, runtime: DistributedRuntime, namespace: str) -> None:
+        self._runtime = runtime
+        self._namespace = namespace
+        self._control: Any = None
+        self._models: dict[str, ModelEntry] = {}
+        self._instances: frozenset[int] = frozenset()
+        self._clients: dict[str, Any] = {}
+        self._lock = asyncio.Lock()
+        self._asked = 0  # refresh tickets handed out
+        self._answered = 0  # the newest ticket an index answered
+        self.complete = False  # the last index heard from every control instance
+
+    async def start(self) -> None:
+        path = f"{self._namespace}.{CONTROL_COMPONENT}.{CONTROL_ENDPOINT}"
+        self._control = await self._runtime.endpoint(path).client()
+
+    # -- lookups ------------------------------------------------------------------------------
+
+    def _instances_changed(self) -> bool:
+        return frozenset(self._control.instance_ids()) != self._instances
+
+    async def lookup(self, name: str) -> ModelEntry | None:
+        """The model's entry; the cached index unless it misses the name or is outdated."""
+        entry = self._models.get(name)
+        if entry is None or self._instances_changed():
+            await self.refresh()
+            entry = self._models.get(name)
+        return entry
+
+    async def fresh(self, name: str | None = None) -> dict[str, ModelEntry]:
+        """An index asked for after this call (state RPCs must not report the past)."""
+        await self.refresh()
+        return self._models
+
+    async def refresh(self) -> None:
+        self._asked += 1
+        ticket = self._asked
+        async with self._lock:
+            if self._answered >= ticket:
+                return  # a round that started after our call has answered meanwhile
+            started = self._asked
+            self._models, self._instances, self.complete = await self._ask_every_worker()
+            self._answered = started
+
+    async def _ask_every_worker(self) -> tuple[dict[str, ModelEntry], frozenset[int], bool]:
+        ids = list(self._control.instance_ids())
+        answers = await asyncio.gather(*(self._index_of(i) for i in ids))
+        models: dict[str, ModelEntry] = {}
+        complete = True
+        for answer in answers:
+            if answer is None:
+                complete = False
+                continue
+            for model in answer.get("models", ()):
+                name = str(model.get("name", ""))
+                entry = models.get(name)
+                if entry is None:
+                    entry = models[name] = ModelEntry(
+                        name, _parse_config(model.get("config"), name)
+                    )
+                elif model.get("ready") and not entry.ready:
+                    entry.config = _parse_config(model.get("config"), name)
+                entry.merge(model)
+        return models, frozenset(ids), complete
+
+    async def _index_of(self, instance_id: int) -> dict[str, Any] | None:
+        try:
+            async with asyncio.timeout(INDEX_TIMEOUT_S):
+                stream = await self._control.direct({"op": "index"}, instance_id, annotated=False)
+                async for item in stream:
+                    if isinstance(item, dict) and "error" not in item:
+                        return item
+                    log.warning("worker %x answered index with %r", instance_id, item)
+                    return None
+        except Exception as exc:  # a worker going away mid-question: the others still count
+            log.info("worker %x did not answer index: %s", instance_id, exc)
+        return None
+
+    # -- model endpoints ----------------------------------------------------------------------
+
+    async def client(self, endpoint: str) -> Any:
+        """A Dynamo client of a model endpoint, made once and kept."""
+        client = self._clients.get(endpoint)
+        if client is None:
+            client = await self._runtime.endpoint(endpoint).client()
+            try:
+                await asyncio.wait_for(client.wait_for_instances(), INSTANCE_WAIT_S)
+            except asyncio.TimeoutError:
+                pass  # the call itself says "no instances"
+            self._clients[endpoint] = client
+        return client
