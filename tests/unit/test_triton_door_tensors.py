@@ -52,9 +52,10 @@ def test_raw_input_travels_as_the_same_bytes():
 def test_typed_contents_are_packed_once():
     r = request(datatype="INT16", shape=[3])
     r.inputs[0].contents.int_contents.extend([1, -2, 3])
-    assert to_bridge_request(r, "")["tensors"][0]["data"]["values"] == np.array(
-        [1, -2, 3], np.int16
-    ).tobytes()
+    assert (
+        to_bridge_request(r, "")["tensors"][0]["data"]["values"]
+        == np.array([1, -2, 3], np.int16).tobytes()
+    )
     r = request(datatype="BYTES", shape=[2])
     r.inputs[0].contents.bytes_contents.extend([b"ab", b""])
     packed = struct.pack("<I", 2) + b"ab" + struct.pack("<I", 0)
@@ -167,9 +168,7 @@ def test_response():
     unary = to_infer_response(r, item)
     assert (unary.model_name, unary.model_version, unary.id) == ("m", "3", "abc")
     assert unary.raw_output_contents == [FOUR]
-    assert [(o.name, o.datatype, list(o.shape)) for o in unary.outputs] == [
-        ("OUT", "FP32", [1, 4])
-    ]
+    assert [(o.name, o.datatype, list(o.shape)) for o in unary.outputs] == [("OUT", "FP32", [1, 4])]
     assert dict(unary.parameters) == {"n": pb.InferParameter(int64_param=2)}
     streamed = to_infer_response(r, item, final=False)
     assert streamed.parameters["triton_final_response"].bool_param is False
