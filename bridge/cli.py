@@ -1,12 +1,19 @@
-"""`dynamo-bridge` command line. Flags keep tritonserver's names where the meaning is the same."""
+"""`dynamo-bridge` command line. Flags keep tritonserver's names where the meaning is the same.
+
+The role (`--role all|worker|frontend`), discovery backend, request plane and namespace default to
+Dynamo's own environment variables (docs/deployment.md); combinations that cannot work are
+refused here, before anything starts.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import uvloop
@@ -22,6 +29,12 @@ from .logs import (
 )
 
 log = logging.getLogger("dynamo_bridge")
+
+ROLES = ("all", "worker", "frontend")
+DISCOVERY_BACKENDS = ("mem", "file", "etcd", "kubernetes")
+REQUEST_PLANES = ("tcp", "nats")
+DEFAULT_NAMESPACE = "dynamo_bridge"
+ROLE_ENV = "DYN_BRIDGE_ROLE"
 
 
 def _bool(text: str) -> bool:
@@ -44,9 +57,39 @@ def build_parser() -> argparse.ArgumentParser:
         dest="model_repositories",
         action="append",
         type=Path,
-        required=True,
+        default=[],
         metavar="PATH",
-        help="model repository folder; repeat for several",
+        help="model repository folder; repeat for several (required unless --role frontend)",
+    )
+    p.add_argument(
+        "--role",
+        default=None,
+        metavar="ROLE",
+        help="all (default): load the repository and serve gRPC in one process; worker: load "
+        "the repository and register its models with Dynamo, no gRPC port; frontend: serve "
+        f"gRPC for the models found through discovery, no repository (env {ROLE_ENV})",
+    )
+    p.add_argument(
+        "--discovery-backend",
+        default=None,
+        metavar="BACKEND",
+        help="Dynamo discovery: mem (one process only), file (one host; DYN_FILE_KV), etcd "
+        "(ETCD_ENDPOINTS) or kubernetes (default $DYN_DISCOVERY_BACKEND, else mem for --role "
+        "all and file for worker and frontend)",
+    )
+    p.add_argument(
+        "--request-plane",
+        default=None,
+        metavar="PLANE",
+        help="Dynamo request plane: tcp or nats (NATS_SERVER) (default $DYN_REQUEST_PLANE, "
+        "else tcp)",
+    )
+    p.add_argument(
+        "--namespace",
+        default=None,
+        metavar="NAME",
+        help="Dynamo namespace of every endpoint the bridge serves; a frontend only sees the "
+        f"models of its namespace (default $DYN_NAMESPACE, else {DEFAULT_NAMESPACE})",
     )
     p.add_argument("--grpc-port", type=int, default=8001, help="KServe gRPC port (default 8001)")
     p.add_argument(
@@ -224,9 +267,90 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Where this process sits in a deployment: its role and how it reaches the others."""
+
+    role: str
+    discovery_backend: str
+    request_plane: str
+    namespace: str
+
+
+def _choice(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    given: str | None,
+    env: str,
+    default: str,
+    choices: Sequence[str],
+    environ: Mapping[str, str],
+) -> str:
+    """The flag's value, else the environment's, else `default`; refused unless in `choices`."""
+    if given is not None:
+        value, source = given, flag
+    elif environ.get(env):
+        value, source = environ[env], f"{env} (for {flag})"
+    else:
+        value, source = default, flag
+    value = value.strip().lower()
+    if value not in choices:
+        parser.error(f"{source}: invalid choice '{value}' (choose from {', '.join(choices)})")
+    return value
+
+
+def resolve_topology(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, environ: Mapping[str, str]
+) -> Topology:
+    """Role, discovery, request plane and namespace from flags and Dynamo's environment
+    variables; exits through `parser.error` (status 2) on a combination that cannot work."""
+    role = _choice(parser, "--role", args.role, ROLE_ENV, "all", ROLES, environ)
+    split = role != "all"
+    discovery = _choice(
+        parser,
+        "--discovery-backend",
+        args.discovery_backend,
+        "DYN_DISCOVERY_BACKEND",
+        "file" if split else "mem",
+        DISCOVERY_BACKENDS,
+        environ,
+    )
+    plane = _choice(
+        parser,
+        "--request-plane",
+        args.request_plane,
+        "DYN_REQUEST_PLANE",
+        "tcp",
+        REQUEST_PLANES,
+        environ,
+    )
+    namespace = args.namespace if args.namespace is not None else environ.get("DYN_NAMESPACE")
+    namespace = (namespace or DEFAULT_NAMESPACE).strip()
+    if not re.fullmatch(r"[a-z0-9_-]+", namespace):
+        # Dynamo refuses other names in an endpoint path, and only after start-up.
+        parser.error(f"--namespace: '{namespace}' must use only a-z, 0-9, '_' and '-'")
+    if split and discovery == "mem":
+        parser.error(
+            f"--role {role} needs a discovery backend shared between processes: mem discovery "
+            "lives inside one process (use --discovery-backend file, etcd or kubernetes)"
+        )
+    if role == "frontend" and args.model_repositories:
+        parser.error(
+            "--role frontend serves the models it finds through discovery and takes no "
+            "--model-repository (start a --role worker for the repository)"
+        )
+    if role != "frontend" and not args.model_repositories:
+        parser.error(
+            "the following arguments are required: --model-repository"
+            + (" (--role worker serves the models of a repository)" if role == "worker" else "")
+        )
+    return Topology(role, discovery, plane, namespace)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    topology = resolve_topology(parser, args, os.environ)
     sys.argv[:] = [""]  # parsed; models now see what Triton's stub gives them, not our flags
     if args.log_file:
         try:
@@ -239,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with hide_filter_banner(quiet_targets):  # Dynamo reads DYN_LOG when first imported
         from .control import MODEL_REPOSITORY, parse_restricted_api
         from .metrics.triton import parse_metrics_config
-        from .server import ServerOptions, StartupError, serve
+        from .server import ServerOptions, ServiceUnreachable, StartupError, serve
 
     try:
         restricted = parse_restricted_api(args.http_restricted_api)
@@ -270,6 +394,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--grpc-use-ssl and --grpc-use-ssl-mutual need --frontend triton")
     options = ServerOptions(
         model_repositories=args.model_repositories,
+        role=topology.role,
+        discovery_backend=topology.discovery_backend,
+        request_plane=topology.request_plane,
+        namespace=topology.namespace,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
         allow_metrics=args.allow_metrics,
@@ -294,5 +422,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         uvloop.run(serve(options))
     except StartupError as exc:
         print(f"error: creating server: Internal - {exc}", file=sys.stderr)
+        return 1
+    except ServiceUnreachable as exc:
+        log.error("%s", exc)
         return 1
     return 0

@@ -293,18 +293,31 @@ class ModelManager:
     # -- shutdown ------------------------------------------------------------------------------
 
     async def close(self, timeout: float) -> bool:
-        """Unregister every model, let in-flight requests finish, finalize everything; within
-        `timeout` seconds in all. False if that bound was hit (a model's execute or finalize,
-        or a load, is stuck on its thread): the caller must not wait for those threads."""
+        """Withdraw every model from discovery, let in-flight requests finish, finalize
+        everything; within `timeout` seconds in all. False if that bound was hit (a model's
+        execute or finalize, or a load, is stuck on its thread): the caller must not wait for
+        those threads.
+
+        Withdrawing takes every serving generation out of discovery at once, its model card
+        and its instance record: replicas of a model in other processes serve the same
+        endpoint, so only the instance record stops a frontend from routing here, and the
+        frontend then picks the other replicas. The models close once no request has arrived
+        for `route_quiet` (a frontend may route here until it sees the change), and closing
+        drains what is in flight.
+        """
         deadline = self.loop.time() + timeout
         for task in list(self._refreshing):
             task.cancel()  # a load in progress is abandoned; its thread is not waited for
-        for worker in list(self.workers.values()):
+        workers = list(self.workers.values())
+        self.workers.clear()
+        since = self.loop.time()
+        for worker in workers:
             try:
                 await worker.stop()
             except Exception as exc:  # keep shutting the rest down
                 log.warning("unregistering '%s' failed: %s", worker.name, exc)
-        self.workers.clear()
+            await worker.withdraw()
+        await self._until_routes_quiet(workers, since, deadline)
         if self._refreeze is not None:
             self._refreeze.cancel()
         pending = set(self._retiring)
@@ -326,6 +339,19 @@ class ModelManager:
             )
             return False
         return True
+
+    async def _until_routes_quiet(
+        self, workers: list[ModelWorker], since: float, deadline: float
+    ) -> None:
+        """After unregistering: until no request has reached `workers` for `route_quiet` (the
+        frontends have stopped routing here), at most until `deadline`. Requests in flight are
+        not waited for here; closing the models drains them."""
+        while True:
+            last = max([since, *(worker.last_arrival for worker in workers)])
+            wake = min(last + self.options.route_quiet, deadline)
+            if wake <= self.loop.time():
+                return
+            await asyncio.sleep(wake - self.loop.time())
 
     async def wait_served(self, timeout: float) -> None:
         """After runtime.shutdown(): let every generation's serve_endpoint call return, so the

@@ -1,0 +1,79 @@
+"""The frontend side of a bridge process: Dynamo's KServe gRPC frontend on `--grpc-port`.
+
+It serves the models it finds through discovery in the bridge's namespace, whichever process
+serves them (this one with `--role all`, workers elsewhere with `--role frontend`). Its own HTTP
+server (`/metrics` with `dynamo_frontend_*`, `/health`, `/live`, `/v1/models`) runs on a private
+loopback port; the bridge's metrics port passes it through (bridge/metrics/server.py).
+
+Readiness of a frontend-only process (`/v2/health/ready` on the metrics port): ready once the
+gRPC port accepts connections, until shutdown begins. Models come and go with their workers, so a
+frontend does not wait for any; ModelReady answers per model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from dynamo.runtime import DistributedRuntime
+
+from ..frontends.dynamo import run_grpc_frontend
+from ..metrics.server import free_loopback_port
+from ..options import ServerOptions
+
+log = logging.getLogger("dynamo_bridge")
+
+GRPC_PROBE_S = 0.05  # between connection attempts while the gRPC port comes up
+
+
+class FrontendRole:
+    """Runs Dynamo's KServe gRPC frontend on a runtime until the runtime shuts down."""
+
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        # Dynamo's frontend insists on serving an HTTP port of its own; keep it private.
+        self.http_port = free_loopback_port()
+        self.task: asyncio.Future[None] | None = None
+        self._up = False
+        self._stopping = False
+
+    def start(self, runtime: DistributedRuntime) -> asyncio.Future[None]:
+        """Start serving; the returned future ends when the frontend stops (or fails)."""
+        options = self.options
+        self.task = asyncio.ensure_future(
+            run_grpc_frontend(
+                runtime, options.grpc_port, self.http_port, options.host, options.namespace
+            )
+        )
+        asyncio.ensure_future(self._until_up())
+        # Dynamo 1.6's KServe frontend listens on every interface whatever `http_host` says
+        # (seen with `ss -ltnp`), its own HTTP port too. Print the real address, loudly.
+        if options.host not in ("0.0.0.0", "::"):
+            log.warning(
+                "--host %s is not honoured: Dynamo's KServe frontend binds gRPC (port %d) and "
+                "its own HTTP port (%d, which the metrics port passes through to) on every "
+                "interface (0.0.0.0), so both are reachable from other hosts; restrict them "
+                "with a firewall or a network namespace",
+                options.host,
+                options.grpc_port,
+                self.http_port,
+            )
+        log.info("serving KServe gRPC on 0.0.0.0:%d (all interfaces)", options.grpc_port)
+        return self.task
+
+    def ready(self) -> bool:
+        return self._up and not self._stopping and self.task is not None and not self.task.done()
+
+    def stopping(self) -> None:
+        self._stopping = True
+
+    async def _until_up(self) -> None:
+        while self.task is not None and not self.task.done():
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", self.options.grpc_port)
+            except OSError:
+                await asyncio.sleep(GRPC_PROBE_S)
+                continue
+            writer.close()
+            self._up = True
+            return

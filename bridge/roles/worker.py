@@ -1,0 +1,237 @@
+"""The worker side of a bridge process: a repository's models served as Dynamo endpoints.
+
+Start-up follows Triton: the models of the start-up set (all of them, or the `--load-model` ones
+in explicit mode) are loaded first and a status table is printed; a model that fails to load is
+reported and skipped unless `--exit-on-error`. Then, by `--model-control-mode`: `poll` watches the
+repositories and swaps changed models with no gap (reload.py, manager.py), `explicit` takes
+load/unload from `--control-port` and `pb_utils.load_model`, `none` serves what loaded. All of it
+works the same whether a frontend runs in this process (`--role all`) or elsewhere
+(`--role worker`).
+
+Health: readiness is Triton's strict one (every model the server tried to load is ready, not
+while starting or stopping). It answers the metrics port's `/v2/health/ready`, and is mirrored to
+Dynamo's system status server (`DYN_SYSTEM_PORT`, `/health`) with `rt.set_health_status`, which
+Dynamo answers 503 until told otherwise (spec dynamo_runtime.md §8).
+
+Graceful stop (`close`): every generation of every model is withdrawn from discovery first
+(model card, then, once no request arrives any more, the instance record), so frontends route to
+other replicas; in-flight requests then finish and every instance's `finalize()` runs, all within
+`--exit-timeout-secs`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Callable
+
+from dynamo.runtime import DistributedRuntime
+
+from model_repository_loader import pb_utils, repository
+from model_repository_loader.loader import LoadedRepository, ModelStatus, load_repository
+from model_repository_loader.pb_utils import metrics as custom_metrics
+
+from ..control import MODEL_REPOSITORY, ControlServer
+from ..manager import ManagerOptions, ModelControl, ModelManager, digests_of
+from ..metrics.triton import TritonMetrics
+from ..options import ServerOptions, StartupError
+from ..reload import RepositoryWatcher
+from ..status_table import format_status_table
+
+log = logging.getLogger("dynamo_bridge")
+
+# How often Dynamo's health status is brought in line with the strict readiness.
+HEALTH_SYNC_S = 0.25
+# The never-served endpoint whose metrics callback appends ours to the system status server's
+# /metrics: a callback registered on an endpoint that is served later is lost (measured on
+# 1.6.1), and model endpoints come and go with reloads.
+METRICS_ENDPOINT = "bridge.metrics"
+
+
+class WorkerRole:
+    """Loads the repository, serves its models, keeps them in line with it; see module doc."""
+
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.control = ModelControl(options.model_control_mode)
+        self.manager: ModelManager | None = None
+        self._loaded: LoadedRepository | None = None
+        self._digests: dict[str, str] = {}
+        self._watcher: RepositoryWatcher | None = None
+        self._control_server: ControlServer | None = None
+        self._health: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._sources: list[Callable[[], str]] = []
+
+    # -- start-up ------------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Load the start-up set and print the status table; StartupError if it must not
+        serve (`--exit-on-error` and a model failed)."""
+        loop = asyncio.get_running_loop()
+        if self.options.model_control_mode == "poll":
+            # A .pyc written now and an edit of the same size within the same second would make
+            # the next import run the old code; without caches every reload compiles what is on
+            # disk.
+            sys.dont_write_bytecode = True
+        pb_utils.set_model_control(self.control)  # "Server not ready" until start-up is over
+        self._digests, loaded = await loop.run_in_executor(None, self._initial_load)
+        serving = not (self.options.exit_on_error and loaded.failures)
+        print(format_status_table(loaded.statuses.values(), serving), flush=True)
+        if not serving:
+            loaded.close()
+            pb_utils.set_model_control(None)
+            raise StartupError("failed to load all models")
+        self._loaded = loaded
+
+    async def start(self, runtime: DistributedRuntime, frontend_port: int | None) -> None:
+        """Serve the loaded models on `runtime`, then the watcher and the control port.
+
+        `frontend_port`: the in-process frontend's HTTP port (`--role all`), through which a
+        newly loaded model is confirmed listed; None when the frontend is another process, where
+        the confirmation is that discovery shows the new generation's instance.
+        """
+        options = self.options
+        assert self._loaded is not None, "load() first"
+        mode = options.model_control_mode
+        manager = self.manager = ModelManager(
+            runtime,
+            ManagerOptions(
+                repositories=list(options.model_repositories),
+                loader=options.loader,
+                namespace=options.namespace,
+                mode=mode,
+                frontend_metrics_port=frontend_port,
+            ),
+            self._loaded,
+        )
+        self.control.manager = manager
+        triton = TritonMetrics(lambda: manager.repository.models, options.metrics_config)
+        self._sources = [triton.render, custom_metrics.render_prometheus]
+        await manager.start(self._digests)
+
+        if mode == "poll":
+            self._watcher = RepositoryWatcher(
+                options.model_repositories, manager.refresh, debounce=options.reload_debounce
+            )
+            try:
+                self._watcher.start()
+            except OSError as exc:  # e.g. the inotify instance limit: serve on, without reloads
+                log.error("cannot watch the model repositories, hot reload is off: %s", exc)
+                self._watcher = None
+            else:
+                # Anything changed while the models were loading (digests were read before).
+                names = set(self._digests)
+                names |= {s.name for s in repository.scan(options.model_repositories)}
+                asyncio.ensure_future(manager.refresh(names, retry_failed=False))
+        if options.control_port is not None:
+            self._control_server = ControlServer(
+                manager,
+                options.control_port,
+                explicit=mode == "explicit",
+                restriction=options.http_restricted_api.get(MODEL_REPOSITORY),
+            )
+            await self._control_server.start()
+        elif mode == "explicit":
+            log.warning(
+                "explicit model control without --control-port: models load at run time only "
+                "through pb_utils.load_model"
+            )
+        # Dynamo's system status server (DYN_SYSTEM_PORT): our metrics on its /metrics, and
+        # its /health following our readiness.
+        if options.allow_metrics:
+            metrics = runtime.endpoint(f"{options.namespace}.{METRICS_ENDPOINT}").metrics
+            metrics.register_prometheus_expfmt_callback(self._render_for_dynamo)
+        self._health = asyncio.ensure_future(self._sync_health(runtime))
+
+    def _initial_load(self) -> tuple[dict[str, str], LoadedRepository]:
+        options = self.options
+        only = _startup_set(options)
+        # Digests first: a file saved while the models load then differs from its digest, and
+        # the refresh after start-up picks it up.
+        digests = digests_of(options.model_repositories)
+        loaded = load_repository(options.model_repositories, options.loader, only)
+        for name in sorted((only or set()) - set(loaded.statuses)):
+            reason = f"failed to load '{name}', failed to poll from model repository"
+            log.error("%s", reason)
+            loaded.statuses[name] = ModelStatus(name, [], False, reason)
+        return digests, loaded
+
+    # -- what the process serves about it ------------------------------------------------------
+
+    def ready(self) -> bool:
+        """Triton's strict readiness (its default): not while starting or stopping, and not
+        while a model it tried to load is not ready, whether it failed or was unloaded
+        [V on 2.51]."""
+        manager = self.manager
+        return (
+            manager is not None
+            and manager.ready
+            and not self._stopping
+            and all(status.ready for status in manager.repository.statuses.values())
+        )
+
+    def metrics_sources(self) -> list[Callable[[], str]]:
+        """Prometheus text sources (after start()): Triton's `nv_inference_*` families and the
+        models' custom metrics."""
+        return list(self._sources)
+
+    def _render_for_dynamo(self) -> str:
+        # Called by Dynamo at each scrape of its /metrics, off the event loop: a model map
+        # changing meanwhile must cost this scrape our part, never the whole scrape.
+        try:
+            return "".join(_ended(source()) for source in self._sources)
+        except Exception as exc:
+            log.debug("metrics for the system status server: %r", exc)
+            return ""
+
+    async def _sync_health(self, runtime: DistributedRuntime) -> None:
+        reported: bool | None = None
+        while True:
+            ready = self.ready()
+            if ready != reported:
+                runtime.set_health_status(ready)
+                reported = ready
+            await asyncio.sleep(HEALTH_SYNC_S)
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    async def close(self, runtime: DistributedRuntime, timeout: float) -> bool:
+        """Withdraw every model from discovery, drain, finalize; within `timeout` seconds.
+        False if that bound was hit (threads stuck in model code must not be waited for)."""
+        self._stopping = True
+        if self._health is not None:
+            self._health.cancel()
+        runtime.set_health_status(False)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if self._watcher is not None:
+            await self._watcher.stop()
+        if self._control_server is not None:
+            await self._control_server.stop()
+        clean = True
+        if self.manager is not None:
+            clean = await self.manager.close(timeout=max(0.0, deadline - loop.time()))
+        pb_utils.set_model_control(None)
+        return clean
+
+    async def wait_served(self, timeout: float) -> None:
+        """After runtime.shutdown(): let every endpoint's serve call return."""
+        if self.manager is not None:
+            await self.manager.wait_served(timeout)
+
+
+def _ended(text: str) -> str:
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
+def _startup_set(options: ServerOptions) -> set[str] | None:
+    """The models to load at start-up; None = all."""
+    if options.model_control_mode != "explicit":
+        if options.load_models:
+            log.warning("--load-model is only used with --model-control-mode=explicit")
+        return None
+    if "*" in options.load_models:
+        return None
+    return set(options.load_models)
