@@ -127,7 +127,7 @@ def test_failed_model_is_not_ready(load_failures: Pair, model: str):
 def test_failed_model_refuses_inference(load_failures: Pair, model: str):
     triton, bridge = both(load_failures, lambda c: c.infer(model, [int32_input([1])]))
     assert isinstance(triton, Failure) and is_triton_unknown_model(triton, model), triton
-    assert bridge == expected_bridge_unknown_model(model)
+    assert bridge == expected_bridge_unknown_model(model, triton)
 
 
 @pytest.mark.parametrize("model", FAILING)

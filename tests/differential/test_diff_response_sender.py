@@ -29,6 +29,7 @@ from tests.differential.support import (
     expected_bridge_error,
     expected_bridge_response,
     expected_bridge_stream_error,
+    expected_bridge_stream_response,
     make_input,
     relative_paths,
     summarize,
@@ -158,7 +159,7 @@ def test_answered_on_a_stream(senders: Pair, model: str, case: str):
     bridge = stream(senders, senders.bridge, model, case, 1)
     # One response; a split FINAL flags nothing (no empty final follows it on a default model).
     assert [out(a) for a in triton] == [ANSWERED[case]]
-    assert bridge == [{**a, "model_version": "1"} for a in triton]
+    assert bridge == [expected_bridge_stream_response(a) for a in triton]
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -188,7 +189,7 @@ def test_failed_after_one_response(senders: Pair, model: str, case: str):
     triton_stream = stream(senders, senders.oracle, model, case, 1)
     bridge_stream = stream(senders, senders.bridge, model, case, 2)
     assert [out(a) for a in triton_stream] == [VALUE + 100]
-    assert bridge_stream[0] == {**triton_stream[0], "model_version": "1"}
+    assert bridge_stream[0] == expected_bridge_stream_response(triton_stream[0])
     assert bridge_stream[1].message.startswith(expected_bridge_stream_error(error).message)
 
 

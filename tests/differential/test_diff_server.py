@@ -6,16 +6,29 @@ from pathlib import Path
 
 import pytest
 
-from tests.differential.support import KNOWN_FRONTEND_DIFFERENCES, Failure, Pair, both
+from tests.differential.support import (
+    KNOWN_FRONTEND_DIFFERENCES,
+    TRITON_DOOR,
+    Failure,
+    Pair,
+    both,
+)
 
 
 @pytest.mark.oracle
 @pytest.mark.parametrize(
     "rpc",
-    ["get_server_metadata", "get_model_repository_index", "get_inference_statistics"],
+    [
+        pytest.param(
+            "get_server_metadata",
+            marks=pytest.mark.skipif(TRITON_DOOR, reason="the triton door implements it"),
+        ),
+        "get_model_repository_index",
+        "get_inference_statistics",
+    ],
 )
 def test_rpcs_the_frontend_does_not_implement(examples: Pair, rpc: str):
-    """Difference repository_index: Triton answers, Dynamo's frontend says UNIMPLEMENTED."""
+    """Difference repository_index: Triton answers, the frontend says UNIMPLEMENTED."""
     triton, bridge = both(examples, lambda c: getattr(c, rpc)(as_json=True))
     assert isinstance(triton, dict) and triton, triton
     assert isinstance(bridge, Failure) and bridge.status == "StatusCode.UNIMPLEMENTED", bridge
@@ -32,3 +45,12 @@ def test_every_known_difference_is_asserted_by_a_test():
     sources = "".join(p.read_text() for p in Path(__file__).parent.glob("test_diff_*.py"))
     unused = [name for name in KNOWN_FRONTEND_DIFFERENCES if name not in sources]
     assert unused == []
+
+
+@pytest.mark.oracle
+@pytest.mark.skipif(not TRITON_DOOR, reason="Dynamo's frontend: repository_index")
+def test_server_metadata(examples: Pair):
+    """The triton door names Triton's server and version, and only extensions it serves."""
+    triton, bridge = both(examples, lambda c: c.get_server_metadata(as_json=True))
+    assert (bridge["name"], bridge["version"]) == (triton["name"], triton["version"])
+    assert set(bridge["extensions"]) <= set(triton["extensions"])

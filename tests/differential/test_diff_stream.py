@@ -24,6 +24,7 @@ from tests.differential.support import (
     expected_bridge_decoupled_unary,
     expected_bridge_error,
     expected_bridge_stream_error,
+    expected_bridge_stream_response,
     expected_bridge_unknown_model,
     int32_input,
     is_triton_unknown_model,
@@ -93,7 +94,7 @@ def test_stream_unknown_model(errors: Pair):
     assert triton.status == "None" and is_triton_unknown_model(
         Failure("StatusCode.NOT_FOUND", triton.message), "no_such_model"
     ), triton
-    assert bridge == expected_bridge_unknown_model("no_such_model")  # unknown_model_text
+    assert bridge == expected_bridge_unknown_model("no_such_model", triton)  # unknown_model_text
 
 
 # -- decoupled models, async execute, cancellation, rescheduling -----------------------------------
@@ -158,7 +159,7 @@ def expected_bridge_answers(triton: list[Any]) -> list[Any]:
     return [
         expected_bridge_stream_error(_unary_failure(a))
         if isinstance(a, Failure)
-        else {**a, "model_version": "1"}  # response_model_version (also on empty finals)
+        else expected_bridge_stream_response(a)  # response_model_version (empty finals too)
         for a in triton
     ]
 
