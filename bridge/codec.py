@@ -1,22 +1,34 @@
 """Dynamo tensor dicts ⇄ `pb_utils.Tensor`, with the fastest conversion per datatype.
 
-The KServe frontend of ai-dynamo-runtime 1.6 hands a worker every tensor as Python lists:
-numbers as `list[int|float|bool]`, BYTES as one `list[int]` per element, and FP16/BF16 as their
-u16 bit patterns. It accepts the same back, with BYTES also as `bytes` objects (much cheaper).
-numpy arrays and numpy scalars cannot be yielded, hence `tolist()` on the way out.
+Two forms (docs: /work/notes/interfaces.md §3, "the bridge tensor form"):
+
+- The standard form. The KServe frontend of ai-dynamo-runtime 1.6 hands a worker every tensor
+  as Python lists: numbers as `list[int|float|bool]`, BYTES as one `list[int]` per element, and
+  FP16/BF16 as their u16 bit patterns. It accepts the same back, with BYTES also as `bytes`
+  objects (much cheaper). numpy arrays and numpy scalars cannot be yielded, hence `tolist()` on
+  the way out.
+- Raw contents. Any tensor's `data.values` may be one `bytes` object instead, from any caller:
+  the tensor's contents in C order, little endian, exactly as KServe's `raw_input_contents`
+  (BYTES: each element a 4-byte little-endian length, then its bytes). numpy reads them with no
+  per-element work, and Dynamo's request plane carries `bytes` as msgpack bin. A request with
+  `"bridge_form": 1` gets its answers in that form too (`encode_bridge_response`): raw outputs,
+  `final`, `model_version`, and errors as items (`bridge_error`) rather than exceptions.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
+import struct
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from model_repository_loader.inference import InferRequest
-from model_repository_loader.pb_utils import InferenceResponse, Tensor
+from model_repository_loader.pb_utils import InferenceResponse, Tensor, TritonError
+from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import RequestError
 
 # Dynamo's datatype names ⇄ KServe's.
@@ -73,32 +85,122 @@ _DECODERS: dict[str, Callable[[list], np.ndarray]] = {
 }
 
 
-def decode_tensor(tensor: dict[str, Any]) -> Tensor:
+# Raw contents: little-endian numpy types per KServe datatype (BOOL as one byte per element).
+_RAW_TYPES = {
+    **{name: np.dtype(dtype).newbyteorder("<") for name, dtype in _NUMERIC.items()},
+    "BOOL": np.dtype(np.uint8),
+    "FP16": np.dtype("<f2"),
+    "BF16": np.dtype("<u2"),
+}
+_STORED_TYPES = {**_NUMERIC, "FP16": np.float16, "BF16": np.uint16}
+_LENGTH = struct.Struct("<I")
+
+
+class RawContentsError(ValueError):
+    """Raw contents that do not fit their tensor; `str()` is Triton's text."""
+
+
+def _request_prefix(request_id: str) -> str:
+    return f"[request id: {request_id or '<id_unknown>'}] "
+
+
+def _decode_raw(
+    name: str, datatype: str, shape: list[int], raw: bytes, model: str, request_id: str
+) -> np.ndarray:
+    """`raw` (KServe's raw contents) as the stored array of `datatype`, writable, in `shape`.
+
+    Numeric data is copied once (a memcpy): Triton hands models writable inputs, and `bytes`
+    are read-only. Raises RawContentsError with Triton's text (naming `model` and `request_id`)
+    when the size does not fit.
+    """
+    count = math.prod(shape)
+    if datatype == "BYTES":
+        return _split_bytes(name, raw, count, model, request_id).reshape(shape)
+    raw_type = _RAW_TYPES[datatype]
+    expected = count * raw_type.itemsize
+    if len(raw) != expected:
+        raise RawContentsError(
+            f"{_request_prefix(request_id)}input byte size mismatch for input '{name}' for "
+            f"model '{model}'. Expected {expected}, got {len(raw)}"
+        )
+    array = np.frombuffer(raw, raw_type)
+    # A copy either way: writable, native byte order; BOOL bytes other than 0/1 are True.
+    array = array != 0 if datatype == "BOOL" else array.astype(_STORED_TYPES[datatype])
+    return array.reshape(shape)
+
+
+def _split_bytes(name: str, raw: bytes, count: int, model: str, request_id: str) -> np.ndarray:
+    """KServe's length-prefixed BYTES contents → an object array of `count` `bytes`."""
+    out = np.empty(count, dtype=np.object_)
+    size = len(raw)
+    offset = 0
+    found = 0
+    while offset < size:
+        if offset + 4 > size:
+            raise RawContentsError(
+                f"incomplete string length for inference input '{name}', expecting 4 bytes "
+                f"but only {size - offset} bytes available"
+            )
+        (length,) = _LENGTH.unpack_from(raw, offset)
+        offset += 4
+        end = offset + length
+        if end > size:
+            raise RawContentsError(
+                f"incomplete string data for inference input '{name}', expecting string of "
+                f"length {length} but only {size - offset} bytes available"
+            )
+        if found < count:
+            out[found] = raw[offset:end]
+        found += 1
+        offset = end
+    if found != count:
+        raise RawContentsError(
+            f"{_request_prefix(request_id)}expected {count} string elements for inference "
+            f"input '{name}' for model '{model}', got {found}"
+        )
+    return out
+
+
+def decode_tensor(tensor: dict[str, Any], model: str = "", request_id: str = "") -> Tensor:
+    """A tensor dict (values as lists, or raw `bytes`) → `Tensor`.
+
+    Raises RawContentsError for raw contents that do not fit (Triton's texts name `model` and
+    `request_id`), KeyError / TypeError / ValueError for a malformed dict.
+    """
     metadata = tensor["metadata"]
     datatype = TO_KSERVE[metadata["data_type"]]
-    array = _DECODERS[datatype](tensor["data"]["values"])
+    values = tensor["data"]["values"]
     shape = metadata["shape"]
+    if isinstance(values, bytes):
+        name = metadata["name"]
+        array = _decode_raw(name, datatype, shape, values, model, request_id)
+        return Tensor._from_wire(name, array, datatype)
+    array = _DECODERS[datatype](values)
     if len(shape) != 1 or shape[0] != array.shape[0]:  # 1-D needs no reshape (the usual case)
         array = array.reshape(shape)
     return Tensor._from_wire(metadata["name"], array, datatype)
 
 
-def decode_request(request: dict[str, Any]) -> InferRequest:
+def decode_request(request: dict[str, Any], model_name: str = "") -> InferRequest:
     """A Dynamo tensor request → the loader's `InferRequest`.
 
     Raises RequestError (INVALID_ARG) for a request the frontend let through but no model can
-    take: a reserved parameter of the wrong type, or a tensor that does not decode.
+    take: a reserved parameter of the wrong type, or a tensor that does not decode (raw
+    contents that do not fit their shape get Triton's texts, naming `model_name`).
     """
     parameters = request.get("parameters")
     outputs = request.get("outputs")
+    request_id = request.get("id", "") or ""
     try:
-        inputs = [decode_tensor(t) for t in request.get("tensors", ())]
+        inputs = [decode_tensor(t, model_name, request_id) for t in request.get("tensors", ())]
+    except RawContentsError as exc:
+        raise RequestError(str(exc)) from None
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise RequestError(f"malformed inference input: {type(exc).__name__}: {exc}") from None
     return InferRequest(
         inputs=inputs,
         requested_outputs=[o["name"] for o in outputs] if outputs else [],
-        request_id=request.get("id", "") or "",
+        request_id=request_id,
         parameters=decode_parameters(parameters) if parameters else {},
     )
 
@@ -111,17 +213,22 @@ DECODE_SLICE = 1 << 15
 
 
 def request_elements(request: dict[str, Any]) -> int:
-    """Elements (or raw bytes) over every tensor: a cheap size, no element is touched."""
+    """List elements over every tensor: a cheap size, no element is touched.
+
+    Raw contents (`bytes`) count nothing: numpy reads them in one go, with no per-element work.
+    """
     total = 0
     for tensor in request.get("tensors", ()):
         try:
-            total += len(tensor["data"]["values"])
+            values = tensor["data"]["values"]
         except (KeyError, TypeError):
-            pass  # malformed: decode_request says why
+            continue  # malformed: decode_request says why
+        if isinstance(values, list):
+            total += len(values)
     return total
 
 
-async def decode_request_in_slices(request: dict[str, Any]) -> InferRequest:
+async def decode_request_in_slices(request: dict[str, Any], model_name: str = "") -> InferRequest:
     """decode_request for a large request: big list tensors are converted a slice at a time,
     with the event loop free between slices, then assembled into one array.
 
@@ -151,7 +258,9 @@ async def decode_request_in_slices(request: dict[str, Any]) -> InferRequest:
             await asyncio.sleep(0)
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise RequestError(f"malformed inference input: {type(exc).__name__}: {exc}") from None
-    decoded = decode_request({**request, "tensors": [t for t in tensors if isinstance(t, dict)]})
+    decoded = decode_request(
+        {**request, "tensors": [t for t in tensors if isinstance(t, dict)]}, model_name
+    )
     # Keep the request's input order: decoded dict tensors fill the gaps left by big ones.
     small = iter(decoded.inputs)
     decoded.inputs = [t if isinstance(t, Tensor) else next(small) for t in tensors]
@@ -257,3 +366,130 @@ def empty_final_response(model_name: str) -> dict[str, Any]:
         "tensors": [],
         "parameters": {FINAL_RESPONSE_PARAMETER: {"bool": True}},
     }
+
+
+# -- the bridge form ----------------------------------------------------------------------------
+
+BRIDGE_FORM = "bridge_form"
+
+
+def wants_bridge_form(request: dict[str, Any]) -> bool:
+    """Did the caller (the bridge's own door, a BLS call from another worker) ask for answers in
+    the bridge form (`"bridge_form": 1`)?"""
+    return request.get(BRIDGE_FORM) == 1
+
+
+def raw_contents(tensor: Tensor) -> bytes:
+    """A tensor's contents as KServe's raw contents: C order, little endian, BYTES with 4-byte
+    length prefixes, FP16/BF16 as their 2-byte patterns. One copy, no per-element work but for
+    BYTES."""
+    datatype = tensor._datatype
+    if datatype == "BYTES":
+        items = tensor._wire_array().ravel().tolist()
+        parts: list[bytes] = []
+        for item in items:
+            parts.append(_LENGTH.pack(len(item)))
+            parts.append(item)
+        return b"".join(parts)
+    array = tensor._array
+    raw_type = _RAW_TYPES[datatype]
+    if array.dtype != raw_type and datatype != "BOOL":
+        array = array.astype(raw_type)  # only on a big-endian host
+    return array.tobytes()  # C order whatever the array's layout
+
+
+def encode_raw_tensor(tensor: Tensor) -> dict[str, Any]:
+    dynamo_type = TO_DYNAMO[tensor._datatype]
+    return {
+        "metadata": {
+            "name": tensor._name,
+            "data_type": dynamo_type,
+            "shape": list(tensor._array.shape),
+        },
+        "data": {"data_type": dynamo_type, "values": raw_contents(tensor)},
+    }
+
+
+def encode_bridge_response(
+    model_name: str, model_version: str, response: InferenceResponse | None, final: bool
+) -> dict[str, Any]:
+    """A successful response (None: a flag-only FINAL) in the bridge form.
+
+    Every output's values are raw `bytes`; `final` is true on the response sent with FINAL; a
+    flag-only FINAL is `{"final": true, "tensors": [], "empty": true}` (the caller decides
+    whether its client wants it). `model_version` is the version that answered.
+    """
+    if response is None:
+        return {
+            "model": model_name,
+            "model_version": model_version,
+            "tensors": [],
+            "final": final,
+            "empty": True,
+        }
+    out: dict[str, Any] = {
+        "model": model_name,
+        "model_version": model_version,
+        "tensors": [encode_raw_tensor(t) for t in response._output_tensors],
+        "final": final,
+    }
+    text = response._parameters
+    if text and text != "{}":
+        out["parameters"] = encode_parameters(json.loads(text))
+    return out
+
+
+def bridge_error(error: TritonError, final: bool, rejected: bool = False) -> dict[str, Any]:
+    """An error as a bridge-form response item: `{"error": {"code", "message"}, "final"}`.
+
+    The stream goes on when `final` is false (a decoupled model may send an error response and
+    continue, as in Triton). `rejected` (sent only when true) says the request never reached the
+    model: the request checks (or an unknown version, a closing model) refused it. Triton's BLS
+    prefixes exactly those errors with the model's name.
+    """
+    item: dict[str, Any] = {
+        "error": {"code": error.code().name, "message": error.message()},
+        "final": final,
+    }
+    if rejected:
+        item["rejected"] = True
+    return item
+
+
+def encode_bridge_request(request: InferRequest) -> dict[str, Any]:
+    """The loader's request → a model endpoint request in the bridge form (raw inputs)."""
+    out: dict[str, Any] = {
+        BRIDGE_FORM: 1,
+        "tensors": [encode_raw_tensor(t) for t in request.inputs],
+    }
+    if request.request_id:
+        out["id"] = request.request_id
+    if request.parameters:
+        out["parameters"] = encode_parameters(request.parameters)
+    if request.requested_outputs:
+        out["outputs"] = [{"name": name} for name in request.requested_outputs]
+    if request.model_version != -1:
+        out["model_version"] = str(request.model_version)
+    return out
+
+
+def decode_bridge_item(
+    item: dict[str, Any],
+) -> tuple[InferenceResponse | None, bool, bool]:
+    """A bridge-form response item → (response or None for a flag-only FINAL, final, rejected).
+
+    An error item becomes an error response carrying its code; raises KeyError / TypeError /
+    ValueError / RawContentsError for an item that is not in the bridge form.
+    """
+    final = bool(item.get("final", False))
+    error = item.get("error")
+    if error is not None:
+        code = ErrorCode.__members__.get(str(error.get("code")), ErrorCode.INTERNAL)
+        response = InferenceResponse._create([], TritonError(str(error.get("message", "")), code))
+        return response, final, bool(item.get("rejected"))
+    if item.get("empty"):
+        return None, final, False
+    tensors = [decode_tensor(t) for t in item.get("tensors", ())]
+    parameters = item.get("parameters")
+    text = json.dumps(decode_parameters(parameters)) if parameters else "{}"
+    return InferenceResponse._create(tensors, None, text), final, False

@@ -47,6 +47,7 @@ from model_repository_loader.loader import (
 from model_repository_loader.model import Model
 
 from . import heap
+from .cluster.control_endpoint import ControlEndpoint
 from .worker import ModelWorker
 
 log = logging.getLogger("dynamo_bridge")
@@ -125,6 +126,7 @@ class ModelManager:
         # futures are kept; a retired worker lets go of its model (ModelWorker.retire).
         self._serving: list[asyncio.Future[Any]] = []
         self._refreeze: asyncio.TimerHandle | None = None
+        self.control: ControlEndpoint | None = None  # served from start() on
         self.loop = asyncio.get_running_loop()
 
     # -- start-up ------------------------------------------------------------------------------
@@ -138,6 +140,9 @@ class ModelManager:
                 self._failed_digests[name] = digest
         for model in list(self.repository.models.values()):
             await self._serve(model, announce=False)
+        # Other bridge processes (a door, BLS callers) find this one's models through it.
+        self.control = ControlEndpoint(self.runtime, self.options.namespace, self)
+        self._serving.append(self.control.start())
         self.ready = True
 
     # -- changes -------------------------------------------------------------------------------

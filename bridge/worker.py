@@ -15,6 +15,7 @@ the model now serving the name, or UNAVAILABLE at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import re
@@ -28,16 +29,23 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from model_repository_loader.model import Model
 from model_repository_loader.pb_utils import InferenceResponse, TritonError
-from model_repository_loader.validation import RequestError, no_available_versions_error
+from model_repository_loader.validation import (
+    RequestError,
+    no_available_versions_error,
+    parse_model_version,
+)
 
 from .codec import (
     LARGE_REQUEST_ELEMENTS,
     TO_DYNAMO,
+    bridge_error,
     decode_request,
     decode_request_in_slices,
     empty_final_response,
+    encode_bridge_response,
     encode_response,
     request_elements,
+    wants_bridge_form,
     wants_empty_final_response,
 )
 from .errors import request_failed
@@ -107,9 +115,9 @@ class ModelWorker:
         self._serving_model = serving or (lambda: None)
         self.name = model.name
         self.generation = generation
-        self.endpoint: Endpoint = runtime.endpoint(
-            f"{namespace}.{component_name(model.name, generation)}.generate"
-        )
+        # `<namespace>.<component>.generate`: what the control endpoint's index names.
+        self.path = f"{namespace}.{component_name(model.name, generation)}.generate"
+        self.endpoint: Endpoint = runtime.endpoint(self.path)
         self._serving: asyncio.Future[Any] | None = None
         self._routable: asyncio.Future[None] | None = None
         self._decoupled = model.config.model_transaction_policy.decoupled
@@ -221,36 +229,65 @@ class ModelWorker:
         decoupled model's flag-only FINAL becomes an empty response when the client asked for
         one. When the client goes away (cancel, deadline, disconnect) the request is cancelled
         for the model and its later responses are dropped.
+
+        A request in the bridge form (`"bridge_form": 1`, codec.py) selects its version with
+        `model_version` and gets raw outputs, `final` on every answer, every flag-only FINAL,
+        and its errors as items (the stream goes on after an error that is not final).
         """
         loop = asyncio.get_running_loop()
+        bridge = wants_bridge_form(request)
         # Triton sends the empty final response only for decoupled models [V].
         empty_final = self._decoupled and wants_empty_final_response(request)
         responses = _Responses(loop, self.name)
         request_id = request.get("id") or ""
         self.in_flight += 1
         self.last_arrival = loop.time()
+        refused: TritonError | None = None
+        pending = None
+        model: Model | None = None
         try:
             try:
                 if request_elements(request) > LARGE_REQUEST_ELEMENTS:
-                    inference = await decode_request_in_slices(request)
+                    inference = await decode_request_in_slices(request, self.name)
                 else:
-                    inference = decode_request(request)
+                    inference = decode_request(request, self.name)
+                if bridge:
+                    inference.model_version = parse_model_version(
+                        str(request.get("model_version") or "")
+                    )
             except RequestError as exc:
-                error = TritonError(exc.message, exc.code)
-                raise request_failed(self.name, request_id, error) from None
-            # Chosen after the decode (which may have yielded): never a model retired meanwhile.
-            model = self._serving_model() or self.model
-            if model is None:
-                # Unloaded while the request was on its way: answer now, as Triton does.
-                error = TritonError(no_available_versions_error(self.name), TritonError.UNAVAILABLE)
-                raise request_failed(self.name, request_id, error)
-            pending = model.submit(inference, responses.respond)
-            if model is not self.model:
-                self._request_done()  # not this generation's model: not its drain to wait for
+                refused = TritonError(exc.message, exc.code)
+            else:
+                # Chosen after the decode (which may have yielded): never a model retired
+                # meanwhile.
+                model = self._serving_model() or self.model
+                if model is None:
+                    # Unloaded while the request was on its way: answer now, as Triton does.
+                    message = no_available_versions_error(self.name)
+                    refused = TritonError(message, TritonError.UNAVAILABLE)
+                else:
+                    if bridge:
+                        version = _answering_version(model, inference.model_version)
+                        responses.encode = functools.partial(
+                            encode_bridge_response, self.name, version
+                        )
+                    pending = model.submit(inference, responses.respond)
+                    if model is not self.model:
+                        self._request_done()  # not this generation's model: not its drain
         except BaseException:
             self._request_done()
             raise
+        if refused is not None:
+            self._request_done()
+            failure = request_failed(self.name, request_id, refused)
+            if not bridge:
+                raise failure
+            yield bridge_error(refused, final=True, rejected=True)
+            return
         mine = model is self.model
+        # In the bridge form, an error answered while submitting means the request checks
+        # refused it: the caller (BLS) words those differently.
+        rejected = bridge and pending is None
         watching = context is not None and pending is not None
         if watching:
             self._cancellations.watch(loop, responses, context)
@@ -261,14 +298,18 @@ class ModelWorker:
                 if item is _GONE:
                     return
                 if isinstance(item, TritonError):
-                    # Dynamo ends the request at an error, even one the model sent mid-stream
-                    # (stream_error_ends_request): the model is told by cancellation below.
-                    finished = final
-                    raise request_failed(self.name, request_id, item)
-                if item is not None:
+                    failure = request_failed(self.name, request_id, item)
+                    if not bridge:
+                        # Dynamo ends the request at an error, even one the model sent
+                        # mid-stream (stream_error_ends_request): the model is told by
+                        # cancellation below.
+                        finished = final
+                        raise failure
+                    yield bridge_error(item, final, rejected)
+                elif item is not None:
                     yield item
-                elif final and empty_final:
-                    yield empty_final_response(self.name)
+                elif final and (empty_final or bridge):
+                    yield responses.encode(None, True)
                 if final:
                     finished = True
                     return
@@ -293,6 +334,23 @@ class ModelWorker:
 _GONE: Any = object()
 
 
+def _standard_response(name: str, response: InferenceResponse | None, final: bool) -> dict:
+    # The standard form has no flag-only FINAL of its own: generate() decides whether the
+    # client gets Triton's empty final response.
+    return (
+        encode_response(name, response, final)
+        if response is not None
+        else empty_final_response(name)
+    )
+
+
+def _answering_version(model: Model, requested: int) -> str:
+    """The version that answers a request for `requested` (-1: the model's default)."""
+    if requested != -1:
+        return str(requested)
+    return str(getattr(model.latest, "version", ""))
+
+
 class _Responses:
     """One request's responses, handed from the model's threads to the event loop in order.
 
@@ -303,11 +361,15 @@ class _Responses:
     looks at the deque again, so no response can be left behind without a wake-up.
     """
 
-    __slots__ = ("_loop", "_name", "_items", "_waiter", "_wake_pending", "gone")
+    __slots__ = ("_loop", "encode", "_items", "_waiter", "_wake_pending", "gone")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, name: str) -> None:
         self._loop = loop
-        self._name = name
+        # encode(response or None, final) -> the dict yielded: the standard form unless the
+        # request asked for the bridge form.
+        self.encode: Callable[[InferenceResponse | None, bool], dict] = functools.partial(
+            _standard_response, name
+        )
         self._items: deque[tuple[Any, bool]] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._wake_pending = False
@@ -323,7 +385,7 @@ class _Responses:
         elif response.has_error():
             item = response.error()
         else:
-            item = encode_response(self._name, response, final)
+            item = self.encode(response, final)
         self._items.append((item, final))
         if not self._wake_pending:
             self._wake_pending = True

@@ -1,0 +1,120 @@
+"""The bridge control endpoint: `<namespace>.bridge.control`, served by every process that
+serves models (interfaces: /work/notes/interfaces.md §2).
+
+Whatever crosses processes goes through Dynamo endpoints, never a protocol of our own: a caller
+lists the bridge processes with `client.instance_ids()` on this endpoint and asks each one with
+`client.direct({"op": ...}, instance_id)`. Requests and answers are plain dicts (msgpack on the
+request plane). Model components never use the component name `bridge` (worker.py
+`component_name` always ends with `-<hash>`), so the two never meet in discovery.
+
+Ops:
+- `{"op": "index"}` → `{"worker": "<host>:<pid>", "models": [...]}`, read from the manager's live
+  state at the time of the call: one entry per model name this process knows, ready or not,
+  with the endpoint of the generation serving it now (empty when none) and its serialized
+  Triton `ModelConfig` (empty when none is loaded).
+- anything else → `{"error": {"code": "INVALID_ARG", "message": ...}}`.
+
+More ops (`stats`, `load`, `unload`, `ready`) can join `ControlEndpoint.ops`, in the same style.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dynamo.runtime import DistributedRuntime
+
+    from ..manager import ModelManager
+
+log = logging.getLogger(__name__)
+
+CONTROL_COMPONENT = "bridge"
+CONTROL_ENDPOINT = "control"
+# Answers carry this in every index entry: the model endpoints here take the bridge form.
+BRIDGE_FORM_VERSION = 1
+
+Op = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def control_path(namespace: str) -> str:
+    """The control endpoint's path in `namespace`."""
+    return f"{namespace}.{CONTROL_COMPONENT}.{CONTROL_ENDPOINT}"
+
+
+def worker_id() -> str:
+    """This process as the index names it: `<host>:<pid>`."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def index_entries(manager: ModelManager) -> list[dict[str, Any]]:
+    """One entry per model name the manager knows (loaded, failed, or unloaded)."""
+    repository = manager.repository
+    models = repository.models
+    statuses = repository.statuses
+    entries = []
+    for name in sorted(set(statuses) | set(models)):
+        model = models.get(name)
+        status = statuses.get(name)
+        worker = manager.workers.get(name)
+        if model is not None:
+            versions = sorted(model.versions)
+            ready = bool(getattr(model, "ready", True)) and (status is None or status.ready)
+        else:
+            versions = list(status.versions) if status is not None else []
+            ready = False
+        entries.append(
+            {
+                "name": name,
+                "versions": [str(v) for v in versions],
+                "ready": ready,
+                "reason": status.reason if status is not None else "",
+                "endpoint": worker.path if worker is not None and model is not None else "",
+                "config": model.config.SerializeToString() if model is not None else b"",
+                "bridge_form": BRIDGE_FORM_VERSION,
+            }
+        )
+    return entries
+
+
+class ControlEndpoint:
+    """Serves the control endpoint for one ModelManager."""
+
+    def __init__(self, runtime: DistributedRuntime, namespace: str, manager: ModelManager) -> None:
+        self.path = control_path(namespace)
+        self._endpoint = runtime.endpoint(self.path)
+        self._manager = manager
+        self.worker = worker_id()
+        self.ops: dict[str, Op] = {"index": self._index}
+        self.serving: asyncio.Future[Any] | None = None
+
+    def start(self) -> asyncio.Future[Any]:
+        """Serve the endpoint; the future ends when the runtime shuts down."""
+        self.serving = asyncio.ensure_future(self._endpoint.serve_endpoint(self.handle))
+        return self.serving
+
+    async def handle(self, request: Any, context: Any = None) -> AsyncIterator[dict[str, Any]]:
+        """One control request → one answer (errors are answers too, never exceptions)."""
+        op_name = request.get("op") if isinstance(request, dict) else None
+        op = self.ops.get(op_name) if isinstance(op_name, str) else None
+        if op is None:
+            known = ", ".join(sorted(self.ops))
+            yield _error("INVALID_ARG", f"unknown control op {op_name!r} (known: {known})")
+            return
+        try:
+            answer = await op(request)
+        except Exception as exc:  # an op that fails answers INTERNAL, the endpoint stays up
+            log.exception("control op %r failed", op_name)
+            answer = _error("INTERNAL", f"control op {op_name!r} failed: {exc}")
+        yield answer
+
+    async def _index(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"worker": self.worker, "models": index_entries(self._manager)}
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
