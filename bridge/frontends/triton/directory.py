@@ -22,10 +22,14 @@ from typing import Any
 from dynamo.runtime import DistributedRuntime
 from tritonclient.grpc import model_config_pb2 as mc
 
+from model_repository_loader.pb_utils.errors import ErrorCode
+from model_repository_loader.validation import no_available_versions_error, unknown_model_error
+
 log = logging.getLogger(__name__)
 
 CONTROL_COMPONENT = "bridge"
 CONTROL_ENDPOINT = "control"
+_NO_VERSION_SELECTED = "at least one version must be available"
 # Bound of one worker's index answer: a worker that hangs must not hang the door.
 INDEX_TIMEOUT_S = 10.0
 # Bound of waiting for a model endpoint's first instance to be seen by a new client.
@@ -40,9 +44,20 @@ class ModelEntry:
     config: mc.ModelConfig
     ready: bool = False
     versions: set[str] = field(default_factory=set)  # ready versions, over every worker
+    known_versions: set[str] = field(default_factory=set)  # also those that failed to load
     endpoints: list[str] = field(default_factory=list)  # the generations serving it now
     reason: str = ""
     bridge_form: bool = False
+
+    def unavailable(self) -> tuple[ErrorCode, str]:
+        """Triton's answer for a model with no ready version: a model whose versions failed to
+        load "has no available versions"; one that never got as far as its versions (its
+        config did not load) is "not found" [V]."""
+        # The index carries no load stage; a version policy that selects nothing is the one
+        # failure past the config that lists no versions (model_repository_loader/repository.py).
+        if self.known_versions or self.reason.startswith(_NO_VERSION_SELECTED):
+            return ErrorCode.NOT_FOUND, no_available_versions_error(self.name)
+        return ErrorCode.NOT_FOUND, unknown_model_error(self.name)
 
     @property
     def decoupled(self) -> bool:
@@ -51,6 +66,7 @@ class ModelEntry:
     def merge(self, model: dict[str, Any]) -> None:
         ready = bool(model.get("ready"))
         endpoint = str(model.get("endpoint") or "")
+        self.known_versions.update(str(v) for v in model.get("versions", ()))
         if ready:
             self.ready = True
             self.versions.update(str(v) for v in model.get("versions", ()))

@@ -28,7 +28,6 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import (
     RequestError,
     config_datatype_name,
-    no_available_versions_error,
     parse_model_version,
     unknown_model_error,
 )
@@ -77,7 +76,7 @@ def _require_version(entry: ModelEntry, text: str) -> str:
     """The ready version a metadata/config request names ("" = the newest), or Triton's error."""
     version = _version(text)
     if not entry.versions:
-        raise DoorError(ErrorCode.NOT_FOUND, no_available_versions_error(entry.name))
+        raise DoorError(*entry.unavailable())
     if version == -1:
         return max(entry.versions, key=int)
     if str(version) not in entry.versions:
@@ -162,8 +161,8 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         name = request.model_name
         entry = _require_model(await self._directory.lookup(name), name)
         version = _version(request.model_version)
-        if not entry.endpoints:
-            raise DoorError(ErrorCode.NOT_FOUND, no_available_versions_error(name))
+        if not entry.endpoints or not entry.versions:
+            raise DoorError(*entry.unavailable())
         if not stream and entry.decoupled:
             raise DoorError(ErrorCode.UNSUPPORTED, DECOUPLED_UNARY)
         body = to_bridge_request(request, "" if version == -1 else str(version), entry.config)
