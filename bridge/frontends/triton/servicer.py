@@ -156,8 +156,9 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     # -- inference ------------------------------------------------------------------------------
 
-    async def _prepare(self, request: pb.ModelInferRequest, stream: bool) -> tuple[Any, dict]:
-        """The client of the endpoint to call and the bridge-form request, or DoorError."""
+    async def _prepare(self, request: pb.ModelInferRequest, stream: bool) -> tuple[Any, dict, bool]:
+        """The client of the endpoint to call, the bridge-form request and whether the model is
+        decoupled; or DoorError."""
         name = request.model_name
         entry = _require_model(await self._directory.lookup(name), name)
         version = _version(request.model_version)
@@ -167,7 +168,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise DoorError(ErrorCode.UNSUPPORTED, DECOUPLED_UNARY)
         body = to_bridge_request(request, "" if version == -1 else str(version), entry.config)
         client = await self._directory.client(entry.endpoints[-1])
-        return client, body
+        return client, body, entry.decoupled
 
     async def _items(self, client: Any, body: dict, context: Context) -> AsyncIterator[dict]:
         """The worker's response items for one request, up to and including the final one."""
@@ -186,7 +187,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return await _answer(context, self._model_infer, request)
 
     async def _model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
-        client, body = await self._prepare(request, stream=False)
+        client, body, _ = await self._prepare(request, stream=False)
         answers: list[dict] = []
         dynamo_context = Context()
         try:
@@ -237,10 +238,15 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         try:
             if request is MALFORMED:
                 raise DoorError(ErrorCode.INTERNAL, UNPARSABLE)
-            client, body = await self._prepare(request, stream=True)
-            empty_final = wants_empty_final(request)
+            client, body, decoupled = await self._prepare(request, stream=True)
+            # Triton sends the empty final response only for decoupled models [V].
+            empty_final = decoupled and wants_empty_final(request)
+            answered = False
             async for item in self._items(client, body, dynamo_context):
                 final = bool(item.get("final", False))
+                if answered and not decoupled:
+                    continue  # Triton streams one answer of a default-mode model, no more [V]
+                answered = answered or not item.get("empty")
                 if "error" in item:
                     message = DoorError.from_item(item["error"]).message
                     out.put_nowait(pb.ModelStreamInferResponse(error_message=message))

@@ -289,11 +289,9 @@ def to_infer_response(
     `final` is None for a unary answer (Triton puts no `triton_final_response` there), else the
     value of that parameter on a streamed response.
     """
-    response = pb.ModelInferResponse(
-        model_name=request.model_name,
-        model_version=str(item.get("model_version", "")),
-        id=request.id,
-    )
+    response = pb.ModelInferResponse(model_name=request.model_name, id=request.id)
+    if not item.get("empty"):  # Triton's empty final response names no version [V]
+        response.model_version = str(item.get("model_version", ""))
     raw = response.raw_output_contents
     for tensor in item.get("tensors", ()):
         metadata = tensor["metadata"]
