@@ -13,6 +13,7 @@ from tests.differential.support import (
     Pair,
     both,
 )
+from tests.differential.test_diff_load_failures import model_frames_only
 
 
 @pytest.mark.oracle
@@ -23,7 +24,10 @@ from tests.differential.support import (
             "get_server_metadata",
             marks=pytest.mark.skipif(TRITON_DOOR, reason="the triton door implements it"),
         ),
-        "get_model_repository_index",
+        pytest.param(
+            "get_model_repository_index",
+            marks=pytest.mark.skipif(TRITON_DOOR, reason="the triton door implements it"),
+        ),
         "get_inference_statistics",
     ],
 )
@@ -54,3 +58,23 @@ def test_server_metadata(examples: Pair):
     triton, bridge = both(examples, lambda c: c.get_server_metadata(as_json=True))
     assert (bridge["name"], bridge["version"]) == (triton["name"], triton["version"])
     assert set(bridge["extensions"]) <= set(triton["extensions"])
+
+
+@pytest.mark.oracle
+@pytest.mark.skipif(not TRITON_DOOR, reason="Dynamo's frontend: repository_index")
+@pytest.mark.parametrize("fixture", ["examples", "load_failures"])
+def test_repository_index(request, fixture: str):
+    """Every model, ready or failed with Triton's reason, in Triton's order and states."""
+    pair: Pair = request.getfixturevalue(fixture)
+    triton, bridge = both(pair, lambda c: c.get_model_repository_index(as_json=True))
+
+    def comparable(index: dict) -> list[dict]:
+        # Traceback frames outside the models are implementation detail (test_diff_load_failures)
+        return [
+            {**row, "reason": model_frames_only(row["reason"], pair.root)}
+            if "reason" in row
+            else row
+            for row in index["models"]
+        ]
+
+    assert comparable(bridge) == comparable(triton)

@@ -53,11 +53,16 @@ class ModelEntry:
         """Triton's answer for a model with no ready version: a model whose versions failed to
         load "has no available versions"; one that never got as far as its versions (its
         config did not load) is "not found" [V]."""
-        # The index carries no load stage; a version policy that selects nothing is the one
-        # failure past the config that lists no versions (model_repository_loader/repository.py).
-        if self.known_versions or self.reason.startswith(_NO_VERSION_SELECTED):
+        if self.known_versions or self.selects_no_version:
             return ErrorCode.NOT_FOUND, no_available_versions_error(self.name)
         return ErrorCode.NOT_FOUND, unknown_model_error(self.name)
+
+    @property
+    def selects_no_version(self) -> bool:
+        """The config loaded but its version policy selects no version folder. The index
+        carries no load stage; this is the one failure past the config that lists no versions
+        (model_repository_loader/repository.py)."""
+        return not self.known_versions and self.reason.startswith(_NO_VERSION_SELECTED)
 
     @property
     def decoupled(self) -> bool:

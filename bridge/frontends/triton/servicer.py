@@ -154,6 +154,34 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         _require_version(entry, request.version)
         return pb.ModelConfigResponse(config=entry.config)
 
+    # -- repository ---------------------------------------------------------------------------
+
+    async def RepositoryIndex(self, request: Any, context: Any) -> pb.RepositoryIndexResponse:
+        return await _answer(context, self._repository_index, request)
+
+    async def _repository_index(
+        self, request: pb.RepositoryIndexRequest
+    ) -> pb.RepositoryIndexResponse:
+        """Every model the workers know, one row per version, by name: READY, or UNAVAILABLE
+        with the reason it failed (`ready=true`: the READY rows only). As Triton 2.51 [V]: a
+        model whose config did not load is a row with its name only, and one whose version
+        policy selects nothing is not listed."""
+        response = pb.RepositoryIndexResponse()
+        models = await self._directory.fresh()
+        for name in sorted(models):
+            entry = models[name]
+            state = "READY" if entry.versions else "UNAVAILABLE"
+            if request.ready and state != "READY":
+                continue
+            versions = sorted(entry.versions or entry.known_versions, key=int)
+            if not versions:
+                if not entry.selects_no_version:
+                    response.models.add(name=name)
+                continue
+            for version in versions:
+                response.models.add(name=name, version=version, state=state, reason=entry.reason)
+        return response
+
     # -- inference ------------------------------------------------------------------------------
 
     async def _prepare(self, request: pb.ModelInferRequest, stream: bool) -> tuple[Any, dict, bool]:
