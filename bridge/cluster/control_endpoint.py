@@ -12,9 +12,14 @@ Ops:
   state at the time of the call: one entry per model name this process knows, ready or not,
   with the endpoint of the generation serving it now (empty when none) and its serialized
   Triton `ModelConfig` (empty when none is loaded).
+- `{"op": "stats"}` → `{"worker": ..., "models": [{"name", "version", "last_inference",
+  "inference_count", "execution_count", "inference_stats": {<kind>: [count, ns], ...},
+  "batch_stats": [{"batch_size", <kind>: [count, ns], ...}]}, ...]}`: every served version's
+  statistics (model_repository_loader/scheduling/stats.py), durations in ns as Triton keeps
+  them. A front door sums them over the workers serving a model (Triton's ModelStatistics).
 - anything else → `{"error": {"code": "INVALID_ARG", "message": ...}}`.
 
-More ops (`stats`, `load`, `unload`, `ready`) can join `ControlEndpoint.ops`, in the same style.
+More ops (`load`, `unload`, `ready`) can join `ControlEndpoint.ops`, in the same style.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+
+from model_repository_loader.scheduling.stats import ModelStats
 
 if TYPE_CHECKING:
     from dynamo.runtime import DistributedRuntime
@@ -89,7 +96,7 @@ class ControlEndpoint:
         self._endpoint = runtime.endpoint(self.path)
         self._manager = manager
         self.worker = worker_id()
-        self.ops: dict[str, Op] = {"index": self._index}
+        self.ops: dict[str, Op] = {"index": self._index, "stats": self._stats}
         self.serving: asyncio.Future[Any] | None = None
 
     def start(self) -> asyncio.Future[Any]:
@@ -114,6 +121,48 @@ class ControlEndpoint:
 
     async def _index(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"worker": self.worker, "models": index_entries(self._manager)}
+
+    async def _stats(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"worker": self.worker, "models": stats_entries(self._manager)}
+
+
+def _duration(duration: Any) -> list[int]:
+    return [duration.count, duration.ns]
+
+
+def stats_entries(manager: ModelManager) -> list[dict[str, Any]]:
+    """One entry per served model version that keeps statistics (ensembles keep none)."""
+    entries = []
+    for name, model in sorted(manager.repository.models.items()):
+        for version, served in sorted(getattr(model, "versions", {}).items()):
+            stats = getattr(served, "stats", None)
+            if not isinstance(stats, ModelStats):
+                continue
+            snap = stats.snapshot()
+            entries.append(
+                {
+                    "name": name,
+                    "version": str(version),
+                    "last_inference": snap.last_inference_ms,
+                    "inference_count": snap.inference_count,
+                    "execution_count": snap.execution_count,
+                    "inference_stats": {
+                        kind: _duration(getattr(snap, kind)) for kind in _INFER_KINDS
+                    },
+                    "batch_stats": [
+                        {
+                            "batch_size": batch.batch_size,
+                            **{kind: _duration(getattr(batch, kind)) for kind in _BATCH_KINDS},
+                        }
+                        for batch in snap.batch_stats
+                    ],
+                }
+            )
+    return entries
+
+
+_INFER_KINDS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+_BATCH_KINDS = ("compute_input", "compute_infer", "compute_output")
 
 
 def _error(code: str, message: str) -> dict[str, Any]:

@@ -28,7 +28,10 @@ from tests.differential.test_diff_load_failures import model_frames_only
             "get_model_repository_index",
             marks=pytest.mark.skipif(TRITON_DOOR, reason="the triton door implements it"),
         ),
-        "get_inference_statistics",
+        pytest.param(
+            "get_inference_statistics",
+            marks=pytest.mark.skipif(TRITON_DOOR, reason="the triton door implements it"),
+        ),
     ],
 )
 def test_rpcs_the_frontend_does_not_implement(examples: Pair, rpc: str):
@@ -78,3 +81,17 @@ def test_repository_index(request, fixture: str):
         ]
 
     assert comparable(bridge) == comparable(triton)
+
+
+@pytest.mark.oracle
+@pytest.mark.skipif(not TRITON_DOOR, reason="Dynamo's frontend: repository_index")
+def test_statistics_fields(examples: Pair):
+    """The same models and versions, with the same fields (the values are each server's own)."""
+    triton, bridge = both(examples, lambda c: c.get_inference_statistics(as_json=True))
+
+    def shape(stats: dict) -> list:
+        return [
+            (s["name"], s["version"], sorted(s["inference_stats"])) for s in stats["model_stats"]
+        ]
+
+    assert shape(bridge) == shape(triton)

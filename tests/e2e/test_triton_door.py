@@ -349,3 +349,34 @@ def test_unreadable_certificate_fails_start_up(tmp_path):
     with pytest.raises(RuntimeError, match="exited with code 1"):
         server.start()
     assert "--grpc-server-key: cannot read" in server.log_text
+
+
+# -- statistics -----------------------------------------------------------------------------------
+
+
+def test_model_statistics_count_what_the_model_ran(dtypes: BridgeServer):
+    """ModelStatistics sums the workers' per-version counters, in Triton's fields."""
+    client = grpcclient.InferenceServerClient(dtypes.grpc_url)
+    try:
+
+        def stats() -> dict:
+            return client.get_inference_statistics("identity_int8", as_json=True)["model_stats"]
+
+        before = stats()
+        assert [(s["name"], s["version"]) for s in before] == [("identity_int8", "1")]
+        count = int(before[0].get("inference_count", 0))
+        tensor = grpcclient.InferInput("INPUT0", [1, 2], "INT8")
+        tensor.set_data_from_numpy(np.array([[1, 2]], np.int8))
+        for _ in range(3):
+            client.infer("identity_int8", [tensor])
+        (after,) = stats()
+        assert int(after["inference_count"]) == count + 3
+        assert int(after["inference_stats"]["success"]["count"]) == count + 3
+        assert after["inference_stats"]["cache_hit"] == {}  # present and empty, as Triton
+        assert [b["batch_size"] for b in after["batch_stats"]] == ["1"]
+        with pytest.raises(InferenceServerException) as caught:
+            client.get_inference_statistics("no_such_model")
+        assert caught.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert caught.value.message() == "requested model 'no_such_model' is not available"
+    finally:
+        client.close()

@@ -159,17 +159,23 @@ class Directory:
                 entry.merge(model)
         return models, frozenset(ids), complete
 
-    async def _index_of(self, instance_id: int) -> dict[str, Any] | None:
+    async def stats(self) -> list[dict[str, Any]]:
+        """Every worker's per-version statistics (control op `stats`), one list over all."""
+        ids = list(self._control.instance_ids())
+        answers = await asyncio.gather(*(self._index_of(i, "stats") for i in ids))
+        return [model for answer in answers if answer for model in answer.get("models", ())]
+
+    async def _index_of(self, instance_id: int, op: str = "index") -> dict[str, Any] | None:
         try:
             async with asyncio.timeout(INDEX_TIMEOUT_S):
-                stream = await self._control.direct({"op": "index"}, instance_id, annotated=False)
+                stream = await self._control.direct({"op": op}, instance_id, annotated=False)
                 async for item in stream:
                     if isinstance(item, dict) and "error" not in item:
                         return item
-                    log.warning("worker %x answered index with %r", instance_id, item)
+                    log.warning("worker %x answered %s with %r", instance_id, op, item)
                     return None
         except Exception as exc:  # a worker going away mid-question: the others still count
-            log.info("worker %x did not answer index: %s", instance_id, exc)
+            log.info("worker %x did not answer %s: %s", instance_id, op, exc)
         return None
 
     # -- model endpoints ----------------------------------------------------------------------

@@ -154,6 +154,33 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         _require_version(entry, request.version)
         return pb.ModelConfigResponse(config=entry.config)
 
+    # -- statistics ---------------------------------------------------------------------------
+
+    async def ModelStatistics(self, request: Any, context: Any) -> pb.ModelStatisticsResponse:
+        return await _answer(context, self._model_statistics, request)
+
+    async def _model_statistics(
+        self, request: pb.ModelStatisticsRequest
+    ) -> pb.ModelStatisticsResponse:
+        """Triton's fields, summed over the workers serving each version. No name: every
+        model (the version is then ignored, as Triton does [V])."""
+        version = _version(request.version) if request.name else -1
+        rows = await self._directory.stats()
+        if request.name:
+            rows = [row for row in rows if row.get("name") == request.name]
+            if not rows:
+                raise DoorError(
+                    ErrorCode.INVALID_ARG, f"requested model '{request.name}' is not available"
+                )
+            if version != -1:
+                rows = [row for row in rows if row.get("version") == str(version)]
+                if not rows:
+                    raise DoorError(
+                        ErrorCode.INVALID_ARG,
+                        f"requested model version is not available for model '{request.name}'",
+                    )
+        return statistics_response(rows)
+
     # -- repository ---------------------------------------------------------------------------
 
     async def RepositoryIndex(self, request: Any, context: Any) -> pb.RepositoryIndexResponse:
@@ -296,6 +323,52 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         except Exception as exc:  # never let one request end the stream of the others
             log.exception("stream request failed")
             out.put_nowait(pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
+
+
+_INFER_KINDS = (
+    "success",
+    "fail",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    "cache_hit",
+    "cache_miss",
+)
+_BATCH_KINDS = ("compute_input", "compute_infer", "compute_output")
+
+
+def _add(target: Any, pair: Any) -> None:
+    target.SetInParent()  # Triton sends every duration, zero ones as empty messages [V]
+    if pair:
+        target.count += int(pair[0])
+        target.ns += int(pair[1])
+
+
+def statistics_response(rows: list[dict[str, Any]]) -> pb.ModelStatisticsResponse:
+    """The workers' `stats` rows → ModelStatisticsResponse, one entry per (model, version)."""
+    response = pb.ModelStatisticsResponse()
+    merged: dict[tuple[str, str], pb.ModelStatistics] = {}
+    batches: dict[tuple[str, str, int], pb.InferBatchStatistics] = {}
+    for row in sorted(rows, key=lambda r: (r["name"], int(r["version"]))):
+        key = (row["name"], row["version"])
+        stats = merged.get(key)
+        if stats is None:
+            stats = merged[key] = response.model_stats.add(name=key[0], version=key[1])
+        stats.last_inference = max(stats.last_inference, int(row.get("last_inference", 0)))
+        stats.inference_count += int(row.get("inference_count", 0))
+        stats.execution_count += int(row.get("execution_count", 0))
+        inference = row.get("inference_stats", {})
+        for kind in _INFER_KINDS:
+            _add(getattr(stats.inference_stats, kind), inference.get(kind))
+        for batch in row.get("batch_stats", ()):
+            size = int(batch["batch_size"])
+            entry = batches.get((*key, size))
+            if entry is None:
+                entry = batches[(*key, size)] = stats.batch_stats.add(batch_size=size)
+            for kind in _BATCH_KINDS:
+                _add(getattr(entry, kind), batch.get(kind))
+    return response
 
 
 async def _answer(context: Any, handler: Callable[[Any], Any], request: Any) -> Any:
