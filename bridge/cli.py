@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--role",
         default=None,
-        metavar="ROLE",
+        metavar="{" + ",".join(ROLES) + "}",
         help="all (default): load the repository and serve gRPC in one process; worker: load "
         "the repository and register its models with Dynamo, no gRPC port; frontend: serve "
         f"gRPC for the models found through discovery, no repository (env {ROLE_ENV})",
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--discovery-backend",
         default=None,
-        metavar="BACKEND",
+        metavar="{" + ",".join(DISCOVERY_BACKENDS) + "}",
         help="Dynamo discovery: mem (one process only), file (one host; DYN_FILE_KV), etcd "
         "(ETCD_ENDPOINTS) or kubernetes (default $DYN_DISCOVERY_BACKEND, else mem for --role "
         "all and file for worker and frontend)",
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--request-plane",
         default=None,
-        metavar="PLANE",
+        metavar="{" + ",".join(REQUEST_PLANES) + "}",
         help="Dynamo request plane: tcp or nats (NATS_SERVER) (default $DYN_REQUEST_PLANE, "
         "else tcp)",
     )
@@ -363,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with hide_filter_banner(quiet_targets):  # Dynamo reads DYN_LOG when first imported
         from .control import MODEL_REPOSITORY, parse_restricted_api
         from .metrics.triton import parse_metrics_config
-        from .server import ServerOptions, ServiceUnreachable, StartupError, serve
+        from .server import RuntimeSettingsError, ServerOptions, StartupError, serve
 
     try:
         restricted = parse_restricted_api(args.http_restricted_api)
@@ -423,7 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StartupError as exc:
         print(f"error: creating server: Internal - {exc}", file=sys.stderr)
         return 1
-    except ServiceUnreachable as exc:
+    except RuntimeSettingsError as exc:
         log.error("%s", exc)
         return 1
     return 0

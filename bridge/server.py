@@ -33,10 +33,10 @@ from .frontends.triton.role import TritonDoorRole
 from .metrics.server import MetricsServer
 from .options import ServerOptions, StartupError
 from .roles.frontend import FrontendRole
-from .roles.runtime import ServiceUnreachable, check_services, start_runtime
+from .roles.runtime import RuntimeSettingsError, check_services, start_runtime
 from .roles.worker import WorkerRole
 
-__all__ = ["ServerOptions", "ServiceUnreachable", "StartupError", "serve"]
+__all__ = ["RuntimeSettingsError", "ServerOptions", "StartupError", "serve"]
 
 log = logging.getLogger("dynamo_bridge")
 
@@ -84,7 +84,7 @@ async def serve(options: ServerOptions) -> None:
     if worker is not None:
         await worker.load()  # before the runtime: the status table comes first, as in Triton
 
-    runtime = start_runtime(options.discovery_backend, options.request_plane)
+    runtime = start_runtime(options.discovery_backend, options.request_plane, options.role)
     if worker is not None:
         await worker.start(runtime, frontend.http_port if frontend is not None else None)
 
@@ -129,6 +129,7 @@ async def serve(options: ServerOptions) -> None:
         _arm_exit_watchdog(options.exit_timeout + RUNTIME_STOP_S)
         clean = await worker.close(runtime, options.exit_timeout)
     else:
+        log.info("shutting down")
         _arm_exit_watchdog(RUNTIME_STOP_S)
     if metrics_server is not None:
         await metrics_server.stop()

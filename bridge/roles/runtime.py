@@ -30,8 +30,17 @@ CONNECT_TIMEOUT_S = 3.0
 _REQUEST_PLANE_HOSTS = ("DYN_TCP_RPC_HOST", "DYN_TCP_RESPONSE_STREAM_HOST")
 
 
-class ServiceUnreachable(Exception):
+class RuntimeSettingsError(Exception):
+    """Dynamo's runtime cannot start with these settings; str() is the one line to log."""
+
+
+class ServiceUnreachable(RuntimeSettingsError):
     """etcd or NATS, needed by this process, does not accept connections."""
+
+
+# Dynamo 1.6.1 parses DYN_SYSTEM_PORT as a signed 16-bit number (measured: 37481 is refused
+# when the runtime starts, after the models have loaded).
+SYSTEM_PORT_MAX = 32767
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,30 +105,56 @@ async def check_reachable(services: list[Service], timeout: float = CONNECT_TIME
             )
 
 
-def place_request_plane(discovery: str, environ: MutableMapping[str, str]) -> None:
-    """Where the TCP request plane listens. Unset, Dynamo binds the host's primary address.
+def place_request_plane(
+    discovery: str, request_plane: str, role: str, environ: MutableMapping[str, str]
+) -> None:
+    """Where the TCP request plane listens. Unset, Dynamo binds an interface of its choosing.
 
     `mem` and `file` discovery are one host: pin to loopback unless the user chose otherwise.
     With etcd or kubernetes other hosts must reach this process, so the address is the user's
-    to give (a routable one); say so once when it is missing.
+    to give (a routable one); say so once when it is missing: DYN_TCP_RPC_HOST where a process
+    serves endpoints (worker, all), DYN_TCP_RESPONSE_STREAM_HOST where a frontend takes the
+    responses back.
     """
     if discovery in ("mem", "file"):
         for variable in _REQUEST_PLANE_HOSTS:
             environ.setdefault(variable, "127.0.0.1")
-    elif not environ.get("DYN_TCP_RPC_HOST"):
+        return
+    if request_plane != "tcp":
+        return
+    variable = "DYN_TCP_RESPONSE_STREAM_HOST" if role == "frontend" else "DYN_TCP_RPC_HOST"
+    if not environ.get(variable):
         log.warning(
-            "DYN_TCP_RPC_HOST is not set: Dynamo picks an interface of this host on its own for "
-            "the request plane; set it to an address the other hosts can reach "
-            "(docs/deployment.md)"
+            "%s is not set: Dynamo picks an interface of this host on its own for the request "
+            "plane; set it to an address the other hosts can reach (docs/deployment.md)",
+            variable,
+        )
+
+
+def check_system_port(environ: Mapping[str, str]) -> None:
+    """DYN_SYSTEM_PORT, if set, is a port Dynamo accepts."""
+    value = environ.get("DYN_SYSTEM_PORT")
+    if value is None:
+        return
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= SYSTEM_PORT_MAX:
+        raise RuntimeSettingsError(
+            f"DYN_SYSTEM_PORT={value}: Dynamo's system status server takes a port from 0 to "
+            f"{SYSTEM_PORT_MAX} (0: any free port)"
         )
 
 
 async def check_services(discovery: str, request_plane: str) -> None:
-    """Before anything slow (loading models): the services the runtime will need answer."""
+    """Before anything slow (loading models): the settings the runtime reads are valid and the
+    services it will need answer."""
+    check_system_port(os.environ)
     await check_reachable(needed_services(discovery, request_plane, os.environ))
 
 
-def start_runtime(discovery: str, request_plane: str) -> DistributedRuntime:
+def start_runtime(discovery: str, request_plane: str, role: str) -> DistributedRuntime:
     """Dynamo's runtime on the running loop, its request plane placed (after check_services)."""
-    place_request_plane(discovery, os.environ)
+    place_request_plane(discovery, request_plane, role, os.environ)
     return DistributedRuntime(asyncio.get_running_loop(), discovery, request_plane)

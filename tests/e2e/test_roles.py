@@ -1,0 +1,270 @@
+"""Split roles: a `--role worker` and a `--role frontend` finding each other through file
+discovery; the start-up error when etcd cannot be reached; a worker's health on Dynamo's system
+status server (DYN_SYSTEM_PORT) following Triton's strict readiness.
+
+The scale-out behaviours (replicas, SIGKILL/SIGTERM under load, etcd and NATS planes, reloads
+through a separate frontend) are tests/e2e/test_scale_out.py's.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from tests.e2e.reload_support import Traffic, control, copy_models, set_line
+from tests.e2e.support import LOAD_FAILURES, SERVING, WAIT_S, fp32_input, wait_until
+from tests.harness import BridgeServer
+from tests.harness.ports import free_port
+from tests.harness.process import stop_process_group
+
+# Dynamo 1.6.1 takes DYN_SYSTEM_PORT only up to 32767.
+SYSTEM_PORTS = range(20000, 32768)
+
+
+def http_status(url: str) -> int | None:
+    """The status of GET `url`, None while nothing listens."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return None
+
+
+def http_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read().decode()
+
+
+class Worker(BridgeServer):
+    """`--role worker`: no gRPC port; started once its metrics port says ready (or, with
+    `wait_ready=False`, once it listens)."""
+
+    program = "dynamo-bridge worker"
+    wait_ready = True
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            self.module,
+            "--role=worker",
+            "--model-repository",
+            str(self.model_repository),
+            "--metrics-port",
+            str(self.metrics_port),
+            *self.extra_args,
+        ]
+
+    def _pick_ports(self) -> None:
+        self.metrics_port = free_port()
+
+    def _wait_started(self) -> None:
+        assert self.process is not None
+        url = f"http://127.0.0.1:{self.metrics_port}/v2/health/ready"
+
+        def up() -> bool:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"worker exited during start-up:\n{self.log_tail()}")
+            status = http_status(url)
+            return status == 200 or (status is not None and not self.wait_ready)
+
+        wait_until(up, "the worker to start", self.startup_timeout)
+
+
+class Frontend(BridgeServer):
+    """`--role frontend`: no repository."""
+
+    program = "dynamo-bridge frontend"
+
+    def __init__(self, *extra_args: str, **kwargs) -> None:
+        super().__init__(".", *extra_args, **kwargs)
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            self.module,
+            "--role=frontend",
+            "--grpc-port",
+            str(self.grpc_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            *self.extra_args,
+        ]
+
+
+@pytest.fixture
+def started(tmp_path):
+    """Start servers; every one is stopped after the test."""
+    servers: list[BridgeServer] = []
+
+    def start(server: BridgeServer) -> BridgeServer:
+        servers.append(server)
+        return server.start()
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def file_kv(tmp_path) -> dict[str, str]:
+    """The environment of every process of one "host": the same DYN_FILE_KV."""
+    folder = tmp_path / "kv"
+    folder.mkdir()
+    return {"DYN_FILE_KV": str(folder)}
+
+
+def test_worker_and_frontend_with_file_discovery(started, file_kv, tmp_path) -> None:
+    # DYN_SYSTEM_PORT is a worker's: a frontend started with it does not serve it.
+    system_port = free_port(SYSTEM_PORTS)
+    frontend_env = {**file_kv, "DYN_SYSTEM_PORT": str(system_port), "DYN_SYSTEM_HOST": "127.0.0.1"}
+    frontend = started(Frontend(env=frontend_env, log_path=tmp_path / "frontend.log"))
+    metrics = f"http://127.0.0.1:{frontend.metrics_port}"
+    # Ready once its gRPC port is up, with no worker yet.
+    wait_until(lambda: http_status(f"{metrics}/v2/health/ready") == 200, "the frontend ready")
+    worker = started(Worker(SERVING, env=file_kv, log_path=tmp_path / "worker.log"))
+
+    client = frontend.client()
+    wait_until(lambda: client.is_model_ready("echo"), "the frontend to find the worker's model")
+    result = client.infer("echo", [fp32_input([1.0, 2.0, 3.0])])
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.array([1, 2, 3], np.float32))
+    # The worker counts what it served on its own metrics port; the frontend passes Dynamo's.
+    worker_metrics = http_text(worker.metrics_url)
+    assert 'nv_inference_request_success{model="echo",version="1"} 1' in worker_metrics
+    assert "dynamo_frontend_requests_total" in http_text(f"{metrics}/metrics")
+    assert "serving KServe gRPC" not in worker.log_text  # a worker serves no gRPC port
+    assert http_status(f"http://127.0.0.1:{system_port}/health") is None
+
+    worker.process.send_signal(signal.SIGTERM)
+    assert worker.process.wait(WAIT_S) == 0
+    # Withdrawn from discovery on the way out, not left for the discovery TTL.
+    wait_until(lambda: not client.is_model_ready("echo"), "the model to leave the frontend")
+    with pytest.raises(InferenceServerException):
+        client.infer("echo", [fp32_input([1.0])])
+
+
+def test_unreachable_etcd_is_a_start_up_error(tmp_path) -> None:
+    # Dynamo itself retries for about 120 s in silence; the bridge says so and exits.
+    address = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    environ = Worker(SERVING).environ()
+    environ["ETCD_ENDPOINTS"] = address
+    command = [
+        sys.executable,
+        "-m",
+        "bridge",
+        "--role=worker",
+        "--discovery-backend=etcd",
+        "--model-repository",
+        str(SERVING),
+    ]
+    began = time.monotonic()
+    try:
+        done = subprocess.run(
+            command, env=environ, capture_output=True, text=True, timeout=WAIT_S, cwd=tmp_path
+        )
+    except subprocess.TimeoutExpired:
+        raise AssertionError("no start-up error: still waiting for etcd") from None
+    assert done.returncode == 1, done.stderr
+    assert f"cannot reach etcd at {address} (ETCD_ENDPOINTS)" in done.stderr
+    assert "| Model" not in done.stdout  # refused before loading anything
+    assert time.monotonic() - began < WAIT_S
+
+
+def test_worker_health_on_the_system_port_is_strict(started, file_kv, tmp_path) -> None:
+    system_port, control_port = free_port(SYSTEM_PORTS), free_port()
+    env = {**file_kv, "DYN_SYSTEM_PORT": str(system_port), "DYN_SYSTEM_HOST": "127.0.0.1"}
+    worker = started(
+        Worker(
+            LOAD_FAILURES,
+            "--model-control-mode=explicit",
+            "--load-model=healthy",
+            f"--control-port={control_port}",
+            env=env,
+            log_path=tmp_path / "worker.log",
+        )
+    )
+    system = f"http://127.0.0.1:{system_port}"
+    wait_until(lambda: http_status(f"{system}/health") == 200, "/health to say ready")
+    # The worker's Triton metrics are appended to Dynamo's own on the system port.
+    text = http_text(f"{system}/metrics")
+    assert 'nv_inference_request_success{model="healthy",version="1"} 0' in text
+    assert "dynamo_component" in text
+
+    # A model that fails to load makes the worker not ready, as Triton's strict readiness.
+    assert control(control_port, "/v2/repository/models/init_raises/load")[0] == 400
+    wait_until(lambda: http_status(f"{system}/health") == 503, "/health to say not ready")
+    assert http_status(f"{worker.metrics_url[: -len('/metrics')]}/v2/health/ready") == 400
+
+
+def test_worker_not_healthy_while_a_start_up_model_failed(started, file_kv, tmp_path) -> None:
+    system_port = free_port(SYSTEM_PORTS)
+    env = {**file_kv, "DYN_SYSTEM_PORT": str(system_port), "DYN_SYSTEM_HOST": "127.0.0.1"}
+    worker = Worker(LOAD_FAILURES, "--model-control-mode=none", env=env)
+    worker.wait_ready = False  # never ready: init_raises and others fail at start-up
+    started(worker)
+    # The metrics port answers once the worker serves what loaded (its health then set).
+    ready_url = f"{worker.metrics_url[: -len('/metrics')]}/v2/health/ready"
+    assert http_status(ready_url) == 400
+    assert http_status(f"http://127.0.0.1:{system_port}/health") == 503
+
+
+def test_worker_stops_while_a_caller_routes_on_its_instance(started, file_kv, tmp_path) -> None:
+    # A caller that routes on the endpoint's instances (cross-worker BLS does) keeps sending
+    # after the model cards are gone: the worker withdraws its instances after a bounded wait,
+    # and stops cleanly well inside --exit-timeout-secs.
+    worker = started(
+        Worker(
+            SERVING,
+            "--model-control-mode=none",
+            "--exit-timeout-secs=20",
+            env=file_kv,
+            log_path=tmp_path / "worker.log",
+        )
+    )
+    report = tmp_path / "calls"
+    caller = subprocess.Popen(
+        [sys.executable, "-m", "tests.e2e.roles_caller", "dynamo_bridge", "echo", str(report)],
+        env={**worker.environ(), **file_kv},
+        cwd=Path(__file__).resolve().parents[2],
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: report.exists() and "ok" in report.read_text(), "the caller's calls")
+        worker.process.send_signal(signal.SIGTERM)
+        assert worker.process.wait(WAIT_S) == 0, worker.log_tail()
+    finally:
+        stop_process_group(caller, timeout=5)
+
+
+def test_hot_reload_in_a_worker_through_a_separate_frontend(started, file_kv, tmp_path) -> None:
+    # The frontend in another process cannot be asked whether it sees the new generation: the
+    # worker gives it a grace before withdrawing the old one (without it: NOT_FOUND, seen here).
+    repo = copy_models(tmp_path, "marked")
+    started(Worker(repo, "--reload-debounce-secs=0.2", env=file_kv, log_path=tmp_path / "w.log"))
+    frontend = started(Frontend(env=file_kv, log_path=tmp_path / "frontend.log"))
+    wait_until(lambda: frontend.client().is_model_ready("marked"), "the frontend to find it")
+    traffic = [Traffic(frontend.grpc_url).start() for _ in range(4)]
+    try:
+        for mark in (1, 2, 3, 4):
+            if mark > 1:
+                set_line(repo / "marked" / "1" / "model.py", "MARK = ", f"MARK = {mark}")
+            for t in traffic:
+                wait_until(lambda t=t, m=mark: t.last_mark() == m, f"version {mark} answering")
+    finally:
+        for t in traffic:
+            t.stop()
+    for t in traffic:
+        assert t.errors == []
+        assert t.marks == sorted(t.marks)  # never back to an old version
