@@ -9,6 +9,7 @@ leaf), and a real `tritonclient` over TLS.
 from __future__ import annotations
 
 import shutil
+import signal
 import struct
 import subprocess
 import time
@@ -22,7 +23,8 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.e2e.support import SERVING, WAIT_S, Gate, fp32_input, wait_until
+from tests.e2e.support import MULTI_A, MULTI_B, SERVING, WAIT_S, Gate, fp32_input, wait_until
+from tests.e2e.test_roles import Frontend, Worker, http_text
 from tests.harness import BridgeServer
 
 DTYPES = Path(__file__).resolve().parents[1] / "repositories" / "dtypes"
@@ -380,3 +382,59 @@ def test_model_statistics_count_what_the_model_ran(dtypes: BridgeServer):
         assert caught.value.message() == "requested model 'no_such_model' is not available"
     finally:
         client.close()
+
+
+# -- one frontend, two worker processes ----------------------------------------------------------
+
+
+def success_count(metrics: str, model: str) -> int:
+    prefix = f'nv_inference_request_success{{model="{model}",version="1"}} '
+    line = next((line for line in metrics.splitlines() if line.startswith(prefix)), None)
+    return int(float(line[len(prefix) :])) if line else 0
+
+
+def int32(value: int) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput("INPUT0", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([value], np.int32))
+    return tensor
+
+
+def test_frontend_and_two_workers_with_file_discovery(tmp_path):
+    """`--role frontend --frontend triton` finds both workers' models through file discovery,
+    spreads a model both serve over both, and lets a stopped worker's models go."""
+    env = {"DYN_FILE_KV": str(tmp_path / "kv")}
+    servers: list[BridgeServer] = []
+    try:
+        workers = [
+            Worker(root, env=env, log_path=tmp_path / f"worker-{root.name}.log")
+            for root in (MULTI_A, MULTI_B)
+        ]
+        for server in workers:
+            servers.append(server)
+            server.start()
+        frontend = Frontend(*DOOR, env=env, log_path=tmp_path / "frontend.log")
+        servers.append(frontend)
+        client = frontend.start().client()
+        models = ("alpha", "beta", "common")
+        wait_until(lambda: all(client.is_model_ready(m) for m in models), "every model")
+        index = client.get_model_repository_index(as_json=True)["models"]
+        assert [(m["name"], m["state"]) for m in index] == [(m, "READY") for m in models]
+        for value, model in enumerate(models):
+            assert client.infer(model, [int32(value)]).as_numpy("OUTPUT0").tolist() == [value]
+        for value in range(8):
+            client.infer("common", [int32(value)])
+        # Both workers answered some of `common`'s requests (round robin over instances).
+        counts = [success_count(http_text(w.metrics_url), "common") for w in workers]
+        assert sum(counts) == 9 and min(counts) > 0, counts
+
+        workers[1].process.send_signal(signal.SIGTERM)
+        assert workers[1].process.wait(WAIT_S) == 0
+        wait_until(lambda: not client.is_model_ready("beta"), "beta to leave")
+        with pytest.raises(InferenceServerException) as caught:
+            client.infer("beta", [int32(1)])
+        assert caught.value.status() == "StatusCode.NOT_FOUND"
+        assert client.infer("common", [int32(5)]).as_numpy("OUTPUT0").tolist() == [5]
+        assert client.is_server_ready()
+    finally:
+        for server in servers:
+            server.stop()
