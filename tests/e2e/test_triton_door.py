@@ -8,6 +8,7 @@ leaf), and a real `tritonclient` over TLS.
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import struct
@@ -19,6 +20,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.utils.shared_memory as shm
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
@@ -438,3 +440,52 @@ def test_frontend_and_two_workers_with_file_discovery(tmp_path):
     finally:
         for server in servers:
             server.stop()
+
+
+# -- system shared memory -------------------------------------------------------------------------
+
+
+def test_system_shared_memory(dtypes: BridgeServer):
+    """Inputs read from, and outputs written to, regions the client registered; Triton's
+    answers for a duplicate name, an unknown region, a span past the region's end."""
+    client = grpcclient.InferenceServerClient(dtypes.grpc_url)
+    key_in, key_out = f"/door_in_{os.getpid()}", f"/door_out_{os.getpid()}"
+    region_in = shm.create_shared_memory_region("in", key_in, 64)
+    region_out = shm.create_shared_memory_region("out", key_out, 64)
+    try:
+        array = np.arange(4, dtype=np.float32).reshape(1, 4)
+        shm.set_shared_memory_region(region_in, [array])
+        client.register_system_shared_memory("in", key_in, 64)
+        client.register_system_shared_memory("out", key_out, 64)
+        status = client.get_system_shared_memory_status(as_json=True)["regions"]
+        assert status["in"] == {"name": "in", "key": key_in, "byte_size": "64"}
+        with pytest.raises(InferenceServerException, match="'in' already in manager"):
+            client.register_system_shared_memory("in", key_in, 64)
+
+        tensor = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+        tensor.set_shared_memory("in", 16)
+        output = grpcclient.InferRequestedOutput("OUTPUT0")
+        output.set_shared_memory("out", 16)
+        result = client.infer("identity_fp32", [tensor], outputs=[output])
+        assert result.get_response().raw_output_contents == [b""]
+        np.testing.assert_array_equal(
+            shm.get_contents_as_numpy(region_out, np.float32, [1, 4]), array
+        )
+
+        past_end = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+        past_end.set_shared_memory("in", 16, offset=60)
+        with pytest.raises(InferenceServerException) as caught:
+            client.infer("identity_fp32", [past_end])
+        assert caught.value.message() == "Invalid offset + byte size for shared memory region: 'in'"
+        unknown = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+        unknown.set_shared_memory("nope", 16)
+        with pytest.raises(InferenceServerException) as caught:
+            client.infer("identity_fp32", [unknown])
+        assert caught.value.status() == "StatusCode.NOT_FOUND"
+        assert caught.value.message() == "Unable to find shared memory region: 'nope'"
+    finally:
+        client.unregister_system_shared_memory()
+        assert client.get_system_shared_memory_status(as_json=True) == {}
+        client.close()
+        shm.destroy_shared_memory_region(region_in)
+        shm.destroy_shared_memory_region(region_out)

@@ -149,6 +149,7 @@ class TritonDoor:
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+        self._servicer.shm.close()
 
     async def wait(self) -> None:
         if self._server is not None:

@@ -33,6 +33,7 @@ from model_repository_loader.validation import (
 )
 
 from .directory import Directory, ModelEntry
+from .shm import SharedMemory
 from .status import DoorError
 from .tensors import to_bridge_request, to_infer_response, wants_empty_final
 
@@ -43,6 +44,7 @@ SERVER_VERSION = "2.51.0"  # the Triton release whose behaviour the door follows
 # Triton's extensions that the door really serves.
 EXTENSIONS = (
     "classification",
+    "system_shared_memory",
     "sequence",
     "model_configuration",
     "binary_tensor_data",
@@ -100,6 +102,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(self, directory: Directory, ready: Callable[[], bool] = lambda: True) -> None:
         self._directory = directory
         self._ready = ready  # the composition root's own readiness (starting, stopping)
+        self.shm = SharedMemory()
 
     # -- health and metadata --------------------------------------------------------------------
 
@@ -181,6 +184,73 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                     )
         return statistics_response(rows)
 
+    # -- shared memory ------------------------------------------------------------------------
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        def register(r: pb.SystemSharedMemoryRegisterRequest) -> Any:
+            self.shm.register(r.name, r.key, r.offset, r.byte_size)
+            return pb.SystemSharedMemoryRegisterResponse()
+
+        return await _answer(context, _sync(register), request)
+
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        def status(r: pb.SystemSharedMemoryStatusRequest) -> Any:
+            response = pb.SystemSharedMemoryStatusResponse()
+            for region in self.shm.status(r.name):
+                response.regions[region.name].name = region.name
+                response.regions[region.name].key = region.key
+                response.regions[region.name].offset = region.offset
+                response.regions[region.name].byte_size = region.byte_size
+            return response
+
+        return await _answer(context, _sync(status), request)
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        def unregister(r: pb.SystemSharedMemoryUnregisterRequest) -> Any:
+            self.shm.unregister(r.name)
+            return pb.SystemSharedMemoryUnregisterResponse()
+
+        return await _answer(context, _sync(unregister), request)
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        def register(r: pb.CudaSharedMemoryRegisterRequest) -> Any:
+            raise DoorError(
+                ErrorCode.UNSUPPORTED,
+                f"failed to register CUDA shared memory region: '{r.name}', GPUs not supported",
+            )
+
+        return await _answer(context, _sync(register), request)
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        def status(r: pb.CudaSharedMemoryStatusRequest) -> Any:
+            if r.name:  # nothing is ever registered
+                raise DoorError(
+                    ErrorCode.NOT_FOUND, f"Unable to find cuda shared memory region: '{r.name}'"
+                )
+            return pb.CudaSharedMemoryStatusResponse()
+
+        return await _answer(context, _sync(status), request)
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return await _answer(
+            context, _sync(lambda r: pb.CudaSharedMemoryUnregisterResponse()), request
+        )
+
+    # -- not served ---------------------------------------------------------------------------
+
+    async def LogSettings(self, request: Any, context: Any) -> Any:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "LogSettings is not supported by dynamo-bridge: set logging with --log-verbose, "
+            "--log-format and --log-file at start-up",
+        )
+
+    async def TraceSetting(self, request: Any, context: Any) -> Any:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "TraceSetting is not supported by dynamo-bridge: it records no Triton traces",
+        )
+
     # -- repository ---------------------------------------------------------------------------
 
     async def RepositoryIndex(self, request: Any, context: Any) -> pb.RepositoryIndexResponse:
@@ -221,7 +291,8 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise DoorError(*entry.unavailable())
         if not stream and entry.decoupled:
             raise DoorError(ErrorCode.UNSUPPORTED, DECOUPLED_UNARY)
-        body = to_bridge_request(request, "" if version == -1 else str(version), entry.config)
+        version_text = "" if version == -1 else str(version)
+        body = to_bridge_request(request, version_text, entry.config, self.shm)
         client = await self._directory.client(entry.endpoints[-1])
         return client, body, entry.decoupled
 
@@ -258,7 +329,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         answer = answers[0]
         if "error" in answer:
             raise DoorError.from_item(answer["error"])
-        return to_infer_response(request, answer)
+        return to_infer_response(request, answer, shm=self.shm)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Any], context: Any
@@ -309,11 +380,11 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                     if empty_final:
                         out.put_nowait(
                             pb.ModelStreamInferResponse(
-                                infer_response=to_infer_response(request, item, final)
+                                infer_response=to_infer_response(request, item, final, self.shm)
                             )
                         )
                 else:
-                    response = to_infer_response(request, item, final)
+                    response = to_infer_response(request, item, final, self.shm)
                     out.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
         except DoorError as exc:
             out.put_nowait(pb.ModelStreamInferResponse(error_message=exc.message))
@@ -369,6 +440,13 @@ def statistics_response(rows: list[dict[str, Any]]) -> pb.ModelStatisticsRespons
             for kind in _BATCH_KINDS:
                 _add(getattr(entry, kind), batch.get(kind))
     return response
+
+
+def _sync(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    async def run(request: Any) -> Any:
+        return handler(request)
+
+    return run
 
 
 async def _answer(context: Any, handler: Callable[[Any], Any], request: Any) -> Any:

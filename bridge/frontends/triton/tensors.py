@@ -27,6 +27,8 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import config_datatype_name
 
 from ...codec import TO_DYNAMO, TO_KSERVE
+from .shm import PARAMETERS as SHM_PARAMETERS
+from .shm import SharedMemory, placement
 from .status import DoorError, invalid
 
 FINAL_RESPONSE = "triton_final_response"
@@ -92,9 +94,12 @@ def _prefix(request_id: str) -> str:
 
 
 def parameters_to_dict(parameters: Any) -> dict[str, dict[str, Any]]:
-    """A protobuf parameter map → `{name: {"int64": 3}}`; a parameter with no value is left out."""
+    """A protobuf parameter map → `{name: {"int64": 3}}`; a parameter with no value is left out,
+    and so are the shared memory ones (the door reads and writes the regions itself)."""
     out = {}
     for name, parameter in parameters.items():
+        if name in SHM_PARAMETERS:
+            continue
         field = parameter.WhichOneof("parameter_choice")
         if field is not None:
             out[name] = {_PARAMETER_KINDS[field]: getattr(parameter, field)}
@@ -223,17 +228,26 @@ def _check_tensor(
 
 
 def to_bridge_request(
-    request: pb.ModelInferRequest, model_version: str, config: mc.ModelConfig | None = None
+    request: pb.ModelInferRequest,
+    model_version: str,
+    config: mc.ModelConfig | None = None,
+    shm: SharedMemory | None = None,
 ) -> dict[str, Any]:
     """A ModelInferRequest → the bridge form a bridge worker answers in (interfaces §3).
 
     Raises DoorError (INVALID_ARG, Triton's text) for data that does not fit its declaration.
     `config` (the model's, when known) only names the datatype an unknown datatype should be.
+    Inputs placed in a registered shared memory region (shm.py) are read from it; they take no
+    entry of `raw_input_contents`.
     """
     raw = request.raw_input_contents
     tensors = []
-    for index, tensor in enumerate(request.inputs):
-        if raw:
+    index = 0
+    for tensor in request.inputs:
+        where = placement(tensor.parameters) if tensor.parameters else None
+        if where is not None and shm is not None:
+            data = shm.read(*where)
+        elif raw:
             if tensor.HasField("contents"):
                 raise invalid(
                     "contents field must not be specified when using raw_input_contents for "
@@ -245,6 +259,7 @@ def to_bridge_request(
                     f"'{request.model_name}' in request."
                 )
             data = raw[index]
+            index += 1
         else:
             data = _typed_contents(request, tensor)
         _check_tensor(request, tensor, data, config)
@@ -282,13 +297,23 @@ def to_bridge_request(
 
 
 def to_infer_response(
-    request: pb.ModelInferRequest, item: dict[str, Any], final: bool | None = None
+    request: pb.ModelInferRequest,
+    item: dict[str, Any],
+    final: bool | None = None,
+    shm: SharedMemory | None = None,
 ) -> pb.ModelInferResponse:
     """A bridge-form response item → ModelInferResponse.
 
     `final` is None for a unary answer (Triton puts no `triton_final_response` there), else the
-    value of that parameter on a streamed response.
+    value of that parameter on a streamed response. An output the request placed in a shared
+    memory region is written there, and its `raw_output_contents` entry is empty (Triton's way).
     """
+    placed = {}
+    if shm is not None:
+        for output in request.outputs:
+            where = placement(output.parameters) if output.parameters else None
+            if where is not None:
+                placed[output.name] = where
     response = pb.ModelInferResponse(model_name=request.model_name, id=request.id)
     if not item.get("empty"):  # Triton's empty final response names no version [V]
         response.model_version = str(item.get("model_version", ""))
@@ -305,6 +330,11 @@ def to_infer_response(
                 ErrorCode.INTERNAL,
                 f"output '{output.name}' came back as a list from a bridge-form request",
             )
+        where = placed.get(output.name)
+        if where is not None:
+            shm.write(*where, output.name, values)  # type: ignore[union-attr]
+            raw.append(b"")
+            continue
         raw.append(bytes(values))
     parameters = item.get("parameters")
     if parameters:
