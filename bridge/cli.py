@@ -130,6 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-server-key", type=Path, default=None, metavar="PATH")
     p.add_argument("--grpc-root-cert", type=Path, default=None, metavar="PATH")
     p.add_argument(
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        metavar="<protocols>:<key>=<value>",
+        help="triton door, as tritonserver: the comma-separated protocol groups (health, "
+        "metadata, inference, shared-memory, model-config, model-repository, statistics, trace, "
+        "logging) answer only calls carrying the gRPC header '<key>: <value>'; repeatable",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         default=8002,
@@ -382,16 +391,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     tls = args.grpc_use_ssl or args.grpc_use_ssl_mutual
     if args.frontend == "triton":
         from .frontends.triton import DoorOptions
+        from .frontends.triton.restrictions import parse_restricted_protocol
 
+        try:
+            restricted_protocols = parse_restricted_protocol(args.grpc_restricted_protocol)
+        except ValueError as exc:
+            parser.error(str(exc))
         door = DoorOptions(
+            restricted=restricted_protocols,
             use_ssl=args.grpc_use_ssl,
             use_ssl_mutual=args.grpc_use_ssl_mutual,
             server_cert=args.grpc_server_cert,
             server_key=args.grpc_server_key,
             root_cert=args.grpc_root_cert,
         )
-    elif tls:
-        parser.error("--grpc-use-ssl and --grpc-use-ssl-mutual need --frontend triton")
+    elif tls or args.grpc_restricted_protocol:
+        parser.error(
+            "--grpc-use-ssl, --grpc-use-ssl-mutual and --grpc-restricted-protocol need "
+            "--frontend triton"
+        )
     options = ServerOptions(
         model_repositories=args.model_repositories,
         role=topology.role,

@@ -489,3 +489,45 @@ def test_system_shared_memory(dtypes: BridgeServer):
         client.close()
         shm.destroy_shared_memory_region(region_in)
         shm.destroy_shared_memory_region(region_out)
+
+
+# -- restricted protocols -------------------------------------------------------------------------
+
+
+def test_restricted_protocol(bridge_server):
+    """Restricted groups answer only calls with their header; the others stay open."""
+    server = bridge_server(
+        SERVING, *DOOR, "--grpc-restricted-protocol=inference,statistics:infer-key=s3cret"
+    )
+    client = server.client()
+    assert client.is_server_ready()  # health is not restricted
+    expected = "This protocol is restricted, expecting header 'infer-key'"
+    for headers in (None, {"infer-key": "wrong"}):
+        with pytest.raises(InferenceServerException) as caught:
+            client.infer("echo", [fp32_input([1.0])], headers=headers)
+        assert (caught.value.status(), caught.value.message()) == (
+            "StatusCode.UNAVAILABLE",
+            expected,
+        )
+    with pytest.raises(InferenceServerException, match=expected):
+        client.get_inference_statistics()
+    answers: list = []
+    # The stream is refused when it opens, before any request on it.
+    client.start_stream(callback=lambda result, error: answers.append(error))
+    wait_until(lambda: answers, "the stream's refusal")
+    client.stop_stream()
+    assert expected in str(answers[0])
+    result = client.infer("echo", [fp32_input([2.0])], headers={"infer-key": "s3cret"})
+    assert result.as_numpy("OUTPUT0").tolist() == [2.0]
+
+
+def test_restricted_protocol_needs_a_known_group(tmp_path):
+    server = BridgeServer(
+        SERVING,
+        *DOOR,
+        "--grpc-restricted-protocol=inferences:k=v",
+        log_path=tmp_path / "bridge.log",
+    )
+    with pytest.raises(RuntimeError, match="exited with code 2"):
+        server.start()
+    assert "unknown restricted protocol 'inferences'" in server.log_text

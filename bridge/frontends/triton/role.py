@@ -37,6 +37,7 @@ class TritonDoorRole:
             server_cert=door.server_cert,
             server_key=door.server_key,
             root_cert=door.root_cert,
+            restricted=door.restricted,
         )
         try:
             credentials(self.door_options)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,9 @@ from dynamo.runtime import DistributedRuntime
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
+from ...control import Restriction
 from .directory import Directory
+from .restrictions import RestrictedProtocols
 from .servicer import MALFORMED, TritonServicer
 
 log = logging.getLogger("dynamo_bridge")
@@ -43,6 +45,8 @@ class DoorOptions:
     server_cert: Path | None = None
     server_key: Path | None = None
     root_cert: Path | None = None
+    # `--grpc-restricted-protocol`: {protocol group: header its calls must carry}
+    restricted: dict[str, Restriction] = field(default_factory=dict)
 
 
 class DoorConfigError(ValueError):
@@ -118,11 +122,15 @@ class TritonDoor:
     async def start(self) -> None:
         creds = credentials(self.options)  # before anything listens: bad TLS files fail start
         await self.directory.start()
+        interceptors = (
+            [RestrictedProtocols(self.options.restricted)] if self.options.restricted else []
+        )
         server = grpc.aio.server(
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
                 ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
-            ]
+            ],
         )
         server.add_generic_rpc_handlers((_handlers(self._servicer),))
         address = f"{self.options.address}:{self.options.port}"

@@ -45,6 +45,7 @@ SERVER_VERSION = "2.51.0"  # the Triton release whose behaviour the door follows
 EXTENSIONS = (
     "classification",
     "system_shared_memory",
+    "statistics",
     "sequence",
     "model_configuration",
     "binary_tensor_data",
