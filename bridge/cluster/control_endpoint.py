@@ -17,9 +17,12 @@ Ops:
   "batch_stats": [{"batch_size", <kind>: [count, ns], ...}]}, ...]}`: every served version's
   statistics (model_repository_loader/scheduling/stats.py), durations in ns as Triton keeps
   them. A front door sums them over the workers serving a model (Triton's ModelStatistics).
+- `{"op": "load", "name": str, "config": str, "files": {"file:<path>": bytes}}` and
+  `{"op": "unload", "name": str}` → `{}` once done, or an error with Triton's code and text
+  (the worker's `--model-control-mode` rules: load/unload only in explicit mode).
 - anything else → `{"error": {"code": "INVALID_ARG", "message": ...}}`.
 
-More ops (`load`, `unload`, `ready`) can join `ControlEndpoint.ops`, in the same style.
+More ops (`ready`) can join `ControlEndpoint.ops`, in the same style.
 """
 
 from __future__ import annotations
@@ -96,7 +99,12 @@ class ControlEndpoint:
         self._endpoint = runtime.endpoint(self.path)
         self._manager = manager
         self.worker = worker_id()
-        self.ops: dict[str, Op] = {"index": self._index, "stats": self._stats}
+        self.ops: dict[str, Op] = {
+            "index": self._index,
+            "stats": self._stats,
+            "load": self._load,
+            "unload": self._unload,
+        }
         self.serving: asyncio.Future[Any] | None = None
 
     def start(self) -> asyncio.Future[Any]:
@@ -124,6 +132,34 @@ class ControlEndpoint:
 
     async def _stats(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"worker": self.worker, "models": stats_entries(self._manager)}
+
+    async def _load(self, request: dict[str, Any]) -> dict[str, Any]:
+        return await self._change(request, unload=False)
+
+    async def _unload(self, request: dict[str, Any]) -> dict[str, Any]:
+        return await self._change(request, unload=True)
+
+    async def _change(self, request: dict[str, Any], unload: bool) -> dict[str, Any]:
+        # Imported here: manager.py imports this module.
+        from ..manager import NOT_EXPLICIT, ControlError
+
+        name = request.get("name")
+        if not isinstance(name, str) or not name:
+            return _error("INVALID_ARG", "a model name is required")
+        if self._manager.options.mode != "explicit":
+            return _error("UNAVAILABLE", NOT_EXPLICIT)
+        try:
+            if unload:
+                await self._manager.unload(name)
+            else:
+                files = request.get("files") or {}
+                config = request.get("config") or ""
+                if not isinstance(files, dict) or not isinstance(config, str):
+                    return _error("INVALID_ARG", "malformed load request")
+                await self._manager.load(name, config, files or None)
+        except ControlError as exc:
+            return _error(exc.code, str(exc))
+        return {}
 
 
 def _duration(duration: Any) -> list[int]:

@@ -8,8 +8,7 @@ the exact difference, never "anything goes".
 
 The suite runs against either front door: Dynamo's KServe frontend (the default) or the bridge's
 own (`DYN_BRIDGE_FRONTEND=triton`, which every bridge the harness starts inherits). The triton
-door's list holds only what it does not implement yet, and every `expected_bridge_*` function
-then expects Triton's own answer.
+door's list is empty, and every `expected_bridge_*` function then expects Triton's own answer.
 """
 
 from __future__ import annotations
@@ -73,10 +72,8 @@ DYNAMO_FRONTEND_DIFFERENCES: dict[str, str] = {
     "repository_index": "RepositoryIndex (and ServerMetadata, statistics, load/unload) is "
     "UNIMPLEMENTED",
 }
-# What the triton door (bridge/frontends/triton/) does not implement yet.
-TRITON_DOOR_DIFFERENCES: dict[str, str] = {
-    "repository_index": "RepositoryIndex, statistics, load/unload are UNIMPLEMENTED",
-}
+# What the triton door (bridge/frontends/triton/) answers differently: nothing the suite covers.
+TRITON_DOOR_DIFFERENCES: dict[str, str] = {}
 KNOWN_FRONTEND_DIFFERENCES = TRITON_DOOR_DIFFERENCES if TRITON_DOOR else DYNAMO_FRONTEND_DIFFERENCES
 
 _UNARY_PREFIX = "Failed to fold completions stream: "

@@ -531,3 +531,31 @@ def test_restricted_protocol_needs_a_known_group(tmp_path):
     with pytest.raises(RuntimeError, match="exited with code 2"):
         server.start()
     assert "unknown restricted protocol 'inferences'" in server.log_text
+
+
+# -- load and unload -----------------------------------------------------------------------------
+
+
+def test_load_and_unload_reach_the_worker(bridge_server, shared_bridge_server):
+    """RepositoryModelLoad/Unload go to the worker, which applies its control mode's rules."""
+    server = bridge_server(SERVING, *DOOR, "--model-control-mode=explicit", "--load-model=echo")
+    client = server.client()
+    assert not client.is_model_ready("pool")
+    client.load_model("pool")
+    assert client.is_model_ready("pool")
+    assert client.infer("pool", [fp32_input([3.0])]).as_numpy("OUTPUT0").tolist() == [3.0]
+    client.unload_model("pool")
+    wait_until(lambda: not client.is_model_ready("pool"), "pool unloaded")
+    with pytest.raises(InferenceServerException) as caught:
+        client.load_model("no_such_model")
+    assert (caught.value.status(), caught.value.message()) == (
+        "StatusCode.INTERNAL",
+        "failed to load 'no_such_model', failed to poll from model repository",
+    )
+    polling = shared_bridge_server(SERVING, *DOOR).client()
+    with pytest.raises(InferenceServerException) as caught:
+        polling.unload_model("echo")
+    assert (caught.value.status(), caught.value.message()) == (
+        "StatusCode.UNAVAILABLE",
+        "explicit model load / unload is not allowed if polling is enabled",
+    )

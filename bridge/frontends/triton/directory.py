@@ -46,6 +46,7 @@ class ModelEntry:
     versions: set[str] = field(default_factory=set)  # ready versions, over every worker
     known_versions: set[str] = field(default_factory=set)  # also those that failed to load
     endpoints: list[str] = field(default_factory=list)  # the generations serving it now
+    owners: list[int] = field(default_factory=list)  # control instances that know the name
     reason: str = ""
     bridge_form: bool = False
 
@@ -143,7 +144,7 @@ class Directory:
         answers = await asyncio.gather(*(self._index_of(i) for i in ids))
         models: dict[str, ModelEntry] = {}
         complete = True
-        for answer in answers:
+        for instance_id, answer in zip(ids, answers, strict=True):
             if answer is None:
                 complete = False
                 continue
@@ -157,7 +158,23 @@ class Directory:
                 elif model.get("ready") and not entry.ready:
                     entry.config = _parse_config(model.get("config"), name)
                 entry.merge(model)
+                entry.owners.append(instance_id)
         return models, frozenset(ids), complete
+
+    async def change(self, name: str, request: dict[str, Any]) -> dict[str, Any] | None:
+        """Send a load/unload to the workers that know `name` (every worker, for a name none
+        knows). The first success answers (None); else the first worker's error."""
+        await self.refresh()
+        entry = self._models.get(name)
+        ids = entry.owners if entry is not None else list(self._control.instance_ids())
+        if not ids:
+            return {"code": "UNAVAILABLE", "message": "no bridge worker is serving"}
+        answers = await asyncio.gather(*(self._index_of(i, request) for i in ids))
+        await self.refresh()  # the change is visible to the next lookup
+        if any(answer is not None and "error" not in answer for answer in answers):
+            return None
+        errors = [answer["error"] for answer in answers if answer is not None]
+        return errors[0] if errors else {"code": "UNAVAILABLE", "message": "no worker answered"}
 
     async def stats(self) -> list[dict[str, Any]]:
         """Every worker's per-version statistics (control op `stats`), one list over all."""
@@ -165,12 +182,18 @@ class Directory:
         answers = await asyncio.gather(*(self._index_of(i, "stats") for i in ids))
         return [model for answer in answers if answer for model in answer.get("models", ())]
 
-    async def _index_of(self, instance_id: int, op: str = "index") -> dict[str, Any] | None:
+    async def _index_of(
+        self, instance_id: int, op: str | dict[str, Any] = "index"
+    ) -> dict[str, Any] | None:
+        """One control op's answer from one worker (a dict op is sent as it is; its errors are
+        answers, returned). None when the worker does not answer."""
+        request = {"op": op} if isinstance(op, str) else op
+        timeout = INDEX_TIMEOUT_S if isinstance(op, str) else None  # a load takes its time
         try:
-            async with asyncio.timeout(INDEX_TIMEOUT_S):
-                stream = await self._control.direct({"op": op}, instance_id, annotated=False)
+            async with asyncio.timeout(timeout):
+                stream = await self._control.direct(request, instance_id, annotated=False)
                 async for item in stream:
-                    if isinstance(item, dict) and "error" not in item:
+                    if isinstance(item, dict) and ("error" not in item or not isinstance(op, str)):
                         return item
                     log.warning("worker %x answered %s with %r", instance_id, op, item)
                     return None

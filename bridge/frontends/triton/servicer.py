@@ -44,6 +44,7 @@ SERVER_VERSION = "2.51.0"  # the Triton release whose behaviour the door follows
 # Triton's extensions that the door really serves.
 EXTENSIONS = (
     "classification",
+    "model_repository",
     "system_shared_memory",
     "statistics",
     "sequence",
@@ -279,6 +280,35 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             for version in versions:
                 response.models.add(name=name, version=version, state=state, reason=entry.reason)
         return response
+
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        return await _answer(context, self._load, request)
+
+    async def _load(self, request: pb.RepositoryModelLoadRequest) -> Any:
+        """Forwarded to the worker(s) that know the model, which apply their control mode's
+        rules (explicit only) and answer with Triton's texts."""
+        files = {}
+        config = ""
+        for key, parameter in request.parameters.items():
+            if key == "config":
+                config = parameter.string_param
+            elif key.startswith("file:"):
+                files[key] = parameter.bytes_param
+        change = {"op": "load", "name": request.model_name, "config": config, "files": files}
+        error = await self._directory.change(request.model_name, change)
+        if error is not None:
+            raise DoorError.from_item(error)
+        return pb.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        return await _answer(context, self._unload, request)
+
+    async def _unload(self, request: pb.RepositoryModelUnloadRequest) -> Any:
+        change = {"op": "unload", "name": request.model_name}
+        error = await self._directory.change(request.model_name, change)
+        if error is not None:
+            raise DoorError.from_item(error)
+        return pb.RepositoryModelUnloadResponse()
 
     # -- inference ------------------------------------------------------------------------------
 
