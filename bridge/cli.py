@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvloop
 
@@ -27,6 +28,9 @@ from .logs import (
     hide_filter_banner,
     redirect_output,
 )
+
+if TYPE_CHECKING:
+    from .frontends.triton import DoorOptions
 
 log = logging.getLogger("dynamo_bridge")
 
@@ -356,6 +360,35 @@ def resolve_topology(
     return Topology(role, discovery, plane, namespace)
 
 
+def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> DoorOptions | None:
+    """The triton door's options (`--frontend triton`), None for Dynamo's frontend; exits
+    through `parser.error` (status 2) on flags that need the triton door or do not parse."""
+    if args.frontend not in ("dynamo", "triton"):  # from DYN_BRIDGE_FRONTEND: argparse skips it
+        parser.error(f"DYN_BRIDGE_FRONTEND: invalid choice '{args.frontend}' (dynamo, triton)")
+    if args.frontend == "dynamo":
+        if args.grpc_use_ssl or args.grpc_use_ssl_mutual or args.grpc_restricted_protocol:
+            parser.error(
+                "--grpc-use-ssl, --grpc-use-ssl-mutual and --grpc-restricted-protocol need "
+                "--frontend triton"
+            )
+        return None
+    from .frontends.triton import DoorOptions
+    from .frontends.triton.restrictions import parse_restricted_protocol
+
+    try:
+        restricted = parse_restricted_protocol(args.grpc_restricted_protocol)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return DoorOptions(
+        restricted=restricted,
+        use_ssl=args.grpc_use_ssl,
+        use_ssl_mutual=args.grpc_use_ssl_mutual,
+        server_cert=args.grpc_server_cert,
+        server_key=args.grpc_server_key,
+        root_cert=args.grpc_root_cert,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -387,29 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ", ".join(others),
             MODEL_REPOSITORY,
         )
-    door = None
-    tls = args.grpc_use_ssl or args.grpc_use_ssl_mutual
-    if args.frontend == "triton":
-        from .frontends.triton import DoorOptions
-        from .frontends.triton.restrictions import parse_restricted_protocol
-
-        try:
-            restricted_protocols = parse_restricted_protocol(args.grpc_restricted_protocol)
-        except ValueError as exc:
-            parser.error(str(exc))
-        door = DoorOptions(
-            restricted=restricted_protocols,
-            use_ssl=args.grpc_use_ssl,
-            use_ssl_mutual=args.grpc_use_ssl_mutual,
-            server_cert=args.grpc_server_cert,
-            server_key=args.grpc_server_key,
-            root_cert=args.grpc_root_cert,
-        )
-    elif tls or args.grpc_restricted_protocol:
-        parser.error(
-            "--grpc-use-ssl, --grpc-use-ssl-mutual and --grpc-restricted-protocol need "
-            "--frontend triton"
-        )
+    door = resolve_door(parser, args)
     options = ServerOptions(
         model_repositories=args.model_repositories,
         role=topology.role,
