@@ -10,6 +10,12 @@ from bridge.control import Restriction
 from bridge.frontends.triton.restrictions import parse_restricted_protocol
 
 
+@pytest.fixture(autouse=True)
+def _no_frontend_in_the_environment(monkeypatch) -> None:
+    # `--frontend`'s default comes from DYN_BRIDGE_FRONTEND (scripts/test.sh sets it).
+    monkeypatch.delenv("DYN_BRIDGE_FRONTEND", raising=False)
+
+
 def door(*argv: str):
     parser = build_parser()
     return resolve_door(parser, parser.parse_args(["--model-repository", "models", *argv]))
