@@ -13,6 +13,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from tests.e2e.reload_support import ask_marked, copy_models, set_line
 from tests.e2e.support import MULTI_A, MULTI_B, SERVING, WAIT_S, Gate, fp32_input, wait_until
 from tests.e2e.test_roles import Frontend, Worker, http_text
 from tests.harness import BridgeServer
@@ -559,3 +561,56 @@ def test_load_and_unload_reach_the_worker(bridge_server, shared_bridge_server):
         "StatusCode.UNAVAILABLE",
         "explicit model load / unload is not allowed if polling is enabled",
     )
+
+
+# -- hot reload ------------------------------------------------------------------------------------
+
+
+class InferOnly(threading.Thread):
+    """`marked` asked again and again with ModelInfer only (no readiness calls, which would
+    refresh the door's index on their own): the marks seen, and any error."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.client = grpcclient.InferenceServerClient(url)
+        self.marks: list[int] = []
+        self.errors: list[str] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                self.marks.append(ask_marked(self.client)[0])
+            except InferenceServerException as exc:
+                self.errors.append(str(exc))
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(WAIT_S)
+        self.client.close()
+
+
+def test_hot_reload_under_traffic(bridge_server, tmp_path):
+    """A reloaded model is served on a new endpoint (a new generation); the door follows it
+    with no failed request, and the old generation is withdrawn once quiet, not after the
+    drain's 60 s bound."""
+    repo = copy_models(tmp_path, "marked")
+    server = bridge_server(
+        repo, *DOOR, "--reload-debounce-secs", "0.2", env={"RELOAD_LOAD_LOG": str(tmp_path / "l")}
+    )
+    model_py = repo / "marked" / "1" / "model.py"
+    traffic = InferOnly(server.grpc_url)
+    traffic.start()
+    try:
+        wait_until(lambda: traffic.marks[-1:] == [1], "version 1 answering")
+        for mark in (2, 3):
+            set_line(model_py, "MARK = ", f"MARK = {mark}")
+            wait_until(lambda: traffic.marks[-1:] == [mark], f"version {mark} answering")  # noqa: B023
+            unloaded = f"successfully unloaded 'marked' (generation {mark - 1})"
+            wait_until(lambda: unloaded in server.log_text, "the old generation unloaded")  # noqa: B023
+            answered = len(traffic.marks)
+            wait_until(lambda: len(traffic.marks) > answered + 20, "answers after the swap")  # noqa: B023
+    finally:
+        traffic.stop()
+    assert traffic.errors == []
+    assert traffic.marks[-20:] == [3] * 20

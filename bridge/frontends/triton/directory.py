@@ -6,10 +6,13 @@ Every bridge process that serves models answers `{"op": "index"}` on its control
 name, over however many workers serve it. Nothing travels outside Dynamo.
 
 The merged index is cached. The hot path (ModelInfer) reuses it until the set of control
-instances changes (a worker came or went) or a name is missing; the RPCs that report state
-(ModelReady, ServerReady, ModelMetadata, ModelConfig) ask for a fresh one, so a model unloaded
-or reloaded on a worker is seen at once. Concurrent refreshes share one round of questions, but
-a caller never gets an index that was asked for before it called.
+instances changes (a worker came or went), a name is missing, or the endpoint it names has no
+instance left; the RPCs that report state (ModelReady, ServerReady, ModelMetadata, ModelConfig)
+ask for a fresh one, so a model unloaded or reloaded on a worker is seen at once. While requests
+flow, the index is also asked again every REFRESH_S: a reload serves the model on a new endpoint
+(a new generation) and the worker withdraws the old one only once no request has reached it for
+a moment, so the door must move on by itself. Concurrent refreshes share one round of
+questions, but a caller never gets an index that was asked for before it called.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ _NO_VERSION_SELECTED = "at least one version must be available"
 INDEX_TIMEOUT_S = 10.0
 # Bound of waiting for a model endpoint's first instance to be seen by a new client.
 INSTANCE_WAIT_S = 10.0
+# While lookups happen: how old the cached index may get (a reloaded model's new endpoint).
+REFRESH_S = 0.25
 
 
 @dataclass
@@ -106,10 +111,27 @@ class Directory:
         self._asked = 0  # refresh tickets handed out
         self._answered = 0  # the newest ticket an index answered
         self.complete = False  # the last index heard from every control instance
+        self._looked_up = False  # a lookup used the cache since the last refresh
+        self._refresher: asyncio.Task | None = None
 
     async def start(self) -> None:
         path = f"{self._namespace}.{CONTROL_COMPONENT}.{CONTROL_ENDPOINT}"
         self._control = await self._runtime.endpoint(path).client()
+        self._refresher = asyncio.ensure_future(self._keep_fresh())
+
+    def stop(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+
+    async def _keep_fresh(self) -> None:
+        while True:
+            await asyncio.sleep(REFRESH_S)
+            if self._looked_up:
+                self._looked_up = False
+                try:
+                    await self.refresh()
+                except Exception as exc:  # keep refreshing; the next round may succeed
+                    log.warning("refreshing the model index failed: %s", exc)
 
     # -- lookups ------------------------------------------------------------------------------
 
@@ -119,10 +141,16 @@ class Directory:
     async def lookup(self, name: str) -> ModelEntry | None:
         """The model's entry; the cached index unless it misses the name or is outdated."""
         entry = self._models.get(name)
-        if entry is None or self._instances_changed():
+        self._looked_up = True
+        if entry is None or self._instances_changed() or not self._routable(entry):
             await self.refresh()
             entry = self._models.get(name)
         return entry
+
+    def _routable(self, entry: ModelEntry) -> bool:
+        """False when the endpoint the entry names has lost its instances (withdrawn)."""
+        client = self._clients.get(entry.endpoints[-1]) if entry.endpoints else None
+        return client is None or bool(client.instance_ids())
 
     async def fresh(self, name: str | None = None) -> dict[str, ModelEntry]:
         """An index asked for after this call (state RPCs must not report the past)."""

@@ -158,6 +158,7 @@ class TritonDoor:
             await self._server.stop(grace)
             self._server = None
         self._servicer.shm.close()
+        self.directory.stop()
 
     async def wait(self) -> None:
         if self._server is not None:
