@@ -20,6 +20,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvloop
 
@@ -32,6 +33,9 @@ from .logs import (
     hide_filter_banner,
     redirect_output,
 )
+
+if TYPE_CHECKING:
+    from .frontends.triton import DoorOptions
 
 log = logging.getLogger("dynamo_bridge")
 
@@ -104,6 +108,44 @@ def build_parser() -> argparse.ArgumentParser:
         default="127.0.0.1",
         help="address to serve on (default 127.0.0.1); Dynamo 1.6's frontend binds every "
         "interface whatever this says, and the bridge warns at start-up",
+    )
+    p.add_argument(
+        "--frontend",
+        choices=("dynamo", "triton"),
+        default="dynamo",
+        help="the gRPC front door: dynamo (Dynamo's KServe frontend) or triton (the bridge's "
+        "own Triton GRPCInferenceService on Dynamo's runtime: TLS, Triton's status codes, "
+        "no 4 MiB cap); default $DYN_BRIDGE_FRONTEND, else dynamo",
+    )
+    p.add_argument(
+        "--grpc-use-ssl",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="BOOL",
+        help="triton door: serve gRPC over TLS (needs --grpc-server-cert and --grpc-server-key)",
+    )
+    p.add_argument(
+        "--grpc-use-ssl-mutual",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="BOOL",
+        help="triton door: TLS that requires a client certificate signed by --grpc-root-cert",
+    )
+    p.add_argument("--grpc-server-cert", type=Path, default=None, metavar="PATH")
+    p.add_argument("--grpc-server-key", type=Path, default=None, metavar="PATH")
+    p.add_argument("--grpc-root-cert", type=Path, default=None, metavar="PATH")
+    p.add_argument(
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        metavar="<protocols>:<key>=<value>",
+        help="triton door, as tritonserver: the comma-separated protocol groups (health, "
+        "metadata, inference, shared-memory, model-config, model-repository, statistics, trace, "
+        "logging) answer only calls carrying the gRPC header '<key>: <value>'; repeatable",
     )
     p.add_argument(
         "--metrics-port",
@@ -375,6 +417,33 @@ def _env_value(action: argparse.Action, text: str) -> object:
     return value
 
 
+def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> DoorOptions | None:
+    """The triton door's options (`--frontend triton`), None for Dynamo's frontend; exits
+    through `parser.error` (status 2) on flags that need the triton door or do not parse."""
+    if args.frontend == "dynamo":
+        if args.grpc_use_ssl or args.grpc_use_ssl_mutual or args.grpc_restricted_protocol:
+            parser.error(
+                "--grpc-use-ssl, --grpc-use-ssl-mutual and --grpc-restricted-protocol need "
+                "--frontend triton"
+            )
+        return None
+    from .frontends.triton import DoorOptions
+    from .frontends.triton.restrictions import parse_restricted_protocol
+
+    try:
+        restricted = parse_restricted_protocol(args.grpc_restricted_protocol)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return DoorOptions(
+        restricted=restricted,
+        use_ssl=args.grpc_use_ssl,
+        use_ssl_mutual=args.grpc_use_ssl_mutual,
+        server_cert=args.grpc_server_cert,
+        server_key=args.grpc_server_key,
+        root_cert=args.grpc_root_cert,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parse_with_environment(parser, argv, os.environ)
@@ -406,6 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ", ".join(others),
             MODEL_REPOSITORY,
         )
+    door = resolve_door(parser, args)
     options = ServerOptions(
         model_repositories=args.model_repositories,
         role=topology.role,
@@ -425,6 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         reload_debounce=args.reload_debounce_secs,
         http_restricted_api=restricted,
         exit_timeout=args.exit_timeout_secs,
+        door=door,
         loader=ConfigOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             model_config_name=args.model_config_name,

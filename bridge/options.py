@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from model_repository_loader.config import ConfigOptions
 
 from .metrics.triton import MetricsConfig
 from .restrictions import Restriction
+
+if TYPE_CHECKING:
+    from .frontends.triton import DoorOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +37,7 @@ class ServerOptions:
     # `--http-restricted-api`: {api group: header the requests must carry}
     http_restricted_api: dict[str, Restriction] = field(default_factory=dict)
     exit_timeout: float = 30.0  # tritonserver's --exit-timeout-secs
+    door: DoorOptions | None = None  # `--frontend triton` and its TLS options; None = dynamo
 
 
 class StartupError(Exception):

@@ -29,6 +29,7 @@ import sys
 import threading
 
 from . import heap
+from .frontends.triton.role import TritonDoorRole
 from .metrics.server import MetricsServer
 from .options import ServerOptions, StartupError
 from .roles.frontend import FrontendRole
@@ -82,7 +83,9 @@ async def serve(options: ServerOptions) -> None:
         os.environ.pop("DYN_SYSTEM_PORT", None)
     await check_services(options.discovery_backend, options.request_plane)
     worker = WorkerRole(options) if options.role != "frontend" else None
-    frontend = FrontendRole(options) if options.role != "worker" else None
+    frontend = None
+    if options.role != "worker":
+        frontend = FrontendRole(options) if options.door is None else TritonDoorRole(options)
     if worker is not None:
         await worker.load()  # before the runtime: the status table comes first, as in Triton
 

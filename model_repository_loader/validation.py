@@ -31,7 +31,6 @@ from .pb_utils.errors import ErrorCode
 from .pb_utils.tensor import Tensor
 
 __all__ = [
-    "GRPC_STATUS_NAMES",
     "RequestError",
     "RequestValidator",
     "config_datatype_name",
@@ -43,18 +42,6 @@ __all__ = [
     "unknown_model_error",
     "version_not_ready_error",
 ]
-
-# TritonError code -> the gRPC status a client sees (spec §3.10).
-GRPC_STATUS_NAMES: dict[ErrorCode, str] = {
-    ErrorCode.UNKNOWN: "UNKNOWN",
-    ErrorCode.INTERNAL: "INTERNAL",
-    ErrorCode.NOT_FOUND: "NOT_FOUND",
-    ErrorCode.INVALID_ARG: "INVALID_ARGUMENT",
-    ErrorCode.UNAVAILABLE: "UNAVAILABLE",
-    ErrorCode.UNSUPPORTED: "UNIMPLEMENTED",
-    ErrorCode.ALREADY_EXISTS: "ALREADY_EXISTS",
-    ErrorCode.CANCELLED: "CANCELLED",
-}
 
 _BATCH_NOTE = (
     "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to "

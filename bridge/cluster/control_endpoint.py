@@ -12,9 +12,17 @@ Ops:
   state at the time of the call: one entry per model name this process knows, ready or not,
   with the endpoint of the generation serving it now (empty when none) and its serialized
   Triton `ModelConfig` (empty when none is loaded).
+- `{"op": "stats"}` → `{"worker": ..., "models": [{"name", "version", "last_inference",
+  "inference_count", "execution_count", "inference_stats": {<kind>: [count, ns], ...},
+  "batch_stats": [{"batch_size", <kind>: [count, ns], ...}]}, ...]}`: every served version's
+  statistics (model_repository_loader/scheduling/stats.py), durations in ns as Triton keeps
+  them. A front door sums them over the workers serving a model (Triton's ModelStatistics).
+- `{"op": "load", "name": str, "config": str, "files": {"file:<path>": bytes}}` and
+  `{"op": "unload", "name": str}` → `{}` once done, or an error with Triton's code and text
+  (the worker's `--model-control-mode` rules: load/unload only in explicit mode).
 - anything else → `{"error": {"code": "INVALID_ARG", "message": ...}}`.
 
-More ops (`stats`, `load`, `unload`, `ready`) can join `ControlEndpoint.ops`, in the same style.
+More ops (`ready`) can join `ControlEndpoint.ops`, in the same style.
 """
 
 from __future__ import annotations
@@ -25,6 +33,9 @@ import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+
+from model_repository_loader.pb_utils.errors import ErrorCode
+from model_repository_loader.scheduling.stats import ModelStats
 
 if TYPE_CHECKING:
     from dynamo.runtime import DistributedRuntime
@@ -89,7 +100,12 @@ class ControlEndpoint:
         self._endpoint = runtime.endpoint(self.path)
         self._manager = manager
         self.worker = worker_id()
-        self.ops: dict[str, Op] = {"index": self._index}
+        self.ops: dict[str, Op] = {
+            "index": self._index,
+            "stats": self._stats,
+            "load": self._load,
+            "unload": self._unload,
+        }
         self.serving: asyncio.Future[Any] | None = None
 
     def start(self) -> asyncio.Future[Any]:
@@ -103,18 +119,89 @@ class ControlEndpoint:
         op = self.ops.get(op_name) if isinstance(op_name, str) else None
         if op is None:
             known = ", ".join(sorted(self.ops))
-            yield _error("INVALID_ARG", f"unknown control op {op_name!r} (known: {known})")
+            yield _error(ErrorCode.INVALID_ARG, f"unknown control op {op_name!r} (known: {known})")
             return
         try:
             answer = await op(request)
         except Exception as exc:  # an op that fails answers INTERNAL, the endpoint stays up
             log.exception("control op %r failed", op_name)
-            answer = _error("INTERNAL", f"control op {op_name!r} failed: {exc}")
+            answer = _error(ErrorCode.INTERNAL, f"control op {op_name!r} failed: {exc}")
         yield answer
 
     async def _index(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"worker": self.worker, "models": index_entries(self._manager)}
 
+    async def _stats(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"worker": self.worker, "models": stats_entries(self._manager)}
 
-def _error(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message}}
+    async def _load(self, request: dict[str, Any]) -> dict[str, Any]:
+        return await self._change(request, unload=False)
+
+    async def _unload(self, request: dict[str, Any]) -> dict[str, Any]:
+        return await self._change(request, unload=True)
+
+    async def _change(self, request: dict[str, Any], unload: bool) -> dict[str, Any]:
+        # Imported here: manager.py imports this module.
+        from ..models import NOT_EXPLICIT, ControlError
+
+        name = request.get("name")
+        if not isinstance(name, str) or not name:
+            return _error(ErrorCode.INVALID_ARG, "a model name is required")
+        if self._manager.options.mode != "explicit":
+            return _error(ErrorCode.UNAVAILABLE, NOT_EXPLICIT)
+        try:
+            if unload:
+                await self._manager.unload(name)
+            else:
+                files = request.get("files") or {}
+                config = request.get("config") or ""
+                if not isinstance(files, dict) or not isinstance(config, str):
+                    return _error(ErrorCode.INVALID_ARG, "malformed load request")
+                await self._manager.load(name, config, files or None)
+        except ControlError as exc:
+            return _error(exc.code, str(exc))
+        return {}
+
+
+def _duration(duration: Any) -> list[int]:
+    return [duration.count, duration.ns]
+
+
+def stats_entries(manager: ModelManager) -> list[dict[str, Any]]:
+    """One entry per served model version that keeps statistics (ensembles keep none)."""
+    entries = []
+    for name, model in sorted(manager.repository.models.items()):
+        for version, served in sorted(getattr(model, "versions", {}).items()):
+            stats = getattr(served, "stats", None)
+            if not isinstance(stats, ModelStats):
+                continue
+            snap = stats.snapshot()
+            entries.append(
+                {
+                    "name": name,
+                    "version": str(version),
+                    "last_inference": snap.last_inference_ms,
+                    "inference_count": snap.inference_count,
+                    "execution_count": snap.execution_count,
+                    "inference_stats": {
+                        kind: _duration(getattr(snap, kind)) for kind in _INFER_KINDS
+                    },
+                    "batch_stats": [
+                        {
+                            "batch_size": batch.batch_size,
+                            **{kind: _duration(getattr(batch, kind)) for kind in _BATCH_KINDS},
+                        }
+                        for batch in snap.batch_stats
+                    ],
+                }
+            )
+    return entries
+
+
+_INFER_KINDS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+_BATCH_KINDS = ("compute_input", "compute_infer", "compute_output")
+
+
+def _error(code: ErrorCode, message: str) -> dict[str, Any]:
+    # On the wire a code travels by name (interfaces: bridge form and control endpoint).
+    return {"error": {"code": code.name, "message": message}}

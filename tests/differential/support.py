@@ -5,11 +5,16 @@ bridge, both serving the same repository, and compares what came back. What Dyna
 frontend changes and a worker cannot change is listed in `KNOWN_FRONTEND_DIFFERENCES`, and each
 such difference is applied by one named function below (`expected_bridge_*`), so a test asserts
 the exact difference, never "anything goes".
+
+The suite runs against either front door: Dynamo's KServe frontend (the default) or the bridge's
+own (`DYN_BRIDGE_FRONTEND=triton`, which every bridge the harness starts inherits). The triton
+door's list is empty, and every `expected_bridge_*` function then expects Triton's own answer.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,9 +32,13 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REPOSITORIES = PROJECT_ROOT / "tests" / "repositories"
 EXAMPLES = PROJECT_ROOT / "examples" / "model_repository"
 
+# The front door of the bridges under test (the bridge's CLI reads the same variable).
+FRONTEND = os.environ.get("DYN_BRIDGE_FRONTEND", "dynamo")
+TRITON_DOOR = FRONTEND == "triton"
+
 # Name → what Dynamo's frontend (ai-dynamo-runtime 1.6.1) does differently from Triton; see
 # docs/frontend_differences.md. Tests name the key they rely on.
-KNOWN_FRONTEND_DIFFERENCES: dict[str, str] = {
+DYNAMO_FRONTEND_DIFFERENCES: dict[str, str] = {
     "error_status": "a failed unary ModelInfer is always INTERNAL "
     "(`Failed to fold completions stream: <Category>: <Triton's text>`)",
     "error_json_body": "NotFound / NotImplemented categories carry Triton's text as JSON "
@@ -63,6 +72,9 @@ KNOWN_FRONTEND_DIFFERENCES: dict[str, str] = {
     "repository_index": "RepositoryIndex (and ServerMetadata, statistics, load/unload) is "
     "UNIMPLEMENTED",
 }
+# What the triton door (bridge/frontends/triton/) answers differently: nothing the suite covers.
+TRITON_DOOR_DIFFERENCES: dict[str, str] = {}
+KNOWN_FRONTEND_DIFFERENCES = TRITON_DOOR_DIFFERENCES if TRITON_DOOR else DYNAMO_FRONTEND_DIFFERENCES
 
 _UNARY_PREFIX = "Failed to fold completions stream: "
 
@@ -193,6 +205,8 @@ def fp32_input(values: Any, name: str = "INPUT0") -> grpcclient.InferInput:
 
 def expected_bridge_error(triton: Failure) -> Failure:
     """error_status + error_json_body: what the bridge answers where Triton answered `triton`."""
+    if TRITON_DOOR:
+        return triton
     category = ERROR_CATEGORY.get(triton.status, _DEFAULT_CATEGORY)
     text = triton.message
     if category in _JSON_BODY_CODE:
@@ -204,12 +218,16 @@ def expected_bridge_error(triton: Failure) -> Failure:
 def expected_bridge_stream_error(triton: Failure) -> Failure:
     """stream_error_text: what the bridge's stream carries where Triton's carried `triton`
     (both in-band, without a gRPC status; `triton.status` is the unary status of that error)."""
+    if TRITON_DOOR:
+        return Failure("None", triton.message)
     unary = expected_bridge_error(triton)
     return Failure("None", unary.message[len(_UNARY_PREFIX) :])
 
 
 def triton_text_in_bridge_error(bridge: Failure) -> str:
     """The Triton text the bridge's error carries, with the frontend's wrapping taken off."""
+    if TRITON_DOOR:
+        return bridge.message
     assert bridge.message.startswith(_UNARY_PREFIX), bridge
     category, _, text = bridge.message[len(_UNARY_PREFIX) :].partition(": ")
     if category in _JSON_BODY_CODE:
@@ -219,6 +237,8 @@ def triton_text_in_bridge_error(bridge: Failure) -> str:
 
 def expected_bridge_metadata(triton: Mapping[str, Any]) -> dict[str, Any]:
     """metadata_platform + metadata_versions, applied to Triton's ModelMetadata (as_json)."""
+    if TRITON_DOOR:
+        return dict(triton)
     expected = dict(triton)
     expected.pop("platform", None)  # empty on the bridge, so absent from the JSON
     expected["versions"] = ["1"]
@@ -228,6 +248,8 @@ def expected_bridge_metadata(triton: Mapping[str, Any]) -> dict[str, Any]:
 def expected_bridge_response(triton: Any, *, stream: bool = False) -> Any:
     """response_model_version, applied to Triton's successful response (`summarize` form)."""
     expected = summarize(triton, stream=stream)
+    if TRITON_DOOR:
+        return expected
     expected["model_version"] = "1"
     return expected
 
@@ -239,14 +261,24 @@ def expected_bridge_decoupled_unary(triton: Failure) -> Failure:
         "StatusCode.UNIMPLEMENTED",
         "ModelInfer RPC doesn't support models with decoupled transaction policy",
     ), triton
+    if TRITON_DOOR:
+        return triton
     return Failure(
         "StatusCode.INTERNAL", f"{_UNARY_PREFIX}Multiple responses in non-streaming mode"
     )
 
 
-def expected_bridge_unknown_model(model: str) -> Failure:
-    """unknown_model_text: the frontend's own NOT_FOUND for a model it does not serve."""
+def expected_bridge_unknown_model(model: str, triton: Failure) -> Failure:
+    """unknown_model_text: the frontend's own NOT_FOUND for a model it does not serve, where
+    Triton answered `triton`."""
+    if TRITON_DOOR:
+        return triton
     return Failure("StatusCode.NOT_FOUND", f"Model '{model}' not found")
+
+
+def expected_bridge_stream_response(triton: dict[str, Any]) -> dict[str, Any]:
+    """response_model_version on a streamed response (`summarize(..., stream=True)` form)."""
+    return triton if TRITON_DOOR else {**triton, "model_version": "1"}
 
 
 _TRITON_UNKNOWN_MODEL = re.compile(

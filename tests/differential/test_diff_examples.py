@@ -26,6 +26,7 @@ from tests.differential.support import (
     both,
     expected_bridge_decoupled_unary,
     expected_bridge_error,
+    expected_bridge_stream_response,
     fp32_input,
     int32_input,
     make_input,
@@ -153,7 +154,7 @@ def streams_both(pair: Pair, model: str, inputs: list, **kwargs: Any) -> tuple[l
 def expected_bridge_stream(triton: list[Any]) -> list[Any]:
     """response_model_version on every streamed response (empty finals included)."""
     assert not any(isinstance(a, Failure) for a in triton), triton
-    return [{**a, "model_version": "1"} for a in triton]
+    return [expected_bridge_stream_response(a) for a in triton]
 
 
 def prompt(value: str) -> list[grpcclient.InferInput]:

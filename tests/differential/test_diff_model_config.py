@@ -48,7 +48,7 @@ def test_model_config_matches(pair, model: str):
     triton, bridge = both(pair, lambda c: c.get_model_config(model, as_json=True))
     if isinstance(triton, Failure):  # failed to load on Triton
         assert is_triton_unknown_model(triton, model), triton
-        assert bridge == expected_bridge_unknown_model(model)
+        assert bridge == expected_bridge_unknown_model(model, triton)
     else:
         assert bridge == triton
 
@@ -58,7 +58,7 @@ def test_model_metadata_matches(pair, model: str):
     triton, bridge = both(pair, lambda c: c.get_model_metadata(model, as_json=True))
     if isinstance(triton, Failure):
         assert is_triton_unknown_model(triton, model), triton
-        assert bridge == expected_bridge_unknown_model(model)
+        assert bridge == expected_bridge_unknown_model(model, triton)
     else:
         assert triton["platform"] == "python"
         assert bridge == expected_bridge_metadata(triton)

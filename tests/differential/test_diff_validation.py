@@ -123,4 +123,4 @@ def test_validation_text_matches(request, case: str):
 def test_unknown_model(dtypes: Pair):
     triton, bridge = both(dtypes, lambda c: c.infer("no_such_model", [fp32_input([[1.0]])]))
     assert is_triton_unknown_model(triton, "no_such_model"), triton
-    assert bridge == expected_bridge_unknown_model("no_such_model")
+    assert bridge == expected_bridge_unknown_model("no_such_model", triton)

@@ -14,10 +14,10 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from bridge.frontends.triton.status import GRPC_STATUS_NAMES
 from model_repository_loader import pb_utils
 from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
 from model_repository_loader.validation import (
-    GRPC_STATUS_NAMES,
     RequestError,
     RequestValidator,
     config_datatype_name,

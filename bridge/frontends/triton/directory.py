@@ -1,0 +1,244 @@
+"""Which models exist, which versions are ready, and which Dynamo endpoint serves each.
+
+Every bridge process that serves models answers `{"op": "index"}` on its control endpoint
+`<namespace>.bridge.control` (interfaces §2). The directory asks every instance of that endpoint
+(`client.instance_ids()`, then `client.direct`) and merges the answers: one entry per model
+name, over however many workers serve it. Nothing travels outside Dynamo.
+
+The merged index is cached. The hot path (ModelInfer) reuses it until the set of control
+instances changes (a worker came or went), a name is missing, or the endpoint it names has no
+instance left; the RPCs that report state (ModelReady, ServerReady, ModelMetadata, ModelConfig)
+ask for a fresh one, so a model unloaded or reloaded on a worker is seen at once. While requests
+flow, the index is also asked again every REFRESH_S: a reload serves the model on a new endpoint
+(a new generation) and the worker withdraws the old one only once no request has reached it for
+a moment, so the door must move on by itself. Concurrent refreshes share one round of
+questions, but a caller never gets an index that was asked for before it called.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from dynamo.runtime import DistributedRuntime
+from tritonclient.grpc import model_config_pb2 as mc
+
+from model_repository_loader.pb_utils.errors import ErrorCode
+from model_repository_loader.validation import no_available_versions_error, unknown_model_error
+
+log = logging.getLogger(__name__)
+
+CONTROL_COMPONENT = "bridge"
+CONTROL_ENDPOINT = "control"
+_NO_VERSION_SELECTED = "at least one version must be available"
+# Bound of one worker's index answer: a worker that hangs must not hang the door.
+INDEX_TIMEOUT_S = 10.0
+# Bound of waiting for a model endpoint's first instance to be seen by a new client.
+INSTANCE_WAIT_S = 10.0
+# While lookups happen: how old the cached index may get (a reloaded model's new endpoint).
+REFRESH_S = 0.25
+
+
+@dataclass
+class ModelEntry:
+    """One model name as the workers that know it describe it."""
+
+    name: str
+    config: mc.ModelConfig
+    ready: bool = False
+    versions: set[str] = field(default_factory=set)  # ready versions, over every worker
+    known_versions: set[str] = field(default_factory=set)  # also those that failed to load
+    endpoints: list[str] = field(default_factory=list)  # the generations serving it now
+    owners: list[int] = field(default_factory=list)  # control instances that know the name
+    reason: str = ""
+    bridge_form: bool = False
+
+    def unavailable(self) -> tuple[ErrorCode, str]:
+        """Triton's answer for a model with no ready version: a model whose versions failed to
+        load "has no available versions"; one that never got as far as its versions (its
+        config did not load) is "not found" [V]."""
+        if self.known_versions or self.selects_no_version:
+            return ErrorCode.NOT_FOUND, no_available_versions_error(self.name)
+        return ErrorCode.NOT_FOUND, unknown_model_error(self.name)
+
+    @property
+    def selects_no_version(self) -> bool:
+        """The config loaded but its version policy selects no version folder. The index
+        carries no load stage; this is the one failure past the config that lists no versions
+        (model_repository_loader/repository.py)."""
+        return not self.known_versions and self.reason.startswith(_NO_VERSION_SELECTED)
+
+    @property
+    def decoupled(self) -> bool:
+        return self.config.model_transaction_policy.decoupled
+
+    def merge(self, model: dict[str, Any]) -> None:
+        ready = bool(model.get("ready"))
+        endpoint = str(model.get("endpoint") or "")
+        self.known_versions.update(str(v) for v in model.get("versions", ()))
+        if ready:
+            self.ready = True
+            self.versions.update(str(v) for v in model.get("versions", ()))
+        elif not self.reason:
+            self.reason = str(model.get("reason") or "")
+        if endpoint and endpoint not in self.endpoints:
+            self.endpoints.append(endpoint)
+        self.bridge_form = self.bridge_form or model.get("bridge_form") == 1
+
+
+def _parse_config(data: Any, name: str) -> mc.ModelConfig:
+    config = mc.ModelConfig()
+    if isinstance(data, bytes | bytearray):
+        config.ParseFromString(bytes(data))
+    if not config.name:
+        config.name = name
+    return config
+
+
+class Directory:
+    """The door's view of the models served in its namespace."""
+
+    def __init__(self, runtime: DistributedRuntime, namespace: str) -> None:
+        self._runtime = runtime
+        self._namespace = namespace
+        self._control: Any = None
+        self._models: dict[str, ModelEntry] = {}
+        self._instances: frozenset[int] = frozenset()
+        self._clients: dict[str, Any] = {}
+        self._lock = asyncio.Lock()
+        self._asked = 0  # refresh tickets handed out
+        self._answered = 0  # the newest ticket an index answered
+        self.complete = False  # the last index heard from every control instance
+        self._looked_up = False  # a lookup used the cache since the last refresh
+        self._refresher: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        path = f"{self._namespace}.{CONTROL_COMPONENT}.{CONTROL_ENDPOINT}"
+        self._control = await self._runtime.endpoint(path).client()
+        self._refresher = asyncio.ensure_future(self._keep_fresh())
+
+    def stop(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+
+    async def _keep_fresh(self) -> None:
+        while True:
+            await asyncio.sleep(REFRESH_S)
+            if self._looked_up:
+                self._looked_up = False
+                try:
+                    await self.refresh()
+                except Exception as exc:  # keep refreshing; the next round may succeed
+                    log.warning("refreshing the model index failed: %s", exc)
+
+    # -- lookups ------------------------------------------------------------------------------
+
+    def _instances_changed(self) -> bool:
+        return frozenset(self._control.instance_ids()) != self._instances
+
+    async def lookup(self, name: str) -> ModelEntry | None:
+        """The model's entry; the cached index unless it misses the name or is outdated."""
+        entry = self._models.get(name)
+        self._looked_up = True
+        if entry is None or self._instances_changed() or not self._routable(entry):
+            await self.refresh()
+            entry = self._models.get(name)
+        return entry
+
+    def _routable(self, entry: ModelEntry) -> bool:
+        """False when the endpoint the entry names has lost its instances (withdrawn)."""
+        client = self._clients.get(entry.endpoints[-1]) if entry.endpoints else None
+        return client is None or bool(client.instance_ids())
+
+    async def fresh(self, name: str | None = None) -> dict[str, ModelEntry]:
+        """An index asked for after this call (state RPCs must not report the past)."""
+        await self.refresh()
+        return self._models
+
+    async def refresh(self) -> None:
+        self._asked += 1
+        ticket = self._asked
+        async with self._lock:
+            if self._answered >= ticket:
+                return  # a round that started after our call has answered meanwhile
+            started = self._asked
+            self._models, self._instances, self.complete = await self._ask_every_worker()
+            self._answered = started
+
+    async def _ask_every_worker(self) -> tuple[dict[str, ModelEntry], frozenset[int], bool]:
+        ids = list(self._control.instance_ids())
+        answers = await asyncio.gather(*(self._index_of(i) for i in ids))
+        models: dict[str, ModelEntry] = {}
+        complete = True
+        for instance_id, answer in zip(ids, answers, strict=True):
+            if answer is None:
+                complete = False
+                continue
+            for model in answer.get("models", ()):
+                name = str(model.get("name", ""))
+                entry = models.get(name)
+                if entry is None:
+                    entry = models[name] = ModelEntry(
+                        name, _parse_config(model.get("config"), name)
+                    )
+                elif model.get("ready") and not entry.ready:
+                    entry.config = _parse_config(model.get("config"), name)
+                entry.merge(model)
+                entry.owners.append(instance_id)
+        return models, frozenset(ids), complete
+
+    async def change(self, name: str, request: dict[str, Any]) -> dict[str, Any] | None:
+        """Send a load/unload to the workers that know `name` (every worker, for a name none
+        knows). The first success answers (None); else the first worker's error."""
+        await self.refresh()
+        entry = self._models.get(name)
+        ids = entry.owners if entry is not None else list(self._control.instance_ids())
+        if not ids:
+            return {"code": "UNAVAILABLE", "message": "no bridge worker is serving"}
+        answers = await asyncio.gather(*(self._index_of(i, request) for i in ids))
+        await self.refresh()  # the change is visible to the next lookup
+        if any(answer is not None and "error" not in answer for answer in answers):
+            return None
+        errors = [answer["error"] for answer in answers if answer is not None]
+        return errors[0] if errors else {"code": "UNAVAILABLE", "message": "no worker answered"}
+
+    async def stats(self) -> list[dict[str, Any]]:
+        """Every worker's per-version statistics (control op `stats`), one list over all."""
+        ids = list(self._control.instance_ids())
+        answers = await asyncio.gather(*(self._index_of(i, "stats") for i in ids))
+        return [model for answer in answers if answer for model in answer.get("models", ())]
+
+    async def _index_of(
+        self, instance_id: int, op: str | dict[str, Any] = "index"
+    ) -> dict[str, Any] | None:
+        """One control op's answer from one worker (a dict op is sent as it is; its errors are
+        answers, returned). None when the worker does not answer."""
+        request = {"op": op} if isinstance(op, str) else op
+        timeout = INDEX_TIMEOUT_S if isinstance(op, str) else None  # a load takes its time
+        try:
+            async with asyncio.timeout(timeout):
+                stream = await self._control.direct(request, instance_id, annotated=False)
+                async for item in stream:
+                    if isinstance(item, dict) and ("error" not in item or not isinstance(op, str)):
+                        return item
+                    log.warning("worker %x answered %s with %r", instance_id, op, item)
+                    return None
+        except Exception as exc:  # a worker going away mid-question: the others still count
+            log.info("worker %x did not answer %s: %s", instance_id, op, exc)
+        return None
+
+    # -- model endpoints ----------------------------------------------------------------------
+
+    async def client(self, endpoint: str) -> Any:
+        """A Dynamo client of a model endpoint, made once and kept."""
+        client = self._clients.get(endpoint)
+        if client is None:
+            client = await self._runtime.endpoint(endpoint).client()
+            try:
+                await asyncio.wait_for(client.wait_for_instances(), INSTANCE_WAIT_S)
+            except asyncio.TimeoutError:
+                pass  # the call itself says "no instances"
+            self._clients[endpoint] = client
+        return client

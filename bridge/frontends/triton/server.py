@@ -1,0 +1,165 @@
+"""The grpc.aio server of the triton door: address, TLS, message sizes, method table.
+
+As tritonserver: `--grpc-address` is honoured (127.0.0.1 unless told otherwise), TLS with
+`--grpc-use-ssl` / `--grpc-server-cert` / `--grpc-server-key` / `--grpc-root-cert`, client
+certificates required with `--grpc-use-ssl-mutual`, and messages of up to INT32_MAX bytes both
+ways (Triton's MAX_GRPC_MESSAGE_SIZE; gRPC's default would cap requests at 4 MiB).
+
+The method table is built from the service descriptor in tritonclient's generated module, with
+one change: a request that is not a valid protobuf deserializes to a marker, so the RPC answers
+Triton's INTERNAL "Unable to parse request" (and a stream carries it in-band and goes on)
+instead of gRPC's own failure.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from dynamo.runtime import DistributedRuntime
+from google.protobuf.message import DecodeError
+from tritonclient.grpc import service_pb2 as pb
+
+from ...control import Restriction
+from .directory import Directory
+from .restrictions import RestrictedProtocols
+from .servicer import MALFORMED, TritonServicer
+
+log = logging.getLogger("dynamo_bridge")
+
+SERVICE = "inference.GRPCInferenceService"
+MAX_MESSAGE_SIZE = 2**31 - 1  # Triton's MAX_GRPC_MESSAGE_SIZE (INT32_MAX), both directions
+
+
+@dataclass(frozen=True, slots=True)
+class DoorOptions:
+    port: int = 8001
+    address: str = "127.0.0.1"
+    namespace: str = "dynamo_bridge"
+    use_ssl: bool = False
+    use_ssl_mutual: bool = False
+    server_cert: Path | None = None
+    server_key: Path | None = None
+    root_cert: Path | None = None
+    # `--grpc-restricted-protocol`: {protocol group: header its calls must carry}
+    restricted: dict[str, Restriction] = field(default_factory=dict)
+
+
+class DoorConfigError(ValueError):
+    """The door cannot start with these options (e.g. TLS without a certificate)."""
+
+
+def _tolerant(message: Any) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return message.FromString(data)
+        except DecodeError:
+            return MALFORMED
+
+    return parse
+
+
+def _handlers(servicer: TritonServicer) -> grpc.GenericRpcHandler:
+    kinds = {
+        (False, False): grpc.unary_unary_rpc_method_handler,
+        (True, True): grpc.stream_stream_rpc_method_handler,
+    }
+    methods = {}
+    for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
+        make = kinds[(method.client_streaming, method.server_streaming)]
+        request = getattr(pb, method.input_type.name)
+        response = getattr(pb, method.output_type.name)
+        methods[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=_tolerant(request),
+            response_serializer=response.SerializeToString,
+        )
+    return grpc.method_handlers_generic_handler(SERVICE, methods)
+
+
+def _read(path: Path | None, flag: str) -> bytes:
+    if path is None:
+        raise DoorConfigError(f"--grpc-use-ssl needs {flag}")
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise DoorConfigError(f"{flag}: cannot read '{path}': {exc.strerror}") from None
+
+
+def credentials(options: DoorOptions) -> grpc.ServerCredentials | None:
+    """The TLS credentials the options ask for; None for plaintext."""
+    if not (options.use_ssl or options.use_ssl_mutual):
+        return None
+    key = _read(options.server_key, "--grpc-server-key")
+    cert = _read(options.server_cert, "--grpc-server-cert")
+    root = _read(options.root_cert, "--grpc-root-cert") if options.root_cert else None
+    if options.use_ssl_mutual and root is None:
+        raise DoorConfigError("--grpc-use-ssl-mutual needs --grpc-root-cert")
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=root, require_client_auth=options.use_ssl_mutual
+    )
+
+
+class TritonDoor:
+    """Triton's gRPC service for the models of one namespace, on `runtime`."""
+
+    def __init__(
+        self,
+        runtime: DistributedRuntime,
+        options: DoorOptions,
+        ready: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.options = options
+        self.directory = Directory(runtime, options.namespace)
+        self._servicer = TritonServicer(self.directory, ready)
+        self._server: grpc.aio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        creds = credentials(self.options)  # before anything listens: bad TLS files fail start
+        await self.directory.start()
+        interceptors = (
+            [RestrictedProtocols(self.options.restricted)] if self.options.restricted else []
+        )
+        server = grpc.aio.server(
+            interceptors=interceptors,
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
+                ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
+            ],
+        )
+        server.add_generic_rpc_handlers((_handlers(self._servicer),))
+        address = f"{self.options.address}:{self.options.port}"
+        if ":" in self.options.address and not self.options.address.startswith("["):
+            address = f"[{self.options.address}]:{self.options.port}"
+        if creds is None:
+            self.port = server.add_insecure_port(address)
+        else:
+            self.port = server.add_secure_port(address, creds)
+        await server.start()
+        self._server = server
+        log.info(
+            "serving Triton gRPC on %s:%d%s",
+            self.options.address,
+            self.port,
+            " (TLS, client certificates required)"
+            if self.options.use_ssl_mutual
+            else " (TLS)"
+            if creds is not None
+            else "",
+        )
+
+    async def stop(self, grace: float = 1.0) -> None:
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+        self._servicer.shm.close()
+        self.directory.stop()
+
+    async def wait(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()

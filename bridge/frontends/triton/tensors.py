@@ -1,0 +1,345 @@
+"""KServe protobufs ⇄ the bridge tensor form (interfaces §3), with no per-element work.
+
+A `ModelInferRequest` becomes the dict a bridge worker takes: each tensor's `data.values` is
+the input's raw bytes (`raw_input_contents[i]`, C order, little endian; BYTES as 4-byte length
+prefixed elements), which Dynamo's request plane carries as msgpack bin. Typed `contents` are
+packed into the same layout once. A response's output bytes go into `raw_output_contents`
+as they are: Triton's gRPC server always answers with raw outputs, whatever the inputs were [V].
+
+The checks here are the ones Triton's gRPC layer and core make on the transport before the
+model's config is consulted: where each input's data is, that it fits its declared shape and
+datatype, and the BYTES framing. Texts and codes are Triton 2.51's, captured from the real
+server (tests/e2e/test_triton_door.py and the differential suite check them). A declared shape
+is only multiplied out as Python integers, so a huge shape costs nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
+from tritonclient.grpc import service_pb2 as pb
+
+from model_repository_loader.pb_utils.errors import ErrorCode
+from model_repository_loader.validation import config_datatype_name
+
+from ...codec import TO_DYNAMO, TO_KSERVE
+from .shm import PARAMETERS as SHM_PARAMETERS
+from .shm import SharedMemory, placement
+from .status import DoorError, invalid
+
+FINAL_RESPONSE = "triton_final_response"
+EMPTY_FINAL_REQUESTED = "triton_enable_empty_final_response"
+
+_ELEMENT_SIZE = {
+    "BOOL": 1,
+    "UINT8": 1,
+    "INT8": 1,
+    "UINT16": 2,
+    "INT16": 2,
+    "FP16": 2,
+    "BF16": 2,
+    "UINT32": 4,
+    "INT32": 4,
+    "FP32": 4,
+    "UINT64": 8,
+    "INT64": 8,
+    "FP64": 8,
+}
+
+# Typed `contents` field → the datatype Triton names it by, and the datatypes it may carry.
+_CONTENT_FIELDS: dict[str, tuple[str, frozenset[str]]] = {
+    "bool_contents": ("BOOL", frozenset({"BOOL"})),
+    "int_contents": ("INT32", frozenset({"INT8", "INT16", "INT32"})),
+    "int64_contents": ("INT64", frozenset({"INT64"})),
+    "uint_contents": ("UINT32", frozenset({"UINT8", "UINT16", "UINT32"})),
+    "uint64_contents": ("UINT64", frozenset({"UINT64"})),
+    "fp32_contents": ("FP32", frozenset({"FP32"})),
+    "fp64_contents": ("FP64", frozenset({"FP64"})),
+    "bytes_contents": ("BYTES", frozenset({"BYTES"})),
+}
+_NUMPY = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP32": np.float32,
+    "FP64": np.float64,
+}
+
+# InferParameter's oneof field ⇄ the kind name of the dict form.
+_PARAMETER_KINDS = {
+    "bool_param": "bool",
+    "int64_param": "int64",
+    "string_param": "string",
+    "double_param": "double",
+    "uint64_param": "uint64",
+}
+_PARAMETER_FIELDS = {kind: field for field, kind in _PARAMETER_KINDS.items()}
+
+
+def _prefix(request_id: str) -> str:
+    return f"[request id: {request_id or '<id_unknown>'}] "
+
+
+# -- parameters -----------------------------------------------------------------------------------
+
+
+def parameters_to_dict(parameters: Any) -> dict[str, dict[str, Any]]:
+    """A protobuf parameter map → `{name: {"int64": 3}}`; a parameter with no value is left out,
+    and so are the shared memory ones (the door reads and writes the regions itself)."""
+    out = {}
+    for name, parameter in parameters.items():
+        if name in SHM_PARAMETERS:
+            continue
+        field = parameter.WhichOneof("parameter_choice")
+        if field is not None:
+            out[name] = {_PARAMETER_KINDS[field]: getattr(parameter, field)}
+    return out
+
+
+def fill_parameters(target: Any, parameters: dict[str, dict[str, Any]]) -> None:
+    """`{name: {"bool": True}}` → the protobuf parameter map `target`."""
+    for name, value in parameters.items():
+        for kind, item in value.items():
+            field = _PARAMETER_FIELDS.get(kind)
+            if field is not None:
+                setattr(target[name], field, item)
+
+
+def wants_empty_final(request: pb.ModelInferRequest) -> bool:
+    """Did the client ask for an empty response marking a flag-only FINAL (tritonclient's
+    `enable_empty_final_response=True`)?"""
+    parameter = request.parameters.get(EMPTY_FINAL_REQUESTED)
+    return parameter is not None and parameter.bool_param
+
+
+# -- request --------------------------------------------------------------------------------------
+
+
+def _typed_contents(
+    request: pb.ModelInferRequest, tensor: pb.ModelInferRequest.InferInputTensor
+) -> bytes:
+    """An input sent in typed `contents`, packed as raw bytes (Triton's checks and texts)."""
+    contents = tensor.contents
+    present = [field for field, _ in contents.ListFields()]
+    if not present:
+        raise invalid(
+            f"unable to find data for input tensor '{tensor.name}' for model "
+            f"'{request.model_name}' in request."
+        )
+    field = present[0]
+    field_name = field.name
+    named, carries = _CONTENT_FIELDS[field_name]
+    if tensor.datatype not in carries:
+        raise invalid(
+            f"unexpected explicit tensor data for input tensor '{tensor.name}' for model "
+            f"'{request.model_name}' of type '{named}', expected datatype '{tensor.datatype}'"
+        )
+    values = getattr(contents, field_name)
+    if field_name == "bytes_contents":
+        return b"".join(struct.pack("<I", len(v)) + v for v in values)
+    return np.asarray(values, dtype=_NUMPY[tensor.datatype]).tobytes()
+
+
+def _check_bytes_framing(
+    request: pb.ModelInferRequest, tensor: pb.ModelInferRequest.InferInputTensor, data: bytes
+) -> None:
+    """BYTES: every element a 4-byte little-endian length then its bytes, as many elements as
+    the shape says. One pass over the length prefixes (Triton's walk, Triton's texts)."""
+    expected = math.prod(tensor.shape)
+    size = len(data)
+    offset = 0
+    count = 0
+    unpack = struct.Struct("<I").unpack_from
+    while offset < size:
+        if size - offset < 4:
+            raise invalid(
+                f"{_prefix(request.id)}incomplete string length indicator for inference input "
+                f"'{tensor.name}' for model '{request.model_name}', expecting 4 bytes but only "
+                f"{size - offset} bytes available. Please make sure the string length indicator "
+                "is in one buffer."
+            )
+        (length,) = unpack(data, offset)
+        offset += 4
+        if length > size - offset:
+            raise invalid(
+                f"incomplete string data for inference input '{tensor.name}', expecting string "
+                f"of length {length} but only {size - offset} bytes available"
+            )
+        offset += length
+        count += 1
+    if count != expected:
+        raise invalid(
+            f"{_prefix(request.id)}expected {expected} string elements for inference input "
+            f"'{tensor.name}' for model '{request.model_name}', got {count}"
+        )
+
+
+def _config_datatype(config: mc.ModelConfig | None, name: str) -> str | None:
+    if config is not None:
+        for spec in config.input:
+            if spec.name == name:
+                return config_datatype_name(spec.data_type)
+    return None
+
+
+def _check_tensor(
+    request: pb.ModelInferRequest,
+    tensor: pb.ModelInferRequest.InferInputTensor,
+    data: bytes,
+    config: mc.ModelConfig | None,
+) -> None:
+    datatype = tensor.datatype
+    if datatype not in TO_DYNAMO:
+        expects = _config_datatype(config, tensor.name)
+        if expects is None:
+            raise invalid(
+                f"unexpected inference input '{tensor.name}' for model '{request.model_name}'"
+            )
+        raise invalid(
+            f"{_prefix(request.id)}inference input '{tensor.name}' data-type is '<invalid>', "
+            f"but model '{request.model_name}' expects '{expects}'"
+        )
+    shape = tensor.shape
+    if any(d < 0 for d in shape):
+        dims = ",".join(str(d) for d in shape)
+        raise invalid(
+            f"{_prefix(request.id)}All input dimensions should be specified for input "
+            f"'{tensor.name}' for model '{request.model_name}', got [{dims}]"
+        )
+    if datatype == "BYTES":
+        _check_bytes_framing(request, tensor, data)
+        return
+    expected = math.prod(shape) * _ELEMENT_SIZE[datatype]
+    if expected != len(data):
+        raise invalid(
+            f"{_prefix(request.id)}input byte size mismatch for input '{tensor.name}' for model "
+            f"'{request.model_name}'. Expected {expected}, got {len(data)}"
+        )
+
+
+def to_bridge_request(
+    request: pb.ModelInferRequest,
+    model_version: str,
+    config: mc.ModelConfig | None = None,
+    shm: SharedMemory | None = None,
+) -> dict[str, Any]:
+    """A ModelInferRequest → the bridge form a bridge worker answers in (interfaces §3).
+
+    Raises DoorError (INVALID_ARG, Triton's text) for data that does not fit its declaration.
+    `config` (the model's, when known) only names the datatype an unknown datatype should be.
+    Inputs placed in a registered shared memory region (shm.py) are read from it; they take no
+    entry of `raw_input_contents`.
+    """
+    raw = request.raw_input_contents
+    tensors = []
+    index = 0
+    for tensor in request.inputs:
+        where = placement(tensor.parameters) if tensor.parameters else None
+        if where is not None and shm is not None:
+            data = shm.read(*where)
+        elif raw:
+            if tensor.HasField("contents"):
+                raise invalid(
+                    "contents field must not be specified when using raw_input_contents for "
+                    f"'{tensor.name}' for model '{request.model_name}'"
+                )
+            if index >= len(raw):
+                raise invalid(
+                    f"unable to find data for input tensor '{tensor.name}' for model "
+                    f"'{request.model_name}' in request."
+                )
+            data = raw[index]
+            index += 1
+        else:
+            data = _typed_contents(request, tensor)
+        _check_tensor(request, tensor, data, config)
+        data_type = TO_DYNAMO[tensor.datatype]
+        metadata: dict[str, Any] = {
+            "name": tensor.name,
+            "data_type": data_type,
+            "shape": list(tensor.shape),
+        }
+        if tensor.parameters:
+            metadata["parameters"] = parameters_to_dict(tensor.parameters)
+        tensors.append({"metadata": metadata, "data": {"data_type": data_type, "values": data}})
+    out: dict[str, Any] = {
+        "model": request.model_name,
+        "tensors": tensors,
+        "bridge_form": 1,
+        "model_version": model_version,
+    }
+    if request.id:
+        out["id"] = request.id
+    if request.parameters:
+        out["parameters"] = parameters_to_dict(request.parameters)
+    if request.outputs:
+        outputs = []
+        for output in request.outputs:
+            entry: dict[str, Any] = {"name": output.name}
+            if output.parameters:
+                entry["parameters"] = parameters_to_dict(output.parameters)
+            outputs.append(entry)
+        out["outputs"] = outputs
+    return out
+
+
+# -- response -------------------------------------------------------------------------------------
+
+
+def to_infer_response(
+    request: pb.ModelInferRequest,
+    item: dict[str, Any],
+    final: bool | None = None,
+    shm: SharedMemory | None = None,
+) -> pb.ModelInferResponse:
+    """A bridge-form response item → ModelInferResponse.
+
+    `final` is None for a unary answer (Triton puts no `triton_final_response` there), else the
+    value of that parameter on a streamed response. An output the request placed in a shared
+    memory region is written there, and its `raw_output_contents` entry is empty (Triton's way).
+    """
+    placed = {}
+    if shm is not None:
+        for output in request.outputs:
+            where = placement(output.parameters) if output.parameters else None
+            if where is not None:
+                placed[output.name] = where
+    response = pb.ModelInferResponse(model_name=request.model_name, id=request.id)
+    if not item.get("empty"):  # Triton's empty final response names no version [V]
+        response.model_version = str(item.get("model_version", ""))
+    raw = response.raw_output_contents
+    for tensor in item.get("tensors", ()):
+        metadata = tensor["metadata"]
+        output = response.outputs.add()
+        output.name = metadata["name"]
+        output.datatype = TO_KSERVE[metadata["data_type"]]
+        output.shape.extend(metadata["shape"])
+        values = tensor["data"]["values"]
+        if not isinstance(values, bytes | bytearray):
+            raise DoorError(
+                ErrorCode.INTERNAL,
+                f"output '{output.name}' came back as a list from a bridge-form request",
+            )
+        where = placed.get(output.name)
+        if where is not None and shm is not None:
+            shm.write(*where, output.name, values)
+            raw.append(b"")
+            continue
+        raw.append(bytes(values))
+    parameters = item.get("parameters")
+    if parameters:
+        parameters = {k: v for k, v in parameters.items() if k != FINAL_RESPONSE}
+        fill_parameters(response.parameters, parameters)
+    if final is not None:
+        response.parameters[FINAL_RESPONSE].bool_param = final
+    return response

@@ -1,0 +1,69 @@
+"""--frontend and the triton door's flags (tritonserver's names): what main() refuses before
+anything starts, and --grpc-restricted-protocol's parsing."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bridge.cli import build_parser, parse_with_environment, resolve_door
+from bridge.frontends.triton.restrictions import parse_restricted_protocol
+from bridge.restrictions import Restriction
+
+
+@pytest.fixture(autouse=True)
+def _no_frontend_in_the_environment(monkeypatch) -> None:
+    # `--frontend`'s default comes from DYN_BRIDGE_FRONTEND (scripts/test.sh sets it).
+    monkeypatch.delenv("DYN_BRIDGE_FRONTEND", raising=False)
+
+
+def door(*argv: str):
+    parser = build_parser()
+    args = parse_with_environment(parser, ["--model-repository", "models", *argv], os.environ)
+    return resolve_door(parser, args)
+
+
+def refused(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        door(*argv)
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err.splitlines()[-1]
+
+
+def test_default_is_dynamo_s_frontend() -> None:
+    assert door() is None
+    options = door("--frontend", "triton", "--grpc-use-ssl", "--grpc-server-cert", "c")
+    assert options.use_ssl and str(options.server_cert) == "c"
+
+
+def test_tls_and_restrictions_need_the_triton_door(capsys) -> None:
+    for flag in (
+        "--grpc-use-ssl",
+        "--grpc-use-ssl-mutual",
+        "--grpc-restricted-protocol=health:k=v",
+    ):
+        assert refused(capsys, flag).endswith("need --frontend triton")
+
+
+def test_frontend_from_the_environment_is_checked(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("DYN_BRIDGE_FRONTEND", "tritonn")
+    assert refused(capsys).endswith(
+        "DYN_BRIDGE_FRONTEND: invalid value 'tritonn': choose from dynamo, triton"
+    )
+
+
+def test_restricted_protocol_values() -> None:
+    assert parse_restricted_protocol(["health,inference:k=v", "statistics:a=b=c"]) == {
+        "health": Restriction("k", "v"),
+        "inference": Restriction("k", "v"),
+        "statistics": Restriction("a", "b=c"),
+    }
+    for bad, text in [
+        ("inference", "option format is"),
+        ("infer:k=v", "unknown restricted protocol 'infer'"),
+    ]:
+        with pytest.raises(ValueError, match=text):
+            parse_restricted_protocol([bad])
+    with pytest.raises(ValueError, match="can not be specified in multiple config groups"):
+        parse_restricted_protocol(["health:k=v", "health:k=w"])

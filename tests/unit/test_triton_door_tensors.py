@@ -1,0 +1,174 @@
+"""The triton door's protobuf ⇄ bridge form conversion (bridge/frontends/triton/tensors.py).
+
+Texts are Triton 2.51's, captured from the real server with raw protobuf requests.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from tritonclient.grpc import model_config_pb2 as mc
+from tritonclient.grpc import service_pb2 as pb
+
+from bridge.frontends.triton.status import DoorError
+from bridge.frontends.triton.tensors import to_bridge_request, to_infer_response
+
+T = pb.ModelInferRequest.InferInputTensor
+
+
+def request(datatype: str = "FP32", shape=(1, 4), raw: bytes | None = None, **kwargs):
+    r = pb.ModelInferRequest(
+        model_name="m", inputs=[T(name="INPUT0", datatype=datatype, shape=list(shape))], **kwargs
+    )
+    if raw is not None:
+        r.raw_input_contents.append(raw)
+    return r
+
+
+def error_of(r: pb.ModelInferRequest, config: mc.ModelConfig | None = None) -> str:
+    with pytest.raises(DoorError) as caught:
+        to_bridge_request(r, "", config)
+    return caught.value.message
+
+
+FOUR = np.arange(4, dtype=np.float32).tobytes()
+
+
+def test_raw_input_travels_as_the_same_bytes():
+    r = request(raw=FOUR, id="a", model_version="2")
+    r.parameters["sequence_id"].int64_param = 7
+    r.outputs.add().name = "OUTPUT0"
+    body = to_bridge_request(r, "2")
+    tensor = body["tensors"][0]
+    assert tensor["data"]["values"] == FOUR
+    assert tensor["metadata"] == {"name": "INPUT0", "data_type": "Float32", "shape": [1, 4]}
+    assert body["bridge_form"] == 1 and body["model_version"] == "2" and body["id"] == "a"
+    assert body["parameters"] == {"sequence_id": {"int64": 7}}
+    assert body["outputs"] == [{"name": "OUTPUT0"}]
+
+
+def test_typed_contents_are_packed_once():
+    r = request(datatype="INT16", shape=[3])
+    r.inputs[0].contents.int_contents.extend([1, -2, 3])
+    assert (
+        to_bridge_request(r, "")["tensors"][0]["data"]["values"]
+        == np.array([1, -2, 3], np.int16).tobytes()
+    )
+    r = request(datatype="BYTES", shape=[2])
+    r.inputs[0].contents.bytes_contents.extend([b"ab", b""])
+    packed = struct.pack("<I", 2) + b"ab" + struct.pack("<I", 0)
+    assert to_bridge_request(r, "")["tensors"][0]["data"]["values"] == packed
+
+
+@pytest.mark.parametrize(
+    ("raw", "shape", "expected"),
+    [
+        (FOUR[:12], (1, 4), "Expected 16, got 12"),
+        (FOUR + b"x", (1, 4), "Expected 16, got 17"),
+        (FOUR, (1, 1 << 40), "Expected 4398046511104, got 16"),
+    ],
+)
+def test_raw_size_must_fit_the_shape(raw: bytes, shape, expected: str):
+    assert error_of(request(raw=raw, shape=shape)) == (
+        "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' for model 'm'. "
+        + expected
+    )
+
+
+def test_where_the_data_is():
+    assert error_of(request()) == (
+        "unable to find data for input tensor 'INPUT0' for model 'm' in request."
+    )
+    both = request(raw=FOUR)
+    both.inputs[0].contents.fp32_contents.extend([1, 2, 3, 4])
+    assert error_of(both) == (
+        "contents field must not be specified when using raw_input_contents for 'INPUT0' for "
+        "model 'm'"
+    )
+    wrong = request()
+    wrong.inputs[0].contents.int_contents.extend([1, 2, 3, 4])
+    assert error_of(wrong) == (
+        "unexpected explicit tensor data for input tensor 'INPUT0' for model 'm' of type "
+        "'INT32', expected datatype 'FP32'"
+    )
+    missing = request(raw=FOUR)
+    missing.inputs.append(T(name="INPUT1", datatype="FP32", shape=[1, 4]))
+    assert error_of(missing) == (
+        "unable to find data for input tensor 'INPUT1' for model 'm' in request."
+    )
+
+
+def test_datatype_and_shape():
+    config = mc.ModelConfig(name="m")
+    config.input.add(name="INPUT0", data_type=mc.TYPE_FP32)
+    assert error_of(request(datatype="FP8", raw=FOUR), config) == (
+        "[request id: <id_unknown>] inference input 'INPUT0' data-type is '<invalid>', but "
+        "model 'm' expects 'FP32'"
+    )
+    assert error_of(request(shape=(1, -1), raw=FOUR)) == (
+        "[request id: <id_unknown>] All input dimensions should be specified for input "
+        "'INPUT0' for model 'm', got [1,-1]"
+    )
+
+
+def _bytes(*elements: bytes) -> bytes:
+    return b"".join(struct.pack("<I", len(e)) + e for e in elements)
+
+
+@pytest.mark.parametrize(
+    ("raw", "shape", "expected"),
+    [
+        (
+            struct.pack("<I", 3) + b"abc" + struct.pack("<I", 9) + b"x",
+            (1, 2),
+            "incomplete string data for inference input 'INPUT0', expecting string of length 9 "
+            "but only 1 bytes available",
+        ),
+        (
+            _bytes(b"abc"),
+            (1, 2),
+            "[request id: <id_unknown>] expected 2 string elements for inference input 'INPUT0' "
+            "for model 'm', got 1",
+        ),
+        (
+            _bytes(b"abc") + b"zz",
+            (1, 1),
+            "[request id: <id_unknown>] incomplete string length indicator for inference input "
+            "'INPUT0' for model 'm', expecting 4 bytes but only 2 bytes available. Please make "
+            "sure the string length indicator is in one buffer.",
+        ),
+    ],
+    ids=["length-past-end", "too-few-elements", "broken-prefix"],
+)
+def test_bytes_framing(raw: bytes, shape, expected: str):
+    assert error_of(request(datatype="BYTES", shape=shape, raw=raw)) == expected
+
+
+def test_bytes_framing_accepts_empty_elements():
+    raw = _bytes(b"", b"x")
+    assert to_bridge_request(request("BYTES", (2,), raw), "")["tensors"][0]["data"]["values"] == raw
+
+
+def test_response():
+    r = request(raw=FOUR, id="abc")
+    item = {
+        "model": "m",
+        "model_version": "3",
+        "final": True,
+        "tensors": [
+            {
+                "metadata": {"name": "OUT", "data_type": "Float32", "shape": [1, 4]},
+                "data": {"data_type": "Float32", "values": FOUR},
+            }
+        ],
+        "parameters": {"triton_final_response": {"bool": True}, "n": {"int64": 2}},
+    }
+    unary = to_infer_response(r, item)
+    assert (unary.model_name, unary.model_version, unary.id) == ("m", "3", "abc")
+    assert unary.raw_output_contents == [FOUR]
+    assert [(o.name, o.datatype, list(o.shape)) for o in unary.outputs] == [("OUT", "FP32", [1, 4])]
+    assert dict(unary.parameters) == {"n": pb.InferParameter(int64_param=2)}
+    streamed = to_infer_response(r, item, final=False)
+    assert streamed.parameters["triton_final_response"].bool_param is False
