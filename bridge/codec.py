@@ -1,6 +1,6 @@
 """Dynamo tensor dicts ⇄ `pb_utils.Tensor`, with the fastest conversion per datatype.
 
-Two forms (docs: /work/notes/interfaces.md §3, "the bridge tensor form"):
+Two forms (docs/worker_protocol.md §2, "the bridge tensor form"):
 
 - The standard form. The KServe frontend of ai-dynamo-runtime 1.6 hands a worker every tensor
   as Python lists: numbers as `list[int|float|bool]`, BYTES as one `list[int]` per element, and

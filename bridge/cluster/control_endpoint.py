@@ -1,5 +1,5 @@
 """The bridge control endpoint: `<namespace>.bridge.control`, served by every process that
-serves models (interfaces: /work/notes/interfaces.md §2).
+serves models (docs/worker_protocol.md §1).
 
 Whatever crosses processes goes through Dynamo endpoints, never a protocol of our own: a caller
 lists the bridge processes with `client.instance_ids()` on this endpoint and asks each one with
@@ -203,5 +203,5 @@ _BATCH_KINDS = ("compute_input", "compute_infer", "compute_output")
 
 
 def _error(code: ErrorCode, message: str) -> dict[str, Any]:
-    # On the wire a code travels by name (interfaces: bridge form and control endpoint).
+    # On the wire a code travels by name (docs/worker_protocol.md).
     return {"error": {"code": code.name, "message": message}}

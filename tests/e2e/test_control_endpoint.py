@@ -1,6 +1,6 @@
 """The bridge control endpoint and the bridge form, called from another process with its own
-Dynamo runtime (interfaces §2 and §3): a bridge (embedded default) on tests/repositories/
-cluster_b with `file` discovery, and tests/e2e/dynamo_caller.py as the caller."""
+Dynamo runtime (docs/worker_protocol.md §1 and §2): a bridge (embedded default) on
+tests/repositories/cluster_b with `file` discovery, and tests/e2e/dynamo_caller.py as the caller."""
 
 from __future__ import annotations
 

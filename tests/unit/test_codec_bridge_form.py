@@ -1,5 +1,5 @@
-"""The bridge tensor form (bridge/codec.py, interfaces §3): raw `bytes` values for any tensor,
-and the bridge-form answers, both ways, for every datatype; broken raw contents get Triton's
+"""The bridge tensor form (bridge/codec.py, docs/worker_protocol.md §2): raw `bytes` values for
+any tensor, and the bridge-form answers, both ways, for every datatype; broken raw contents get Triton's
 texts (INVALID_ARG)."""
 
 from __future__ import annotations

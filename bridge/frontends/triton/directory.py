@@ -1,8 +1,8 @@
 """Which models exist, which versions are ready, and which Dynamo endpoint serves each.
 
 Every bridge process that serves models answers `{"op": "index"}` on its control endpoint
-`<namespace>.bridge.control` (interfaces §2). The directory asks every instance of that endpoint
-(`client.instance_ids()`, then `client.direct`) and merges the answers: one entry per model
+`<namespace>.bridge.control` (docs/worker_protocol.md §1). The directory asks every instance of
+that endpoint (`client.instance_ids()`, then `client.direct`) and merges the answers: one entry per model
 name, over however many workers serve it. Nothing travels outside Dynamo.
 
 The merged index is cached. The hot path (ModelInfer) reuses it until the set of control

@@ -3,7 +3,7 @@
 Triton's gRPC server maps each `TRITONSERVER_Error_Code` to one gRPC status (e.g. INVALID_ARG →
 INVALID_ARGUMENT, UNSUPPORTED → UNIMPLEMENTED) and sends Triton's text unchanged as the
 details. Workers send the code by name (`{"error": {"code": "INVALID_ARG", "message": ...}}`,
-interfaces §3); the door turns it into the status here, and nowhere else.
+docs/worker_protocol.md §2); the door turns it into the status here, and nowhere else.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""KServe protobufs ⇄ the bridge tensor form (interfaces §3), with no per-element work.
+"""KServe protobufs ⇄ the bridge tensor form (docs/worker_protocol.md §2), with no per-element work.
 
 A `ModelInferRequest` becomes the dict a bridge worker takes: each tensor's `data.values` is
 the input's raw bytes (`raw_input_contents[i]`, C order, little endian; BYTES as 4-byte length
@@ -233,7 +233,7 @@ def to_bridge_request(
     config: mc.ModelConfig | None = None,
     shm: SharedMemory | None = None,
 ) -> dict[str, Any]:
-    """A ModelInferRequest → the bridge form a bridge worker answers in (interfaces §3).
+    """A ModelInferRequest → the bridge form a bridge worker answers in (worker_protocol.md §2).
 
     Raises DoorError (INVALID_ARG, Triton's text) for data that does not fit its declaration.
     `config` (the model's, when known) only names the datatype an unknown datatype should be.
