@@ -1,6 +1,6 @@
-"""The bridge tensor form (bridge/codec.py, docs/worker_protocol.md §2): raw `bytes` values for
-any tensor, and the bridge-form answers, both ways, for every datatype; broken raw contents get Triton's
-texts (INVALID_ARG)."""
+"""The bridge tensor form (bridge/codec.py, docs/worker_protocol.md §2): raw `bytes` values for any
+tensor, and the bridge-form answers, both ways, for every datatype; broken raw contents get
+Triton's texts (INVALID_ARG)."""
 
 from __future__ import annotations
 

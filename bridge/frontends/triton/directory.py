@@ -2,8 +2,8 @@
 
 Every bridge process that serves models answers `{"op": "index"}` on its control endpoint
 `<namespace>.bridge.control` (docs/worker_protocol.md §1). The directory asks every instance of
-that endpoint (`client.instance_ids()`, then `client.direct`) and merges the answers: one entry per model
-name, over however many workers serve it. Nothing travels outside Dynamo.
+that endpoint (`client.instance_ids()`, then `client.direct`) and merges the answers: one entry
+per model name, over however many workers serve it. Nothing travels outside Dynamo.
 
 The merged index is cached. The hot path (ModelInfer) reuses it until the set of control
 instances changes (a worker came or went), a name is missing, or the endpoint it names has no
@@ -11,9 +11,8 @@ instance left; the RPCs that report state (ModelReady, ServerReady, ModelMetadat
 ask for a fresh one, so a model unloaded or reloaded on a worker is seen at once. While requests
 flow, the index is also asked again every REFRESH_S: a reload serves the model on a new endpoint
 (a new generation) and the worker withdraws the old one only once no request has reached it for
-a moment, so the door must move on by itself. Concurrent refreshes share one round of
-questions, but a caller never gets an index that was asked for before it called.
-"""
+a moment, so the door must move on by itself. Concurrent refreshes share one round of questions,
+but a caller never gets an index that was asked for before it called."""
 
 from __future__ import annotations
 
