@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -35,12 +35,9 @@ __all__ = [
     "RequestValidator",
     "config_datatype_name",
     "no_available_versions_error",
-    "parse_model_version",
     "reshaped_input_shape",
-    "select_version",
     "triton_input_order",
     "unknown_model_error",
-    "version_not_ready_error",
 ]
 
 # TritonError code -> the gRPC status a client sees (spec §3.10).
@@ -96,9 +93,6 @@ _ELEMENT_SIZES = {
     "FP64": 8,
 }
 
-_STOL_SPACE = " \t\n\v\f\r"
-_LONG_MAX = (1 << 63) - 1
-
 
 class RequestError(Exception):
     """A request the model must not see. `str(exc)` is Triton's message; `code` its TritonError
@@ -132,63 +126,6 @@ def unknown_model_error(model_name: str, version: int | str | None = None) -> st
 def no_available_versions_error(model_name: str) -> str:
     """NOT_FOUND text for a model the server knows but cannot serve (unloaded, failed to load)."""
     return f"Request for unknown model: '{model_name}' has no available versions"
-
-
-def version_not_ready_error(model_name: str, version: int) -> str:
-    """UNAVAILABLE text for a version that exists but is not ready (failed to load, loading,
-    unloading)."""
-    return f"Request for unknown model: '{model_name}' version {version} is not at ready state"
-
-
-def select_version(
-    model_name: str,
-    requested: int,
-    ready: Collection[int],
-    not_ready: Collection[int] = (),
-) -> int:
-    """The version a request for a known model goes to, or RequestError as Triton answers.
-
-    `requested` is -1 for "the server's choice" (the highest ready version). `ready` are the
-    versions being served; `not_ready` the ones the server knows but cannot serve (failed to
-    load, loading, unloading). An unknown model is the caller's case: `unknown_model_error`.
-    """
-    if requested == -1:
-        if not ready:
-            raise RequestError(no_available_versions_error(model_name), ErrorCode.NOT_FOUND)
-        return max(ready)
-    if requested in ready:
-        return requested
-    if requested in not_ready:
-        raise RequestError(version_not_ready_error(model_name, requested), ErrorCode.UNAVAILABLE)
-    raise RequestError(unknown_model_error(model_name, requested), ErrorCode.NOT_FOUND)
-
-
-def parse_model_version(text: str) -> int:
-    """A client's model_version string as Triton reads it: "" is -1 (the server's choice).
-
-    Triton parses with C++ `std::stol`: leading whitespace and a sign are accepted, trailing
-    junk is ignored ("1x" is 1). No digits or out of range, and negative values, are
-    INVALID_ARG with Triton's texts; 0 parses and is then simply not a served version.
-    """
-    if text == "":
-        return -1
-    rest = text.lstrip(_STOL_SPACE)
-    sign = 1
-    if rest[:1] in ("+", "-"):
-        sign = -1 if rest[0] == "-" else 1
-        rest = rest[1:]
-    digits = len(rest) - len(rest.lstrip("0123456789"))
-    value = sign * int(rest[:digits]) if digits else None
-    if value is None or not -_LONG_MAX - 1 <= value <= _LONG_MAX:
-        raise RequestError(
-            f"failed to get model version from specified version string '{text}' "
-            "(details: stol), version should be an integral value > 0"
-        )
-    if value < 0:
-        raise RequestError(
-            f"invalid model version specified '{text}' , version should be an integral value > 0"
-        )
-    return value
 
 
 # -- libstdc++ unordered_map iteration order ------------------------------------------------------
