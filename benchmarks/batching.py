@@ -3,10 +3,13 @@ bridge next to real Triton serving the same repository.
 
 The model's `execute` costs a fixed 2 ms per call plus a little numpy per row (what a GPU kernel
 launch or a vectorised library call looks like), so grouping requests pays off. Each cell sends
-requests from `--concurrency` client threads for `--seconds` after a short warm-up.
+requests from `--concurrency` client threads for `--seconds` in all, split into `--rounds`
+turns that go round the cells (model × server) in turn, so outside load hits each alike. Each
+comparison is paired per round (dynamic ÷ no batching on one server, bridge ÷ Triton on one
+model) and reported as the median and range over rounds.
 
-    python -m benchmarks.batching                       # triton and bridge, c=32, 3 s per cell
-    python -m benchmarks.batching --servers bridge --seconds 1 --concurrency 8
+    python -m benchmarks.batching                       # triton and bridge, c=32, 8 s per cell
+    python -m benchmarks.batching --servers bridge --seconds 1 --concurrency 8 --rounds 2
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from benchmarks.closed_loop import closed_loop
+from benchmarks.closed_loop import LoadResult, closed_loop, pooled
+from benchmarks.placement import PIN_CHOICES, choose, describe
 from benchmarks.servers import make_targets, start_targets, stop_targets
+from benchmarks.spread import format_spread, paired, spread
 
 MODEL_PY = """
 import json
@@ -72,8 +77,9 @@ def write_repository(root: Path) -> Path:
     return root
 
 
-def measure(url: str, model: str, concurrency: int, seconds: float) -> dict:
-    """Closed-loop load from `concurrency` threads; latencies in ms and the mean rows per call."""
+def measure(url: str, model: str, concurrency: int, seconds: float) -> LoadResult:
+    """One turn of closed-loop load from `concurrency` threads; `results` are the rows per call
+    each answer reports."""
     data = np.random.default_rng(0).random((1, 16), dtype=np.float32)
 
     def inputs() -> list[grpcclient.InferInput]:
@@ -81,16 +87,47 @@ def measure(url: str, model: str, concurrency: int, seconds: float) -> dict:
         tensor.set_data_from_numpy(data)
         return [tensor]
 
-    load = closed_loop(
-        url, model, inputs, concurrency, seconds, keep=lambda r: int(r.as_numpy("ROWS")[0, 0])
+    return closed_loop(
+        url,
+        model,
+        inputs,
+        concurrency,
+        seconds,
+        keep=lambda r: int(r.as_numpy("ROWS")[0, 0]),
+        warmup=min(1.0, seconds / 2),
     )
+
+
+def summarize(turns: list[LoadResult]) -> dict:
+    """The pooled figures of one model on one server, and its throughput per round."""
+    load = pooled(turns)
     summary = load.summary()
     if load.results:
         summary["rows_per_call"] = statistics.mean(load.results)
+    summary["turn_throughput"] = [t.summary()["throughput"] for t in turns]
     return summary
 
 
-def format_table(results: dict[str, dict[str, dict]], concurrency: int) -> str:
+def paired_figures(results: dict[str, dict[str, dict]]) -> dict[str, dict]:
+    """Per-round ratios of throughput: what batching gains on each server, and the bridge
+    against Triton on each model."""
+    out: dict[str, dict] = {}
+    for server in ("triton", "bridge"):
+        on, off = results["dynamic_batching"].get(server), results["no_batching"].get(server)
+        if on and off and on.get("turn_throughput") and off.get("turn_throughput"):
+            rounds = paired(on["turn_throughput"], off["turn_throughput"])
+            out[f"{server}: dynamic ÷ no batching"] = spread(rounds)
+    for model, by_server in results.items():
+        bridge, triton = by_server.get("bridge"), by_server.get("triton")
+        if bridge and triton and bridge.get("turn_throughput") and triton.get("turn_throughput"):
+            rounds = paired(bridge["turn_throughput"], triton["turn_throughput"])
+            out[f"{model}: bridge ÷ triton"] = spread(rounds)
+    return out
+
+
+def format_table(
+    results: dict[str, dict[str, dict]], concurrency: int, comparisons: dict[str, dict]
+) -> str:
     lines = [
         f"| model (c={concurrency}) | server | req/s | p50 ms | p99 ms | rows per execute "
         "| errors |",
@@ -105,6 +142,9 @@ def format_table(results: dict[str, dict[str, dict]], concurrency: int) -> str:
                 f"| {model} | {server} | {r['throughput']:.0f} | {r['p50_ms']:.1f} | "
                 f"{r['p99_ms']:.1f} | {r['rows_per_call']:.1f} | {r['errors']} |"
             )
+    if comparisons:
+        lines += ["", "| throughput ratio, paired per round | median [range] |", "|---|---|"]
+        lines += [f"| {name} | {format_spread(s)} |" for name, s in comparisons.items()]
     return "\n".join(lines)
 
 
@@ -112,32 +152,46 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--servers", default="triton,bridge")
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--seconds", type=float, default=8.0, help="per cell, over all rounds")
+    parser.add_argument("--rounds", type=int, default=4, help="turns per cell (default 4)")
+    parser.add_argument("--pin", choices=PIN_CHOICES, default="auto")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     names = [n for n in args.servers.split(",") if n]
     if not names or set(names) - {"triton", "bridge"}:
         parser.error(f"servers: triton and/or bridge (got {args.servers})")
+    if args.rounds < 1 or args.seconds <= 0:
+        parser.error("--rounds and --seconds must be positive")
 
+    placement = choose(args.pin)
+    turns: dict[str, dict[str, list[LoadResult]]] = {model: {} for model in MODELS}
     results: dict[str, dict[str, dict]] = {model: {} for model in MODELS}
     with tempfile.TemporaryDirectory(prefix="bench-batching-") as tmp:
         repository = write_repository(Path(tmp) / "repository")
         targets = make_targets(names, Path(tmp) / "logs")
         try:
-            start_targets(targets, repository, list(MODELS))
-            for model in MODELS:
-                for target in targets:
+            start_targets(targets, repository, list(MODELS), placement)
+            live = [t for t in targets if t.server is not None]
+            cells = [(model, target) for model in MODELS for target in live]
+            for round_index in range(args.rounds):
+                shift = round_index % max(len(cells), 1)  # who goes first rotates
+                for model, target in cells[shift:] + cells[:shift]:
+                    turn = measure(target.url, model, args.concurrency, args.seconds / args.rounds)
+                    turns[model].setdefault(target.name, []).append(turn)
+            for target in targets:
+                for model in MODELS:
                     if target.server is None:
                         results[model][target.name] = {"reason": target.reason}
-                        continue
-                    results[model][target.name] = measure(
-                        target.url, model, args.concurrency, args.seconds
-                    )
+                    else:
+                        results[model][target.name] = summarize(turns[model][target.name])
         finally:
             stop_targets(targets)
-    print(format_table(results, args.concurrency))
+    comparisons = paired_figures(results)
+    print(describe(placement))
+    print(format_table(results, args.concurrency, comparisons))
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        output = {"placement": describe(placement), "results": results, "paired": comparisons}
+        args.json.write_text(json.dumps(output, indent=2))
     return 0
 
 

@@ -1,9 +1,15 @@
-"""The load generator: grpc.aio, prebuilt raw requests, a fixed number of requests in flight.
+"""The load generator: grpc.aio, prebuilt raw requests, closed or open loop.
 
-One cell is one workload against one server at one concurrency: `concurrency` coroutines each
-send a request, wait for its whole answer, check it and send the next, until `max_requests`
-were sent or `max_seconds` passed. The client is the same for every server, so its own cost
-(about the same per request) is part of every number alike.
+One cell is one workload against one server at one load:
+* closed loop (`run_cell`): `concurrency` coroutines each send a request, wait for its whole
+  answer, check it and send the next, until `max_requests` were sent or `max_seconds` passed;
+* open loop (`run_open_cell`): requests start at a fixed rate whatever the answers do, and each
+  one's latency counts from the moment it was due, so time spent queueing (in the server, or
+  behind a client that fell behind) is in the figure instead of silently slowing the load.
+
+The client is the same for every server, so its own cost (about the same per request) is part
+of every number alike; its CPU time per request is recorded (`client_cpu_ms`) so a reader can
+see how much of a small request's latency the client itself takes.
 """
 
 from __future__ import annotations
@@ -38,9 +44,13 @@ class CellResult:
     elapsed: float = 0.0  # wall time of the measured window
     drained: int = 0  # requests finished after the measured window (checked, not measured)
     drain_max: float = 0.0  # the slowest of those, in seconds
-    # The p50 (ms) of each turn merged in: on a noisy machine the median of per-turn ratios
-    # is steadier than the ratio of pooled p50s.
-    turn_p50_ms: list[float] = field(default_factory=list)
+    client_cpu: float = 0.0  # the client process's CPU seconds over the measured window
+    # Per turn merged in (None for a turn with no answer): on a noisy machine the median of
+    # per-round ratios is steadier than the ratio of pooled figures, and its range shows the
+    # noise.
+    turn_p50_ms: list[float | None] = field(default_factory=list)
+    turn_p99_ms: list[float | None] = field(default_factory=list)
+    turn_rps: list[float | None] = field(default_factory=list)
 
     def error(self, reason: str) -> None:
         self.errors += 1
@@ -48,10 +58,14 @@ class CellResult:
             self.first_error = reason
 
     def merge(self, other: CellResult) -> None:
-        if other.latencies:
-            self.turn_p50_ms.append(float(np.percentile(other.latencies, 50)) * 1000.0)
+        ok = bool(other.latencies)
+        lat = np.asarray(other.latencies) * 1000.0
+        self.turn_p50_ms.append(float(np.percentile(lat, 50)) if ok else None)
+        self.turn_p99_ms.append(float(np.percentile(lat, 99)) if ok else None)
+        self.turn_rps.append(len(lat) / other.elapsed if ok and other.elapsed > 0 else None)
         self.latencies.extend(other.latencies)
         self.elapsed += other.elapsed
+        self.client_cpu += other.client_cpu
         self.errors += other.errors
         self.first_error = self.first_error or other.first_error
         self.drained += other.drained
@@ -72,7 +86,10 @@ class CellResult:
             "seconds": self.elapsed,
             "drained": self.drained,
             "drain_max_ms": self.drain_max * 1000.0,
+            "client_cpu_ms": self.client_cpu * 1000.0 / ok if ok else None,
             "turn_p50_ms": self.turn_p50_ms,
+            "turn_p99_ms": self.turn_p99_ms,
+            "turn_rps": self.turn_rps,
         }
 
 
@@ -123,6 +140,28 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+async def _warm_up(
+    call: _Caller, result: CellResult, concurrency: int, waves: int, max_seconds: float
+) -> bool:
+    """Unmeasured waves of `concurrency` requests; False (and the error kept) if one failed.
+
+    At the cell's concurrency: Dynamo opens request-plane connections as concurrent requests
+    first need them, which costs tens of ms the first time.
+    """
+    warm_start = time.perf_counter()
+    for wave in range(waves):
+        if wave and time.perf_counter() - warm_start > max_seconds:
+            break  # large tensors at high concurrency: one wave has opened everything
+        outcomes = await asyncio.gather(
+            *(call() for _ in range(concurrency)), return_exceptions=True
+        )
+        failures = [o for o in outcomes if isinstance(o, BaseException)]
+        if failures:
+            result.error(_reason(failures[0]))
+            return False
+    return True
+
+
 async def run_cell(
     url: str,
     workload: Workload,
@@ -148,21 +187,11 @@ async def run_cell(
     result = CellResult()
     async with grpc.aio.insecure_channel(url, options=_CHANNEL_OPTIONS) as channel:
         call = _Caller(channel, workload, request_timeout)
-        # Warm up at the cell's concurrency: Dynamo opens request-plane connections as
-        # concurrent requests first need them, which costs tens of ms the first time.
-        warm_start = time.perf_counter()
-        for wave in range(warmup):
-            if wave and time.perf_counter() - warm_start > max_seconds:
-                break  # large tensors at high concurrency: one wave has opened everything
-            outcomes = await asyncio.gather(
-                *(call() for _ in range(concurrency)), return_exceptions=True
-            )
-            failures = [o for o in outcomes if isinstance(o, BaseException)]
-            if failures:
-                result.error(_reason(failures[0]))
-                return result
+        if not await _warm_up(call, result, concurrency, warmup, max_seconds):
+            return result
 
         remaining = max_requests
+        cpu_start = time.process_time()
         start = time.perf_counter()
         deadline = start + max_seconds
         window_end = math.inf  # when the first coroutine ran out of budget
@@ -189,6 +218,7 @@ async def run_cell(
             result.error("cancelled: still running after the cell's deadline")
         await asyncio.gather(*pending, return_exceptions=True)
         end = time.perf_counter()
+        result.client_cpu = time.process_time() - cpu_start
 
     steady = [lat for finished, lat in completions if finished <= window_end]
     if len(steady) >= concurrency and window_end > start:
@@ -200,4 +230,70 @@ async def run_cell(
     else:
         result.latencies = [lat for _, lat in completions]
         result.elapsed = end - start
+    return result
+
+
+# Open loop: at most this many requests in flight at once. Past it the server has fallen so far
+# behind that the figures say enough; further arrivals are counted as errors, not sent.
+MAX_OUTSTANDING = 4096
+
+
+async def run_open_cell(
+    url: str,
+    workload: Workload,
+    rate: float,
+    max_requests: int,
+    max_seconds: float,
+    warmup: int = 3,
+    request_timeout: float = 30.0,
+) -> CellResult:
+    """Measure one open-loop cell: requests due every 1/`rate` s, for at most `max_requests`
+    requests or `max_seconds` of arrivals, whichever is fewer.
+
+    Each request's latency runs from when it was due to its checked answer, so a client that
+    could not send on time (a busy event loop) adds to the latency rather than thinning the
+    load (no coordinated omission). Requests still running `request_timeout` s after the last
+    arrival are cancelled and counted as errors. `rps` is answers over the time from the first
+    arrival to the last answer.
+    """
+    result = CellResult()
+    async with grpc.aio.insecure_channel(url, options=_CHANNEL_OPTIONS) as channel:
+        call = _Caller(channel, workload, request_timeout)
+        if not await _warm_up(call, result, 1, warmup, max_seconds):
+            return result
+        interval = 1.0 / rate
+        count = max(1, min(max_requests, int(max_seconds * rate)))
+        latencies: list[float] = []
+        in_flight: set[asyncio.Task[None]] = set()
+
+        async def one(due: float) -> None:
+            try:
+                await call()
+            except Exception as exc:
+                result.error(_reason(exc))
+                return
+            latencies.append(time.perf_counter() - due)
+
+        cpu_start = time.process_time()
+        start = time.perf_counter()
+        for i in range(count):
+            due = start + i * interval
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if len(in_flight) >= MAX_OUTSTANDING:
+                result.error(f"not sent: {MAX_OUTSTANDING} requests already in flight")
+                continue
+            task = asyncio.ensure_future(one(due))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        if in_flight:
+            _, pending = await asyncio.wait(set(in_flight), timeout=request_timeout)
+            for task in pending:
+                task.cancel()
+                result.error("cancelled: still running after the cell's deadline")
+            await asyncio.gather(*pending, return_exceptions=True)
+        result.elapsed = time.perf_counter() - start
+        result.client_cpu = time.process_time() - cpu_start
+        result.latencies = latencies
     return result

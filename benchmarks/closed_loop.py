@@ -1,6 +1,7 @@
 """Closed-loop load from client threads with tritonclient: each thread sends a request, waits for
 its answer, and sends the next, for a fixed time. Used by the scheduling benchmarks, where the
-model's own work (not the transport) is what is measured.
+model's own work (not the transport) is what is measured. They take turns round after round
+(`pooled` joins one side's turns) and compare per round (benchmarks/spread.py).
 """
 
 from __future__ import annotations
@@ -80,3 +81,13 @@ def closed_loop(
         for thread in threads:
             thread.join(duration + 60)
     return result
+
+
+def pooled(turns: list[LoadResult]) -> LoadResult:
+    """One side's turns as one result: every latency, answer and failure, and the total time."""
+    total = LoadResult(sum(t.seconds for t in turns))
+    for turn in turns:
+        total.latencies_ms += turn.latencies_ms
+        total.results += turn.results
+        total.failures += turn.failures
+    return total

@@ -3,9 +3,11 @@
 One process, like the bridge's embedded default: `DistributedRuntime("mem", "tcp")`, one
 TensorBased endpoint per model of the repository, registered with the same
 `tensor_model_config` (Triton config included) the bridge registers, and Dynamo's KServe gRPC
-frontend in-process. The handler does what any Python handler must: lists → numpy → lists
-(spec dynamo_runtime §6, "_np"), with the model's arithmetic done inline. No loader, no
-validation, no threads. Whatever the bridge costs beyond this process is the bridge's own.
+frontend in-process. The handler converts exactly as the bridge does, with the bridge's own
+codec (`bridge.codec`: `decode_request` / `decode_request_in_slices` in, `encode_response`
+out), and does the model's arithmetic inline. No loader, no validation, no scheduler, no
+threads. So `bridge ÷ echo` is the loader's cost alone: whatever the bridge costs beyond this
+process is the request's way through `model_repository_loader` and back.
 
     python -m benchmarks.echo_worker --model-repository benchmarks/repository \
         --grpc-port 8001 --metrics-port 8002
@@ -23,42 +25,18 @@ from typing import Any
 
 import numpy as np
 
-_NUMPY = {
-    "Bool": np.bool_,
-    "Uint8": np.uint8,
-    "Uint16": np.uint16,
-    "Uint32": np.uint32,
-    "Uint64": np.uint64,
-    "Int8": np.int8,
-    "Int16": np.int16,
-    "Int32": np.int32,
-    "Int64": np.int64,
-    "Float32": np.float32,
-    "Float64": np.float64,
-}
+from bridge.codec import (
+    LARGE_REQUEST_ELEMENTS,
+    TO_KSERVE,
+    decode_request,
+    decode_request_in_slices,
+    encode_response,
+    request_elements,
+)
+from model_repository_loader.pb_utils import InferenceResponse, Tensor
+from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
 
 Compute = Callable[[list[np.ndarray]], list[np.ndarray]]
-
-
-def to_numpy(tensor: dict[str, Any]) -> np.ndarray:
-    """A Dynamo tensor dict → numpy, by the fastest conversion for its datatype."""
-    metadata = tensor["metadata"]
-    values = tensor["data"]["values"]
-    data_type = metadata["data_type"]
-    if data_type == "Bytes":
-        array = np.empty(len(values), dtype=np.object_)
-        array[:] = [bytes(bytearray(v)) for v in values]
-    else:
-        array = np.fromiter(values, _NUMPY[data_type], count=len(values))
-    return array.reshape(metadata["shape"])
-
-
-def to_tensor(name: str, data_type: str, array: np.ndarray) -> dict[str, Any]:
-    """numpy → a Dynamo tensor dict (`tolist()`: Dynamo takes Python builtins only)."""
-    return {
-        "metadata": {"name": name, "data_type": data_type, "shape": list(array.shape)},
-        "data": {"data_type": data_type, "values": array.ravel().tolist()},
-    }
 
 
 def _identity(arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -74,6 +52,15 @@ def _add_sub(arrays: list[np.ndarray]) -> list[np.ndarray]:
 COMPUTE: dict[str, Compute] = {"add_sub": _add_sub}
 
 
+async def _decoded_arrays(request: dict[str, Any]) -> list[np.ndarray]:
+    # The bridge's decode, with the same threshold for decoding a large request in slices.
+    if request_elements(request) > LARGE_REQUEST_ELEMENTS:
+        inference = await decode_request_in_slices(request)
+    else:
+        inference = decode_request(request)
+    return [tensor.as_numpy() for tensor in inference.inputs]
+
+
 def make_handler(
     model_name: str, tensor_config: dict[str, Any], decoupled: bool = False
 ) -> Callable[..., AsyncIterator]:
@@ -82,20 +69,19 @@ def make_handler(
     compute = COMPUTE.get(model_name, _identity)
 
     async def generate(request: dict[str, Any], context: Any) -> AsyncIterator[dict[str, Any]]:
-        arrays = compute([to_numpy(t) for t in request["tensors"]])
-        yield {
-            "model": model_name,
-            "tensors": [
-                to_tensor(name, data_type, array)
-                for (name, data_type), array in zip(outputs, arrays, strict=True)
-            ],
-        }
+        arrays = compute(await _decoded_arrays(request))
+        tensors = [Tensor(name, array) for (name, _), array in zip(outputs, arrays, strict=True)]
+        # With FINAL, as the bridge's worker encodes a response sent with the final flag.
+        yield encode_response(model_name, InferenceResponse(tensors), True)
 
     async def stream(request: dict[str, Any], context: Any) -> AsyncIterator[dict[str, Any]]:
-        # The decoupled benchmark model (stream_100): COUNT responses, OUT = 0..COUNT-1.
-        (name, data_type), count = outputs[0], int(to_numpy(request["tensors"][0])[0])
+        # The decoupled benchmark model (stream_100): COUNT responses, OUT = 0..COUNT-1, each
+        # encoded as the bridge encodes a streamed response (not the final one).
+        (name, data_type), count = outputs[0], int((await _decoded_arrays(request))[0][0])
+        dtype = DATATYPE_TO_NUMPY[TO_KSERVE[data_type]]
         for i in range(count):
-            yield {"model": model_name, "tensors": [to_tensor(name, data_type, np.array([i]))]}
+            response = InferenceResponse([Tensor(name, np.array([i], dtype=dtype))])
+            yield encode_response(model_name, response, False)
 
     return stream if decoupled else generate
 

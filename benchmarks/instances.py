@@ -5,8 +5,13 @@ process per instance).
 The model spends `--work-ms` of pure-Python work per request holding the GIL, as a tokenizer or
 a hand-written pre-processing loop does. Threads cannot run that in parallel; processes can.
 
-    python -m benchmarks.instances                     # triton and bridge, c=8, 3 s per cell
-    python -m benchmarks.instances --servers bridge --seconds 1
+Each cell (model × server) gets `--seconds` in all, split into `--rounds` turns that go round
+the cells in turn, so outside load hits each alike. Comparisons are paired per round (processes
+÷ threads on the bridge, bridge processes ÷ Triton, per instance count) and reported as the
+median and range over rounds.
+
+    python -m benchmarks.instances                     # triton and bridge, c=8, 8 s per cell
+    python -m benchmarks.instances --servers bridge --seconds 1 --rounds 2
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from benchmarks.closed_loop import closed_loop
+from benchmarks.closed_loop import LoadResult, closed_loop, pooled
+from benchmarks.placement import PIN_CHOICES, choose, describe
 from benchmarks.servers import make_targets, start_targets, stop_targets
+from benchmarks.spread import format_spread, paired, spread
 
 MODEL_PY = """
 import json
@@ -79,7 +86,38 @@ def _inputs() -> list[grpcclient.InferInput]:
     return [tensor]
 
 
-def format_table(results: dict[str, dict[str, dict]], concurrency: int, work_ms: float) -> str:
+def paired_figures(results: dict[str, dict[str, dict]]) -> dict[str, dict]:
+    """Per-round throughput ratios per instance count: the bridge's processes over its threads,
+    and the bridge's processes over Triton's (which are processes too)."""
+    out: dict[str, dict] = {}
+
+    def turns(model: str, server: str) -> list:
+        return (results[model].get(server) or {}).get("turn_throughput") or []
+
+    for count in COUNTS:
+        process, thread = model_name("process", count), model_name("thread", count)
+        pairs = {
+            f"{count} instances: bridge processes ÷ threads": (
+                turns(process, "bridge"),
+                turns(thread, "bridge"),
+            ),
+            f"{count} instances: bridge processes ÷ triton": (
+                turns(process, "bridge"),
+                turns(process, "triton"),
+            ),
+        }
+        for name, (a, b) in pairs.items():
+            if a and b:
+                out[name] = spread(paired(a, b))
+    return out
+
+
+def format_table(
+    results: dict[str, dict[str, dict]],
+    concurrency: int,
+    work_ms: float,
+    comparisons: dict[str, dict],
+) -> str:
     lines = [
         f"CPU-bound model, {work_ms:g} ms of pure Python per request, c={concurrency}, "
         f"{os.cpu_count()} CPUs",
@@ -105,6 +143,9 @@ def format_table(results: dict[str, dict[str, dict]], concurrency: int, work_ms:
             f"| {count} | {rate(bt)} | {rate(bp)} | {rate(triton)} | {p50(bt)} / {p50(bp)} "
             f"| {errors} |"
         )
+    if comparisons:
+        lines += ["", "| throughput ratio, paired per round | median [range] |", "|---|---|"]
+        lines += [f"| {name} | {format_spread(s)} |" for name, s in comparisons.items()]
     return "\n".join(lines)
 
 
@@ -112,42 +153,65 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--servers", default="triton,bridge")
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--seconds", type=float, default=8.0, help="per cell, over all rounds")
+    parser.add_argument("--rounds", type=int, default=4, help="turns per cell (default 4)")
     parser.add_argument("--work-ms", type=float, default=5.0)
+    parser.add_argument("--pin", choices=PIN_CHOICES, default="auto")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     names = [n for n in args.servers.split(",") if n]
     if not names or set(names) - {"triton", "bridge"}:
         parser.error(f"servers: triton and/or bridge (got {args.servers})")
+    if args.rounds < 1 or args.seconds <= 0:
+        parser.error("--rounds and --seconds must be positive")
 
+    placement = choose(args.pin)
     models = [model_name(kind, count) for kind in KINDS for count in COUNTS]
+    turns: dict[str, dict[str, list[LoadResult]]] = {model: {} for model in models}
     results: dict[str, dict[str, dict]] = {model: {} for model in models}
     with tempfile.TemporaryDirectory(prefix="bench-instances-") as tmp:
         repository = write_repository(Path(tmp) / "repository")
         targets = make_targets(names, Path(tmp) / "logs")
         try:
-            start_targets(targets, repository, models)
-            for model in models:
-                for target in targets:
-                    if target.server is None:
-                        results[model][target.name] = {"reason": target.reason}
-                        continue
-                    if target.name == "triton" and "_thread_" in model:
-                        continue  # Triton has only processes: its row is the process one
-                    load = closed_loop(
+            start_targets(targets, repository, models, placement)
+            # Triton has only processes: its row is the process one.
+            cells = [
+                (model, target)
+                for model in models
+                for target in targets
+                if target.server is not None
+                and not (target.name == "triton" and "_thread_" in model)
+            ]
+            for round_index in range(args.rounds):
+                shift = round_index % max(len(cells), 1)  # who goes first rotates
+                for model, target in cells[shift:] + cells[:shift]:
+                    turn = closed_loop(
                         target.url,
                         model,
                         _inputs,
                         args.concurrency,
-                        args.seconds,
+                        args.seconds / args.rounds,
+                        warmup=min(1.0, args.seconds / args.rounds / 2),
                         parameters={"work_ms": args.work_ms},
                     )
-                    results[model][target.name] = load.summary()
+                    turns[model].setdefault(target.name, []).append(turn)
+            for model in models:
+                for target in targets:
+                    if target.server is None:
+                        results[model][target.name] = {"reason": target.reason}
+                    elif target.name in turns[model]:
+                        runs = turns[model][target.name]
+                        summary = pooled(runs).summary()
+                        summary["turn_throughput"] = [t.summary()["throughput"] for t in runs]
+                        results[model][target.name] = summary
         finally:
             stop_targets(targets)
-    print(format_table(results, args.concurrency, args.work_ms))
+    comparisons = paired_figures(results)
+    print(describe(placement))
+    print(format_table(results, args.concurrency, args.work_ms, comparisons))
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        output = {"placement": describe(placement), "results": results, "paired": comparisons}
+        args.json.write_text(json.dumps(output, indent=2))
     return 0
 
 

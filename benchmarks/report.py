@@ -3,51 +3,51 @@
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .spread import format_spread, number, paired, spread
+
 NA = "n/a"
-# Ratios shown in the table, each of the bridge's p50 latency over another server's.
-RATIOS: tuple[tuple[str, str], ...] = (("bridge", "echo"), ("bridge", "triton"))
+# Ratios shown, each of the first server's figure over the second's. bridge2 is a second copy
+# of the bridge (the A/A pair): its ratio to bridge is what two runs of the same code differ
+# by on this machine in this run, the resolution every other ratio is read against.
+RATIOS: tuple[tuple[str, str], ...] = (
+    ("bridge", "echo"),
+    ("bridge", "triton"),
+    ("bridge2", "bridge"),
+)
+_FIGURES = (("p50_ms", "turn_p50_ms"), ("p99_ms", "turn_p99_ms"), ("rps", "turn_rps"))
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def cell_ratios(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
-    """{"bridge/echo": {"p50_ms": …, "p99_ms": …, "rps": …, "p50_turns_median": …}, …}.
+def cell_ratios(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """{"bridge/echo": {"p50_ms": …, "p99_ms": …, "rps": …, "rounds": {"p50_ms": spread, …},
+    "p50_turns_median": …}, …}.
 
-    `p50_turns_median` is the median over rounds of each round's p50 ratio (the servers take
-    their turns back to back, so a burst of outside load hits both sides of one ratio). None
-    where a side has no number.
+    The pooled ratios are of the figures over all rounds. `rounds` has, per figure, the spread
+    (median, min, max) of the per-round ratios: the servers take their turns back to back, so
+    a burst of outside load hits both sides of one round's ratio. None where a side has no
+    number.
     """
     out = {}
     for a, b in RATIOS:
         ra, rb = results.get(a) or {}, results.get(b) or {}
-        ratios: dict[str, float | None] = {
-            key: _ratio(ra.get(key), rb.get(key)) for key in ("p50_ms", "p99_ms", "rps")
+        ratios: dict[str, Any] = {key: _ratio(ra.get(key), rb.get(key)) for key, _ in _FIGURES}
+        ratios["rounds"] = {
+            key: spread(paired(ra.get(turns) or [], rb.get(turns) or [])) for key, turns in _FIGURES
         }
-        turns = [
-            x / y
-            for x, y in zip(ra.get("turn_p50_ms") or [], rb.get("turn_p50_ms") or [], strict=False)
-            if y
-        ]
-        ratios["p50_turns_median"] = statistics.median(turns) if turns else None
+        p50_rounds = ratios["rounds"]["p50_ms"]
+        ratios["p50_turns_median"] = p50_rounds["median"] if p50_rounds else None
         out[f"{a}/{b}"] = ratios
     return out
 
 
-def _num(value: float | None, digits: int = 2) -> str:
-    if value is None:
-        return NA
-    if value >= 100:
-        return f"{value:.0f}"
-    if value >= 10:
-        return f"{value:.1f}"
-    return f"{value:.{digits}f}"
+_num = number
 
 
 def format_server_cell(result: dict[str, Any] | None) -> str:
@@ -62,42 +62,67 @@ def _errors(results: dict[str, dict[str, Any]]) -> str:
     return ", ".join(parts) or "0"
 
 
+def load_label(cell: dict[str, Any]) -> str:
+    """A closed-loop cell's concurrency ("8"), or an open-loop cell's arrival rate ("200/s")."""
+    if cell.get("rate") is not None:
+        return f"{cell['rate']:g}/s"
+    return str(cell["concurrency"])
+
+
+def _client_cpu(results: dict[str, dict[str, Any]]) -> str:
+    # The client's CPU per request while it loaded the bridge (the server every ratio has).
+    for name in ("bridge", "echo", "triton", "bridge2"):
+        value = (results.get(name) or {}).get("client_cpu_ms")
+        if value is not None:
+            return _num(value, 3)
+    return NA
+
+
 def format_table(cells: Sequence[dict[str, Any]], servers: Sequence[str]) -> str:
-    """A Markdown table: one row per cell, one column per server, then the p50 ratios."""
+    """A Markdown table: one row per cell, one column per server, then the p50 ratios (the
+    median over rounds of the per-round ratio, with its range), the client's CPU per request
+    and the errors."""
     ratio_names = [f"{a}/{b}" for a, b in RATIOS if a in servers and b in servers]
     header = (
-        ["workload", "conc."]
+        ["workload", "load"]
         + [f"{s} p50 / p99 ms; req/s" for s in servers]
-        + [f"{name.replace('/', ' ÷ ')} (p50)" for name in ratio_names]
-        + ["errors"]
+        + [f"{name.replace('/', ' ÷ ')} p50, median [range] of rounds" for name in ratio_names]
+        + ["client CPU ms/req", "errors"]
     )
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for cell in cells:
         results = cell["results"]
-        row = [cell["workload"], str(cell["concurrency"])]
+        row = [cell["workload"], load_label(cell)]
         row += [format_server_cell(results.get(s)) for s in servers]
-        row += [_num(cell["ratios"][name]["p50_ms"]) for name in ratio_names]
-        row.append(_errors(results))
+        row += [format_spread(cell["ratios"][name]["rounds"]["p50_ms"]) for name in ratio_names]
+        row += [_client_cpu(results), _errors(results)]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
 def format_cell_line(cell: dict[str, Any], servers: Sequence[str]) -> str:
     """One cell as a few lines for the console, printed as soon as it is measured."""
-    head = f"{cell['workload']} @ concurrency {cell['concurrency']}"
+    if cell.get("rate") is not None:
+        head = f"{cell['workload']} @ {load_label(cell)} (open loop)"
+    else:
+        head = f"{cell['workload']} @ concurrency {cell['concurrency']}"
     lines = [head]
     for server in servers:
         result = cell["results"].get(server) or {}
         text = format_server_cell(result)
+        if result.get("client_cpu_ms") is not None:
+            text += f"  (client CPU {_num(result['client_cpu_ms'], 3)} ms/req)"
         if result.get("errors"):
             text += f"  ({result['errors']} errors, first: {result['first_error'][:120]})"
         lines.append(f"  {server:<7} p50 / p99 ms; req/s: {text}")
     for name, ratio in cell["ratios"].items():
         a, b = name.split("/")
         if a in servers and b in servers:
+            rounds = ratio["rounds"]
             lines.append(
-                f"  {a} ÷ {b}: p50 {_num(ratio['p50_ms'])}, p99 {_num(ratio['p99_ms'])}, "
-                f"median of rounds' p50 {_num(ratio.get('p50_turns_median'))}"
+                f"  {a} ÷ {b}: p50 {_num(ratio['p50_ms'])}, p99 {_num(ratio['p99_ms'])}; "
+                f"per round p50 {format_spread(rounds['p50_ms'])}, "
+                f"p99 {format_spread(rounds['p99_ms'])}"
             )
     return "\n".join(lines)
 
@@ -107,7 +132,7 @@ def write_json(path: Path, results: dict[str, Any]) -> None:
 
 
 def write_plot(path: Path, cells: Sequence[dict[str, Any]], servers: Sequence[str]) -> str | None:
-    """p50 latency and throughput per workload, one row per concurrency, as a PNG.
+    """p50 latency and throughput per workload, one row per load (concurrency or rate), as a PNG.
 
     Returns None when written, else why not (matplotlib is an optional `bench` extra).
     """
@@ -119,20 +144,18 @@ def write_plot(path: Path, cells: Sequence[dict[str, Any]], servers: Sequence[st
     except ImportError:
         return "matplotlib is not installed (pip install '.[bench]'); no plot written"
 
-    concurrencies = sorted({c["concurrency"] for c in cells})
+    loads = list(dict.fromkeys(load_label(c) for c in cells))
     workloads = list(dict.fromkeys(c["workload"] for c in cells))
-    by_key = {(c["workload"], c["concurrency"]): c for c in cells}
-    fig, axes = plt.subplots(
-        len(concurrencies), 2, figsize=(13, 3.2 * len(concurrencies)), squeeze=False
-    )
+    by_key = {(c["workload"], load_label(c)): c for c in cells}
+    fig, axes = plt.subplots(len(loads), 2, figsize=(13, 3.2 * len(loads)), squeeze=False)
     width = 0.8 / max(len(servers), 1)
-    for row, conc in enumerate(concurrencies):
+    for row, load in enumerate(loads):
         for col, (key, label) in enumerate((("p50_ms", "p50 latency, ms"), ("rps", "requests/s"))):
             ax = axes[row][col]
             for k, server in enumerate(servers):
                 values = []
                 for workload in workloads:
-                    cell = by_key.get((workload, conc))
+                    cell = by_key.get((workload, load))
                     result = (cell or {}).get("results", {}).get(server) or {}
                     values.append(result.get(key) or 0.0)
                 xs = [i + (k - (len(servers) - 1) / 2) * width for i in range(len(workloads))]
@@ -140,7 +163,7 @@ def write_plot(path: Path, cells: Sequence[dict[str, Any]], servers: Sequence[st
             ax.set_yscale("log")
             ax.set_xticks(range(len(workloads)))
             ax.set_xticklabels(workloads, rotation=30, ha="right", fontsize=8)
-            ax.set_title(f"{label} at concurrency {conc}", fontsize=10)
+            ax.set_title(f"{label} at load {load}", fontsize=10)
             ax.grid(axis="y", which="both", alpha=0.3)
             if row == 0 and col == 0:
                 ax.legend(fontsize=8)

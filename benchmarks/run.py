@@ -1,12 +1,16 @@
-"""Benchmark the bridge side by side with real Triton and a bare Dynamo echo worker.
+"""Benchmark the bridge side by side with real Triton, a second bridge and a bare Dynamo echo.
 
     python -m benchmarks.run                      # everything, default bounds
     python -m benchmarks.run --workloads fp32_4,fp32_1k --concurrency 1 --servers bridge,echo
+    python -m benchmarks.run --mode open --rates 100,400 --workloads fp32_4
 
 All servers run at once on this machine, each on its own loopback ports, serving a copy of the
-benchmark models (benchmarks/repository). For every cell (workload × concurrency) the servers
-take turns with the same client load. Output: a table per cell on the console, then
-results.json, results.md (the table) and plot.png in --output-dir.
+benchmark models (benchmarks/repository); the client runs on a CPU of its own where there are
+two or more (benchmarks/placement.py). For every cell (workload × concurrency, or workload ×
+arrival rate in open loop) the servers take turns, round after round, with the same client
+load. Every ratio is reported with its spread over rounds, next to the A/A ratio of two
+identical bridges. Output: a table per cell on the console, then results.json, results.md (the
+table) and plot.png in --output-dir.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from . import report
-from .client import CellResult, run_cell
+from .client import CellResult, run_cell, run_open_cell
+from .placement import PIN_CHOICES, choose, describe
 from .servers import SERVER_NAMES, Target, make_targets, start_targets, stop_targets
 from .workloads import WORKLOAD_NAMES, Workload, build_workload
 
@@ -60,6 +65,16 @@ def _ints(text: str) -> list[int]:
     return values
 
 
+def _rates(text: str) -> list[float]:
+    try:
+        values = [float(n) for n in text.split(",") if n.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive rates like 50,200, got '{text}'")
+    return values
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.run",
@@ -81,19 +96,44 @@ def build_parser() -> argparse.ArgumentParser:
         "--servers",
         type=_names(SERVER_NAMES),
         default=list(SERVER_NAMES),
-        help="comma-separated (default triton,bridge,echo); triton needs the oracle env "
+        help="comma-separated (default triton,bridge,bridge2,echo; bridge2 is a second "
+        "bridge, the A/A noise floor); triton needs the oracle env "
         "(DYNAMO_BRIDGE_ORACLE_PYTHON) and is n/a without it",
     )
     p.add_argument(
-        "--max-requests", type=int, default=300, help="per server per cell (default 300)"
+        "--mode",
+        choices=("closed", "open", "both"),
+        default="closed",
+        help="closed loop at each --concurrency, open loop at each --rates, or both "
+        "(default closed)",
     )
-    p.add_argument("--max-seconds", type=float, default=4.0, help="per server per cell (default 4)")
+    p.add_argument(
+        "--rates",
+        type=_rates,
+        default=[100.0, 300.0],
+        help="open loop: requests per second, comma-separated (default 100,300)",
+    )
+    p.add_argument(
+        "--max-requests",
+        type=int,
+        default=2000,
+        help="per server per cell, over all rounds (default 2000: a p99 of 20 requests)",
+    )
+    p.add_argument("--max-seconds", type=float, default=8.0, help="per server per cell (default 8)")
     p.add_argument(
         "--rounds",
         type=int,
-        default=2,
+        default=8,
         help="split each cell's budget into this many turns per server, interleaved, so a "
-        "burst of load from elsewhere hits every server alike (default 2)",
+        "burst of load from elsewhere hits every server alike; ratios are reported as the "
+        "median and range of the per-round ratios (default 8)",
+    )
+    p.add_argument(
+        "--pin",
+        choices=PIN_CHOICES,
+        default="auto",
+        help="auto: the client on the first CPU, the servers on the others, when there are two "
+        "or more; off: no pinning (default auto)",
     )
     p.add_argument("--warmup", type=int, default=3, help="unmeasured requests per turn (default 3)")
     p.add_argument(
@@ -120,8 +160,13 @@ def _copy_models(models: Sequence[str], destination: Path) -> Path:
 
 
 async def _measure_cell(
-    targets: Sequence[Target], workload: Workload, concurrency: int, args: argparse.Namespace
+    targets: Sequence[Target],
+    workload: Workload,
+    load: tuple[str, float],
+    args: argparse.Namespace,
 ) -> dict[str, CellResult]:
+    """`load` is ("closed", concurrency) or ("open", requests per second)."""
+    kind, amount = load
     live = [t for t in targets if t.server is not None]
     results = {t.name: CellResult() for t in live}
     requests = math.ceil(args.max_requests / args.rounds)
@@ -130,10 +175,11 @@ async def _measure_cell(
         for target in live:
             if results[target.name].errors and not results[target.name].latencies:
                 continue  # it could not run this workload at all; don't wait for it again
-            turn = await run_cell(
+            run = run_cell if kind == "closed" else run_open_cell
+            turn = await run(
                 target.url,
                 workload,
-                concurrency,
+                int(amount) if kind == "closed" else amount,
                 requests,
                 seconds,
                 warmup=args.warmup,
@@ -149,13 +195,18 @@ async def _measure_all(
     args: argparse.Namespace,
     servers: Sequence[str],
 ) -> list[dict[str, Any]]:
+    loads: list[tuple[str, float]] = []
+    if args.mode in ("closed", "both"):
+        loads += [("closed", c) for c in args.concurrency]
+    if args.mode in ("open", "both"):
+        loads += [("open", r) for r in args.rates]
     cells = []
-    for index, (workload, concurrency) in enumerate(itertools.product(workloads, args.concurrency)):
+    for index, (workload, load) in enumerate(itertools.product(workloads, loads)):
         # Rotate who goes first, so no server always runs right after the same other one.
         shift = index % len(targets)
         order = targets[shift:] + targets[:shift]
-        load = os.getloadavg()[0]
-        measured = await _measure_cell(order, workload, concurrency, args)
+        loadavg = os.getloadavg()[0]
+        measured = await _measure_cell(order, workload, load, args)
         results = {
             t.name: (measured[t.name].summary() if t.name in measured else None) for t in targets
         }
@@ -163,8 +214,10 @@ async def _measure_all(
             "workload": workload.name,
             "description": workload.description,
             "model": workload.model,
-            "concurrency": concurrency,
-            "loadavg_1m_before": round(load, 2),
+            "mode": load[0],
+            "concurrency": int(load[1]) if load[0] == "closed" else None,
+            "rate": load[1] if load[0] == "open" else None,
+            "loadavg_1m_before": round(loadavg, 2),
             "results": results,
             "ratios": report.cell_ratios(results),
         }
@@ -215,10 +268,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="dynamo-bridge-bench-") as tmp:
         repository = _copy_models(models, Path(tmp) / "repository")
+        placement = choose(args.pin)
         print(f"starting {', '.join(servers)} on {', '.join(models)} ...", flush=True)
+        print(f"  {describe(placement)}", flush=True)
         targets = make_targets(servers, output / "logs")
         try:
-            start_targets(targets, repository, models)
+            start_targets(targets, repository, models, placement)
             available = {
                 t.name: {"available": t.server is not None, "reason": t.reason} for t in targets
             }
@@ -243,13 +298,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
         "client": "grpc.aio, one channel per server and turn, prebuilt raw ModelInferRequest, "
         "every response checked",
+        "placement": describe(placement),
         "machine": _machine(),
         "versions": versions,
         "loadavg_before": [round(v, 2) for v in load_before],
         "loadavg_after": [round(v, 2) for v in load_after],
         "settings": {
             "workloads": args.workloads,
+            "mode": args.mode,
             "concurrency": args.concurrency,
+            "rates": args.rates,
             "max_requests": args.max_requests,
             "max_seconds": args.max_seconds,
             "rounds": args.rounds,

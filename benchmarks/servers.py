@@ -1,8 +1,10 @@
-"""The three servers under test, each a subprocess on its own loopback ports.
+"""The servers under test, each a subprocess on its own loopback ports.
 
 * triton: the real tritonserver from nvidia-pytriton (the test oracle's environment).
 * bridge: `python -m bridge`, the product.
-* echo: `python -m benchmarks.echo_worker`, bare Dynamo with the smallest handler: the floor.
+* bridge2: a second, identical bridge process: the A/A pair of `bridge`, whose ratio to it is
+  the run's noise floor.
+* echo: `python -m benchmarks.echo_worker`, bare Dynamo with the bridge's codec: the floor.
 
 They are started with the test harness (tests/harness), which finds free ports, waits until a
 server answers, and stops its whole process group. A server that cannot start is reported as
@@ -17,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from benchmarks.placement import Placement
 from tests.harness.bridge_server import BridgeServer
 from tests.harness.oracle import TritonOracle, oracle_unavailable_reason
 
-SERVER_NAMES: tuple[str, ...] = ("triton", "bridge", "echo")
+SERVER_NAMES: tuple[str, ...] = ("triton", "bridge", "bridge2", "echo")
 _STARTUP_TIMEOUT = 120.0
 
 
@@ -65,7 +68,7 @@ def _create(name: str, repository: Path, log_path: Path) -> _Server:
         if reason is not None:
             raise RuntimeError(reason)
         return TritonOracle(repository, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT)
-    if name == "bridge":
+    if name in ("bridge", "bridge2"):
         return BridgeServer(repository, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT)
     if name == "echo":
         return EchoServer(repository, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT)
@@ -98,12 +101,21 @@ def make_targets(names: Sequence[str], log_dir: Path) -> list[Target]:
     return [Target(name, log_path=log_dir / f"{name}.log") for name in names]
 
 
-def start_targets(targets: Sequence[Target], repository: Path, models: Sequence[str]) -> None:
+def start_targets(
+    targets: Sequence[Target],
+    repository: Path,
+    models: Sequence[str],
+    placement: Placement | None = None,
+) -> None:
     """Start the servers on `repository`, all at once, and wait until `models` are ready.
 
-    Afterwards each target has `server` (running) or `reason` (why not). Call stop_targets()
-    in any case, also when this is interrupted.
+    With a `placement`, the servers start on its server CPUs and this process's threads are
+    then pinned to its client CPUs (benchmarks/placement.py). Afterwards each target has
+    `server` (running) or `reason` (why not). Call stop_targets() in any case, also when this
+    is interrupted.
     """
+    if placement is not None:
+        placement.pin_server_side()
     threads = [
         threading.Thread(target=_start, args=(t, repository, models), daemon=True) for t in targets
     ]
@@ -111,6 +123,8 @@ def start_targets(targets: Sequence[Target], repository: Path, models: Sequence[
         thread.start()
     for thread in threads:
         thread.join()
+    if placement is not None:
+        placement.pin_client()
 
 
 def stop_targets(targets: Sequence[Target]) -> None:

@@ -138,7 +138,7 @@ def load_model(
     try:
         config = read_model_config(source, options)
     except ConfigError as exc:
-        raise ModelLoadError(str(_reason(exc))) from None
+        raise PollError(str(exc)) from None
     provided = config_file_exists(source, options)
     return _load_versions(source, config, options, provided, _services(within))
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -37,10 +37,8 @@ __all__ = [
     "no_available_versions_error",
     "parse_model_version",
     "reshaped_input_shape",
-    "select_version",
     "triton_input_order",
     "unknown_model_error",
-    "version_not_ready_error",
 ]
 
 _BATCH_NOTE = (
@@ -84,6 +82,8 @@ _ELEMENT_SIZES = {
     "FP64": 8,
 }
 
+
+# Whitespace C++ `std::stol` skips, and the range of a C++ long (parse_model_version).
 _STOL_SPACE = " \t\n\v\f\r"
 _LONG_MAX = (1 << 63) - 1
 
@@ -96,51 +96,6 @@ class RequestError(TritonStatusError):
 
 
 # -- model lookup texts (used by the bridge and by BLS) -------------------------------------------
-
-
-def unknown_model_error(model_name: str, version: int | str | None = None) -> str:
-    """NOT_FOUND text for a model the server doesn't know, or a version it doesn't serve.
-
-    `version` None, "" or -1 means "no version asked for". Triton only names the version for
-    a known model: pass None when the model itself is unknown.
-    """
-    if version is None or version == "" or version == -1:
-        return f"Request for unknown model: '{model_name}' is not found"
-    return f"Request for unknown model: '{model_name}' version {version} is not found"
-
-
-def no_available_versions_error(model_name: str) -> str:
-    """NOT_FOUND text for a model the server knows but cannot serve (unloaded, failed to load)."""
-    return f"Request for unknown model: '{model_name}' has no available versions"
-
-
-def version_not_ready_error(model_name: str, version: int) -> str:
-    """UNAVAILABLE text for a version that exists but is not ready (failed to load, loading,
-    unloading)."""
-    return f"Request for unknown model: '{model_name}' version {version} is not at ready state"
-
-
-def select_version(
-    model_name: str,
-    requested: int,
-    ready: Collection[int],
-    not_ready: Collection[int] = (),
-) -> int:
-    """The version a request for a known model goes to, or RequestError as Triton answers.
-
-    `requested` is -1 for "the server's choice" (the highest ready version). `ready` are the
-    versions being served; `not_ready` the ones the server knows but cannot serve (failed to
-    load, loading, unloading). An unknown model is the caller's case: `unknown_model_error`.
-    """
-    if requested == -1:
-        if not ready:
-            raise RequestError(no_available_versions_error(model_name), ErrorCode.NOT_FOUND)
-        return max(ready)
-    if requested in ready:
-        return requested
-    if requested in not_ready:
-        raise RequestError(version_not_ready_error(model_name, requested), ErrorCode.UNAVAILABLE)
-    raise RequestError(unknown_model_error(model_name, requested), ErrorCode.NOT_FOUND)
 
 
 def parse_model_version(text: str) -> int:
@@ -169,6 +124,22 @@ def parse_model_version(text: str) -> int:
             f"invalid model version specified '{text}' , version should be an integral value > 0"
         )
     return value
+
+
+def unknown_model_error(model_name: str, version: int | str | None = None) -> str:
+    """NOT_FOUND text for a model the server doesn't know, or a version it doesn't serve.
+
+    `version` None, "" or -1 means "no version asked for". Triton only names the version for
+    a known model: pass None when the model itself is unknown.
+    """
+    if version is None or version == "" or version == -1:
+        return f"Request for unknown model: '{model_name}' is not found"
+    return f"Request for unknown model: '{model_name}' version {version} is not found"
+
+
+def no_available_versions_error(model_name: str) -> str:
+    """NOT_FOUND text for a model the server knows but cannot serve (unloaded, failed to load)."""
+    return f"Request for unknown model: '{model_name}' has no available versions"
 
 
 # -- libstdc++ unordered_map iteration order ------------------------------------------------------

@@ -414,13 +414,18 @@ class ModelManager:
             model = await self._logged_while_slow(loading, name)
         except PollError as exc:
             log.error("Poll failed for model directory '%s': %s", name, exc)
+            if not serving and not config_json:
+                self.repository.statuses[name] = ModelStatus(name, [], False, str(exc))
             raise poll_failed(name) from None
         except ModelLoadError as exc:
             if exc.version is None:
+                # Past the poll, the model as a whole failed (no version under the policy, an
+                # ensemble's steps): INVALID_ARG with the reason, as Triton answers [V].
                 log.error("failed to load '%s' (%s): %s", name, source.path, exc)
                 if not serving:
                     self.repository.statuses[name] = ModelStatus(name, [], False, str(exc))
-                raise poll_failed(name) from None
+                message = f"load failed for model '{name}': {exc}\n"
+                raise ControlError(message, ErrorCode.INVALID_ARG) from None
             log.error(
                 "failed to load '%s' version %d (%s): %s%s",
                 name,

@@ -56,27 +56,3 @@ class ConfigError(TritonStatusError):
     def status_text(self) -> str:
         """`<code words>: <reason>`, the form inside Triton's per-version load errors."""
         return f"{_CODE_WORDS[self.code]}: {self.reason}"
-
-    def load_failure_message(self, model_name: str, version: int | None = None) -> str:
-        """What Triton answers an explicit load request (RepositoryModelLoad) failing here.
-
-        A "poll" failure is INTERNAL for the client; the others are INVALID_ARG.
-        """
-        if self.stage == "poll":
-            return f"failed to load '{model_name}', failed to poll from model repository"
-        if self.stage == "versions" or version is None:
-            return f"load failed for model '{model_name}': {self.reason}\n"
-        return (
-            f"load failed for model '{model_name}': version {version} is at UNAVAILABLE "
-            f"state: {self.status_text};\n"
-        )
-
-    def log_message(self, model_name: str, version: int | None = None) -> str:
-        """The server-log line Triton writes for this failure (plus parser detail if any)."""
-        if self.stage == "poll":
-            text = f"Poll failed for model directory '{model_name}': {self.reason}"
-        elif self.stage == "versions" or version is None:
-            text = f"failed to load model '{model_name}': {self.reason}"
-        else:
-            text = f"failed to load '{model_name}' version {version}: {self.status_text}"
-        return f"{text}\n{self.detail}" if self.detail else text

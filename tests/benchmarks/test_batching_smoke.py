@@ -19,7 +19,8 @@ def test_tiny_batching_benchmark(tmp_path: Path) -> None:
         "benchmarks.batching",
         "--servers=bridge",
         "--concurrency=4",
-        "--seconds=0.5",
+        "--seconds=1",
+        "--rounds=2",
         f"--json={results}",
     ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=150)
@@ -28,7 +29,12 @@ def test_tiny_batching_benchmark(tmp_path: Path) -> None:
     assert "| dynamic_batching | bridge |" in done.stdout
     data = json.loads(results.read_text())
     for model in ("no_batching", "dynamic_batching"):
-        cell = data[model]["bridge"]
+        cell = data["results"][model]["bridge"]
         assert cell["throughput"] > 0 and cell["errors"] == 0
+        assert len(cell["turn_throughput"]) == 2  # the two rounds, interleaved
     # Without dynamic_batching every execute call holds exactly one request of one row.
-    assert data["no_batching"]["bridge"]["rows_per_call"] == 1.0
+    assert data["results"]["no_batching"]["bridge"]["rows_per_call"] == 1.0
+    # The gain from batching, paired per round: both rounds, as median and range.
+    gain = data["paired"]["bridge: dynamic ÷ no batching"]
+    assert gain["n"] == 2 and gain["min"] <= gain["median"] <= gain["max"]
+    assert "| bridge: dynamic ÷ no batching |" in done.stdout

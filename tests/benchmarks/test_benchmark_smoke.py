@@ -47,10 +47,10 @@ def test_tiny_run_writes_table_and_results(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
     # The table: one column per server, the ratios, and a row for the cell.
-    assert "| workload | conc. |" in done.stdout
-    assert "bridge ÷ echo (p50)" in done.stdout
+    assert "| workload | load |" in done.stdout
+    assert "bridge ÷ echo p50, median [range] of rounds" in done.stdout
     assert "| fp32_4 | 1 |" in done.stdout
-    assert (tmp_path / "results.md").read_text().startswith("| workload | conc. |")
+    assert (tmp_path / "results.md").read_text().startswith("| workload | load |")
     # The plot is optional (matplotlib is the `bench` extra); without it, the run says so.
     assert (tmp_path / "plot.png").exists() or "plot skipped: matplotlib" in done.stdout
 
@@ -66,6 +66,48 @@ def test_tiny_run_writes_table_and_results(tmp_path: Path) -> None:
         assert 0 < result["p50_ms"] <= result["p99_ms"]
         assert result["rps"] > 0
     assert cell["ratios"]["bridge/echo"]["p50_ms"] > 0
+    # One round: the per-round spread is that round's ratio.
+    rounds = cell["ratios"]["bridge/echo"]["rounds"]["p50_ms"]
+    assert rounds["n"] == 1 and rounds["min"] == rounds["median"] == rounds["max"] > 0
+    assert cell["results"]["bridge"]["client_cpu_ms"] > 0
+    assert results["placement"]
+
+
+@pytest.mark.timeout(240)
+def test_open_loop_and_the_aa_pair(tmp_path: Path) -> None:
+    """Open loop at a fixed rate, next to closed loop, with the second bridge (the A/A pair):
+    every cell has the bridge2 ÷ bridge ratio with its spread over the two rounds."""
+    done = run_benchmark(
+        tmp_path,
+        "--workloads=fp32_4",
+        "--concurrency=2",
+        "--mode=both",
+        "--rates=40",
+        "--max-requests=16",
+        "--max-seconds=60",
+        "--rounds=2",
+        "--warmup=1",
+        "--servers=bridge,bridge2,echo",
+        "--pin=off",
+        "--no-plot",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "| fp32_4 | 40/s |" in done.stdout
+    assert "bridge2 ÷ bridge p50, median [range] of rounds" in done.stdout
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["placement"].startswith("not pinned")
+    closed, opened = results["cells"]
+    assert (closed["mode"], closed["concurrency"], closed["rate"]) == ("closed", 2, None)
+    assert (opened["mode"], opened["concurrency"], opened["rate"]) == ("open", None, 40.0)
+    for cell in (closed, opened):
+        for name in ("bridge", "bridge2", "echo"):
+            result = cell["results"][name]
+            assert result["errors"] == 0, result["first_error"]
+            # 8 per round, every answer checked; the closed loop's drain is not measured.
+            assert result["requests"] + result["drained"] == 16
+            assert len(result["turn_p50_ms"]) == 2
+        aa = cell["ratios"]["bridge2/bridge"]["rounds"]["p50_ms"]
+        assert aa["n"] == 2 and aa["min"] <= aa["median"] <= aa["max"]
 
 
 @pytest.mark.timeout(180)

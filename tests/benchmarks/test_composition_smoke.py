@@ -19,16 +19,22 @@ def test_tiny_composition_benchmark(tmp_path: Path) -> None:
         "-m",
         "benchmarks.composition",
         "--servers=bridge,in-process",
-        "--seconds=0.3",
+        "--seconds=0.6",
+        "--rounds=2",
         f"--json={results}",
     ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=150)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| model | server | requests |" in done.stdout
-    data = json.loads(results.read_text())
+    data = json.loads(results.read_text())["results"]
     for model in MODELS:
         assert f"| {model} | bridge |" in done.stdout
         for server in ("bridge", "in-process"):
             cell = data[model][server]
             # Every answer was checked against the value the chain must compute.
             assert cell["requests"] > 0 and cell["errors"] == 0, (model, server, cell)
+            assert len(cell["turn_p50_ms"]) == 2  # the two rounds, interleaved
+            if model != "direct":
+                # Paired per round against `direct` on the same server.
+                overhead = cell["overhead_ms"]
+                assert overhead["n"] == 2 and overhead["min"] <= overhead["median"]

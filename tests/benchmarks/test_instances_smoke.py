@@ -19,7 +19,8 @@ def test_tiny_instances_benchmark(tmp_path: Path) -> None:
         "benchmarks.instances",
         "--servers=bridge",
         "--concurrency=2",
-        "--seconds=0.3",
+        "--seconds=0.6",
+        "--rounds=2",
         "--work-ms=1",
         f"--json={results}",
     ]
@@ -29,5 +30,10 @@ def test_tiny_instances_benchmark(tmp_path: Path) -> None:
     data = json.loads(results.read_text())
     for kind in ("thread", "process"):
         for count in (1, 2, 4):
-            cell = data[f"cpu_{kind}_{count}"]["bridge"]
+            cell = data["results"][f"cpu_{kind}_{count}"]["bridge"]
             assert cell["throughput"] > 0 and cell["errors"] == 0, cell
+            assert len(cell["turn_throughput"]) == 2  # the two rounds, interleaved
+    for count in (1, 2, 4):
+        ratio = data["paired"][f"{count} instances: bridge processes ÷ threads"]
+        assert ratio["n"] == 2 and ratio["min"] <= ratio["median"] <= ratio["max"]
+    assert "| 2 instances: bridge processes ÷ threads |" in done.stdout

@@ -1,8 +1,11 @@
 """Scheduling against real Triton: which requests share an execute call, queue policy errors,
 instance groups, and sequence routing (tests/repositories/batching and sequence, see READMEs).
 
-Each scenario sends timed requests (tests/e2e/scheduling_support.py) to the oracle and to the
-bridge; the models report the request ids of the execute call that served them. Delays are
+Where only order matters (priorities, the default scheduler, a full queue), one request holds
+the instance at a gate and the others are sent one by one, each once the server shows the one
+before in its queue (`run_held`): no clock. Where time is the behaviour (queue delays,
+timeouts), each scenario sends timed requests (tests/e2e/scheduling_support.py) to the oracle and
+to the bridge; the models report the request ids of the execute call that served them. Delays are
 hundreds of milliseconds, so the grouping does not depend on the machine's speed: requests whose
 order matters are at least 0.2 s apart (a loaded machine can deliver requests sent 20-40 ms apart
 in either order), and every other timing (queue delays, timeouts, how long `blk` holds the
@@ -23,6 +26,7 @@ from tests.e2e.scheduling_support import (
     errors,
     groups,
     infer,
+    run_held,
     run_scenario,
 )
 
@@ -122,25 +126,6 @@ def _calls(model: str, outcomes: dict) -> list[list[str]]:
             [Send(0.0, f"r{i}") for i in range(4)],  # at once; compared in any order
             [["r0"], ["r1"], ["r2"], ["r3"]],
         ),
-        # The default scheduler: one request per call.
-        (
-            "default_sched",
-            [Send(0.0, "blk", sleep_ms=1000)] + [Send(0.25 * (i + 1), f"r{i}") for i in range(3)],
-            [["blk"], ["r0"], ["r1"], ["r2"]],
-        ),
-        # Priority 1 overtakes the default level 2; priority 9 (> levels) is the default level.
-        (
-            "priorities",
-            [
-                Send(0.0, "blk", sleep_ms=1400),
-                Send(0.2, "a"),
-                Send(0.4, "b"),
-                Send(0.6, "c", options={"priority": 1}),
-                Send(0.8, "d", options={"priority": 2}),
-                Send(1.0, "e", options={"priority": 9}),
-            ],
-            [["blk"], ["c"], ["a"], ["b"], ["d"], ["e"]],
-        ),
         # DELAY: requests past their timeout run after the ones still in time.
         (
             "queue_delay_action",
@@ -172,8 +157,6 @@ def _calls(model: str, outcomes: dict) -> list[list[str]]:
         "payload-growth",
         "no-delay",
         "no-batch-dim",
-        "default-scheduler",
-        "priority-levels",
         "delay-action",
         "override-without-default",
     ],
@@ -183,6 +166,50 @@ def test_which_requests_share_an_execute_call(batching: Pair, model, sends, expe
     assert _calls(model, triton) == expected
     assert _calls(model, bridge) == _calls(model, triton)
     assert errors(triton) == {} and errors(bridge) == {}
+
+
+@pytest.mark.parametrize(
+    ("model", "sends", "expected"),
+    [
+        # The default scheduler: one request per call, in arrival order.
+        ("default_sched", [Send(0, f"r{i}") for i in range(3)], [["blk"], ["r0"], ["r1"], ["r2"]]),
+        # Priority 1 overtakes the default level 2; priority 9 (> levels) is the default level.
+        (
+            "priorities",
+            [
+                Send(0, "a"),
+                Send(0, "b"),
+                Send(0, "c", options={"priority": 1}),
+                Send(0, "d", options={"priority": 2}),
+                Send(0, "e", options={"priority": 9}),
+            ],
+            [["blk"], ["c"], ["a"], ["b"], ["d"], ["e"]],
+        ),
+    ],
+    ids=["default-scheduler", "priority-levels"],
+)
+def test_order_of_queued_requests(batching: Pair, tmp_path, model, sends, expected):
+    """`blk` holds the one instance at a gate while the others queue up one by one (each seen
+    in the queue before the next is sent): the order they then run in is the scheduler's."""
+    triton = run_held(batching.oracle, model, "blk", sends, tmp_path / "triton")
+    bridge = run_held(batching.bridge, model, "blk", sends, tmp_path / "bridge")
+    assert groups(triton) == expected
+    assert groups(bridge) == groups(triton)
+    assert errors(triton) == {} and errors(bridge) == {}
+
+
+def test_queue_full_turns_away_the_third(batching: Pair, tmp_path):
+    """max_queue_size 2: with `blk` holding the instance, r0 and r1 wait, r2 and r3 are refused."""
+    sends = [Send(0, f"r{i}") for i in range(4)]
+    triton = run_held(batching.oracle, "queue_full", "blk", sends, tmp_path / "triton")
+    bridge = run_held(batching.bridge, "queue_full", "blk", sends, tmp_path / "bridge")
+    assert set(errors(triton)) == {"r2", "r3"}
+    assert errors(triton)["r2"] == (
+        "StatusCode.UNAVAILABLE",
+        "[request id: r2] Exceeds maximum queue size",
+    )
+    assert errors(bridge) == _bridge_errors(triton)
+    assert groups(bridge) == groups(triton) == [["blk"], ["r0"], ["r1"]]
 
 
 def test_two_instances_each_take_a_batch(batching: Pair):
@@ -202,12 +229,6 @@ def test_two_instances_each_take_a_batch(batching: Pair):
 @pytest.mark.parametrize(
     ("model", "sends", "failed"),
     [
-        # max_queue_size 2: the third waiting request is turned away.
-        (
-            "queue_full",
-            [Send(0.0, "blk", sleep_ms=1500)] + [Send(0.2 * (i + 1), f"r{i}") for i in range(4)],
-            {"r2", "r3"},
-        ),
         # A 200 ms queue timeout; a request's own timeout may shorten it but not lengthen it.
         (
             "queue_timeout",
@@ -220,18 +241,12 @@ def test_two_instances_each_take_a_batch(batching: Pair):
             {"r0", "long", "short"},
         ),
     ],
-    ids=["queue-full", "queue-timeout"],
+    ids=["queue-timeout"],
 )
 def test_queue_policy_errors(batching: Pair, model, sends, failed):
     triton, bridge = _both(batching, model, sends)
     assert set(errors(triton)) == failed
-    if model == "queue_full":
-        assert errors(triton)["r2"] == (
-            "StatusCode.UNAVAILABLE",
-            "[request id: r2] Exceeds maximum queue size",
-        )
-    else:
-        assert errors(triton)["r0"] == ("StatusCode.UNAVAILABLE", "Request timeout expired")
+    assert errors(triton)["r0"] == ("StatusCode.UNAVAILABLE", "Request timeout expired")
     assert errors(bridge) == _bridge_errors(triton)
 
 
@@ -360,35 +375,29 @@ def test_idle_sequence_is_released(sequence: Pair):
 
     def run(server) -> list:
         client = server.client()
-        first = infer(
-            client,
-            "seq_idle",
-            Send(0, "a1", options={"sequence_id": 5, "sequence_start": True}),
-            False,
-        )
-        time.sleep(0.8)  # the 300 ms idle limit, with 0.5 s to spare for the release thread
+
+        def start(tag: str, sequence_id: int) -> bool:
+            options = {"sequence_id": sequence_id, "sequence_start": True}
+            return infer(client, "seq_idle", Send(0, tag, options=options), False).ok
+
+        first = start("a1", 5)
+        # No sleep: sequence 6 gets the one slot once sequence 5 went idle, so 5 is gone after.
+        second = start("b1", 6)
         late = infer(client, "seq_idle", Send(0, "a2", options={"sequence_id": 5}), False)
-        infer(
-            client,
-            "seq_idle",
-            Send(0, "b1", options={"sequence_id": 6, "sequence_start": True}),
-            False,
-        )
-        started = time.monotonic()
-        backlog = infer(
-            client,
-            "seq_idle",
-            Send(0, "c1", options={"sequence_id": 7, "sequence_start": True}),
-            False,
-        )
-        waited = time.monotonic() - started
-        return [first.ok, (late.status, late.message), backlog.ok, waited >= 0.2]
+        # b2 starts 6's idle time afresh (without it Triton gave 7 the slot within 0.2 s: it
+        # seems to count 6's idle time from b1's arrival in the backlog). Sequence 7 then waits
+        # the whole 300 ms from b2's arrival, which is after `began`.
+        began = time.monotonic()
+        more = infer(client, "seq_idle", Send(0, "b2", options={"sequence_id": 6}), False)
+        backlog = start("c1", 7)
+        waited = time.monotonic() - began
+        return [first, second, (late.status, late.message), more.ok, backlog, waited >= 0.25]
 
     triton, bridge = run(sequence.oracle), run(sequence.bridge)
     start_error = (
         "inference request for sequence 5 to model 'seq_idle' must specify the START flag on "
         "the first request of the sequence"
     )
-    assert triton == [True, ("StatusCode.INVALID_ARGUMENT", start_error), True, True]
+    assert triton == [True, True, ("StatusCode.INVALID_ARGUMENT", start_error), True, True, True]
     expected = expected_bridge_error(Failure("StatusCode.INVALID_ARGUMENT", start_error))
-    assert bridge == [True, (expected.status, expected.message), True, True]
+    assert bridge == [True, True, (expected.status, expected.message), True, True, True]

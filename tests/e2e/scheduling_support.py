@@ -1,9 +1,15 @@
-"""Drive the scheduling test models (tests/repositories/batching, sequence) with timed requests.
+"""Drive the scheduling test models (tests/repositories/batching, sequence) with requests.
 
-A scenario is a list of `Send`s, each fired at its own offset from the start on its own client
-(so requests really overlap). The models answer with a JSON report of the execute call that
-served them (request ids batched together, instance, control inputs ...), which is what the
-tests compare.
+Two ways to send a scenario:
+* `run_scenario`: a list of `Send`s, each fired at its own offset from the start on its own
+  client (so requests really overlap). For what is about time itself: queue delays, timeouts.
+* `run_held`: one request holds the model's instance at a gate (a file the test creates), the
+  others go one by one, each once the one before is in the model's queue (the server's
+  `nv_inference_pending_request_count`) or answered, then the gate opens. For what is about
+  order (priorities, queue limits, the default scheduler): no clock involved.
+
+The models answer with a JSON report of the execute call that served them (request ids batched
+together, instance, control inputs ...), which is what the tests compare.
 """
 
 from __future__ import annotations
@@ -50,12 +56,16 @@ class Outcome:
 
 
 def infer(
-    client: grpcclient.InferenceServerClient, model: str, send: Send, batching: bool = True
+    client: grpcclient.InferenceServerClient,
+    model: str,
+    send: Send,
+    batching: bool = True,
+    extra: dict[str, Any] | None = None,
 ) -> Outcome:
     shape = [send.rows, 1] if batching else [1]
     tensor = grpcclient.InferInput("IN", shape, "INT32")
     tensor.set_data_from_numpy(np.full(shape, send.value, np.int32))
-    params = {"sleep_ms": send.sleep_ms} if send.sleep_ms else None
+    params = {**({"sleep_ms": send.sleep_ms} if send.sleep_ms else {}), **(extra or {})} or None
     try:
         result = client.infer(
             model, [tensor], request_id=send.request_id, parameters=params, **send.options
@@ -87,6 +97,64 @@ def run_scenario(url: str, model: str, sends: list[Send], batching: bool = True)
     for client in clients:
         client.close()
     missing = [s.request_id for s in sends if s.request_id not in outcomes]
+    assert not missing, f"no answer within {JOIN_S}s for {missing}"
+    return outcomes
+
+
+def run_held(
+    server: Any, model: str, hold: str, sends: list[Send], folder: Path, batching: bool = True
+) -> dict:
+    """Request `hold` takes the model's one instance and waits at a gate; then each of `sends`
+    goes, in order, once the one before is queued or answered; then the gate opens. `server` is
+    a running oracle or bridge (grpc_url, metrics_port). Request id -> Outcome."""
+    from tests.e2e.metrics_support import scrape, value
+
+    folder.mkdir(parents=True, exist_ok=True)
+    started, gate = folder / f"started-{hold}", folder / "gate"
+    outcomes: dict[str, Outcome] = {}
+    threads: list[threading.Thread] = []
+    clients: list[grpcclient.InferenceServerClient] = []
+
+    def fire(send: Send, extra: dict[str, Any] | None = None) -> threading.Thread:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        clients.append(client)
+
+        def run() -> None:
+            outcomes[send.request_id] = infer(client, model, send, batching, extra)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        threads.append(thread)
+        return thread
+
+    def queued() -> float:
+        samples = scrape(server.metrics_port)
+        pending = value(samples, "nv_inference_pending_request_count", model=model, version="1")
+        return pending or 0.0
+
+    def wait_for(predicate: Any, what: str) -> None:
+        deadline = time.monotonic() + JOIN_S
+        while not predicate():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.01)
+
+    try:
+        fire(Send(0, hold), {"started": str(started), "gate": str(gate)})
+        wait_for(started.exists, f"{hold} to hold the instance")
+        for send in sends:
+            before = queued()
+            fire(send)
+            wait_for(
+                lambda send=send, before=before: send.request_id in outcomes or queued() > before,
+                f"{send.request_id} queued or answered",
+            )
+    finally:
+        gate.touch()
+        for thread in threads:
+            thread.join(JOIN_S)
+        for client in clients:
+            client.close()
+    missing = [rid for rid in [hold, *(s.request_id for s in sends)] if rid not in outcomes]
     assert not missing, f"no answer within {JOIN_S}s for {missing}"
     return outcomes
 

@@ -77,10 +77,12 @@ class BackgroundInfer:
 
 
 class Gate:
-    """Files in a test's tmp folder through which the test holds the `pool` model's execute.
+    """Files in a test's tmp folder through which the test holds a model's execute.
 
-    `pool` writes `started` (its instance name inside) when execute begins and returns only once
-    `gate` exists, so a test can tell "running" from "finished" without timing anything.
+    A model given these parameters (`pool`; `async_repeat` and `async_square` of the streaming
+    repository) writes `started` (`pool`: its instance name inside) when execute begins and goes
+    on only once `gate` exists, so a test can tell "running" from "finished" without timing
+    anything.
     """
 
     def __init__(self, folder: Path) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.reload_support import ask_marked, control, copy_models, loader_call, set_line
-from tests.e2e.support import fp32_input, wait_until
+from tests.e2e.support import REPOSITORIES, fp32_input, wait_until
 from tests.harness.ports import free_port
 
 POLL_FAILED = "failed to load '{}', failed to poll from model repository"
@@ -217,3 +219,69 @@ def test_loading_api_answers_match_triton(oracle_server, tmp_path) -> None:
     calls = [call for i, call in enumerate(API_CALLS) if i not in crashy]
     expected = [answer for i, answer in enumerate(TRITON_ANSWERS) if i not in crashy]
     assert run_api_calls(oracle.client(), calls) == expected
+
+
+# Explicit loads that fail for the model as a whole, and Triton 2.51's HTTP answers to them
+# [V: test_whole_model_load_failures_match_triton]. Only a failure to read the folder is
+# "failed to poll" (500); past that, the reason comes back as INVALID_ARG (400).
+WHOLE_MODEL_FAILURES = {
+    "bad_pbtxt": (500, {"error": POLL_FAILED.format("bad_pbtxt")}),
+    "no_version_dir": (
+        400,
+        {
+            "error": "load failed for model 'no_version_dir': at least one version must be "
+            "available under the version policy of model 'no_version_dir'\n"
+        },
+    ),
+    "bad_missing_step": (
+        400,
+        {
+            "error": "load failed for model 'bad_missing_step': ensemble bad_missing_step "
+            "contains models that are not available or ambiguous: no_such_model\n"
+        },
+    ),
+    "bad_input_key": (
+        400,
+        {
+            "error": "load failed for model 'bad_input_key': in ensemble bad_input_key, "
+            "ensemble tensor X is mapping to non-existing input NOPE in model slow\n"
+        },
+    ),
+}
+
+
+def whole_model_failures_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "failures"
+    for folder, names in (
+        ("load_failures", ("healthy", "bad_pbtxt", "no_version_dir")),
+        ("composition", ("slow", "bad_missing_step", "bad_input_key")),
+    ):
+        for name in names:
+            shutil.copytree(REPOSITORIES / folder / name, repo / name)
+    return repo
+
+
+def test_whole_model_load_failures(bridge_server, tmp_path) -> None:
+    port = free_port()
+    server = bridge_server(
+        whole_model_failures_repo(tmp_path),
+        "--model-control-mode=explicit",
+        "--load-model=healthy",
+        "--load-model=slow",
+        f"--control-port={port}",
+    )
+    for model, answer in WHOLE_MODEL_FAILURES.items():
+        assert control(port, f"/v2/repository/models/{model}/load") == answer, model
+        assert not server.client().is_model_ready(model)
+
+
+@pytest.mark.oracle
+def test_whole_model_load_failures_match_triton(oracle_server, tmp_path) -> None:
+    oracle = oracle_server(
+        whole_model_failures_repo(tmp_path),
+        "--model-control-mode=explicit",
+        "--load-model=healthy",
+        "--load-model=slow",
+    )
+    for model, answer in WHOLE_MODEL_FAILURES.items():
+        assert control(oracle.http_port, f"/v2/repository/models/{model}/load") == answer, model

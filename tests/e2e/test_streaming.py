@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import queue
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.e2e.support import REPOSITORIES, WAIT_S, BackgroundInfer, wait_until
+from tests.e2e.metrics_support import scrape, value
+from tests.e2e.support import REPOSITORIES, WAIT_S, BackgroundInfer, Gate, wait_until
 
 STREAMING = REPOSITORIES / "streaming"
 
@@ -279,19 +279,33 @@ def test_client_timeout_reaches_the_model(stream, tmp_path):
     assert seen["steps"] < 1000
 
 
-def test_queued_request_cancelled_never_executes(stream, tmp_path):
+def queue_figures(server) -> tuple[float, float]:
+    """`cancellable`'s queued requests and CANCELED failures, from the metrics port."""
+    samples = scrape(server.metrics_port)
+    labels = {"model": "cancellable", "version": "1"}
+    queued = value(samples, "nv_inference_pending_request_count", **labels)
+    cancelled = value(samples, "nv_inference_request_failure", reason="CANCELED", **labels)
+    return queued or 0.0, cancelled or 0.0
+
+
+def test_queued_request_cancelled_never_executes(server, stream, tmp_path):
     running, queued = tmp_path / "running.json", tmp_path / "queued.json"
     first = stream()
     first.send("cancellable", [0], parameters={"report": str(running)})
     assert first.next()[1] is None  # the only instance is busy with it now
+    _, cancelled_before = queue_figures(server)
     second = stream()
     second.send("cancellable", [0], parameters={"report": str(queued), "steps": 1})
-    time.sleep(1.0)  # let the second request reach the model's queue
+    wait_until(lambda: queue_figures(server)[0] == 1, "the second request in the model's queue")
     second.close(cancel=True)
-    time.sleep(0.5)  # let that cancellation reach the queue before the instance frees up
+    # Out of the queue and answered CANCELLED while the instance is still busy with the first.
+    wait_until(
+        lambda: queue_figures(server) == (0, cancelled_before + 1), "the queued request cancelled"
+    )
+    assert not running.exists()
     first.close(cancel=True)
     read_report(running)
-    # A third request runs after the queue drained: the cancelled one was skipped by then.
+    # A third request runs after the first: the cancelled one was never executed.
     third = stream()
     third.send("cancellable", [0], parameters={"steps": 1})
     assert third.next()[1] is None
@@ -301,29 +315,36 @@ def test_queued_request_cancelled_never_executes(stream, tmp_path):
 # -- async def execute ----------------------------------------------------------------------------
 
 
-def test_async_decoupled_coroutines_overlap(stream):
-    delay = 0.6
-    streams = [stream() for _ in range(3)]
-    start = time.monotonic()
-    for s in streams:
-        s.send("async_repeat", [1], parameters={"delay_ms": int(delay * 1000)})
-    for s in streams:
+def test_async_decoupled_coroutines_overlap(stream, tmp_path):
+    gate = Gate(tmp_path)
+    streams = {f"s{i}": stream() for i in range(3)}
+    for tag, s in streams.items():
+        s.send("async_repeat", [1], parameters=gate.params(tag))
+    # All three coroutines are inside execute at once, on the model's one instance.
+    try:
+        wait_until(lambda: all(gate.started(tag) for tag in streams), "three coroutines at once")
+    finally:
+        gate.open()
+    for s in streams.values():
         s.send("repeat", [0], parameters={"final": "last"})
         assert outs(s.until_final()) == [[1], [0]]
-    # Serial would take 3 × delay; the coroutines interleave on one instance (sanity ratio).
-    assert time.monotonic() - start < 2.5 * delay
 
 
-def test_async_default_coroutines_overlap(server):
-    delay = 0.6
+def test_async_default_coroutines_overlap(server, tmp_path):
+    gate = Gate(tmp_path)
     client = server.client()
-    start = time.monotonic()
-    calls = [
-        BackgroundInfer(client, "async_square", [int32_input([n])], parameters={"delay_ms": 600})
+    calls = {
+        n: BackgroundInfer(
+            client, "async_square", [int32_input([n])], parameters=gate.params(str(n))
+        )
         for n in (2, 3, 4)
-    ]
-    assert [c.result().as_numpy("OUT").tolist() for c in calls] == [[4], [9], [16]]
-    assert time.monotonic() - start < 2.5 * delay
+    }
+    try:
+        wait_until(lambda: all(gate.started(str(n)) for n in calls), "three coroutines at once")
+        assert not any(call.done() for call in calls.values())
+    finally:
+        gate.open()
+    assert [c.result().as_numpy("OUT").tolist() for c in calls.values()] == [[4], [9], [16]]
 
 
 def test_async_default_return_value_is_checked(server):

@@ -9,6 +9,7 @@ cancellation flags and the requeue hook). The models of tests/repositories/strea
 
 from __future__ import annotations
 
+import json
 import textwrap
 import threading
 import time
@@ -245,6 +246,7 @@ def test_default_mode_coroutine_answers(tiny):
 ASYNC_DECOUPLED = """
     import asyncio
     import json
+    import os
     import numpy as np
     import triton_python_backend_utils as pb_utils
 
@@ -256,7 +258,12 @@ ASYNC_DECOUPLED = """
     class TritonPythonModel:
         async def execute(self, requests):
             params = json.loads(requests[0].parameters())
-            await asyncio.sleep(params.get("sleep", 0))
+            if params.get("started"):  # file gates: the test holds the coroutine here
+                open(params["started"], "w").close()
+            for _ in range(6000 if params.get("gate") else 0):  # 60 s at most, never a hang
+                if os.path.exists(params["gate"]):
+                    break
+                await asyncio.sleep(0.01)
             # The first request is answered and closed, the others get one response each.
             requests[0].get_response_sender().send(response(0), FINAL)
             for r in requests[1:]:
@@ -306,30 +313,42 @@ def test_decoupled_coroutine_must_return_none(tiny):
     assert len(closed.items) == 1  # already closed: it gets nothing more
 
 
-def test_coroutines_of_one_instance_overlap(tiny):
+def gated(tmp_path: Path, tag: str) -> str:
+    """Request parameters that hold ASYNC_DECOUPLED's coroutine until `tmp_path/gate` exists."""
+    return json.dumps({"started": str(tmp_path / f"started-{tag}"), "gate": str(tmp_path / "gate")})
+
+
+def wait_for(predicate: Any, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def test_coroutines_of_one_instance_overlap(tiny, tmp_path):
     instance = tiny(ASYNC_DECOUPLED)
-    delay = 0.4
-    answers = [Answers() for _ in range(3)]
-    start = time.monotonic()
-    for a in answers:
-        execute_on(instance, [pending(a, decoupled=True, params=f'{{"sleep":{delay}}}')], True)
-    # execute returned for all three while their coroutines still sleep.
+    tags = ["a", "b", "c"]
+    answers = [Answers() for _ in tags]
+    for tag, a in zip(tags, answers, strict=True):
+        execute_on(instance, [pending(a, decoupled=True, params=gated(tmp_path, tag))], True)
+    # execute returned for all three, and all three coroutines are inside it at once.
+    wait_for(lambda: all((tmp_path / f"started-{t}").exists() for t in tags), "three coroutines")
     assert not any(a.closed.is_set() for a in answers)
     assert instance.wait_coroutines(timeout=0.05) is False
+    (tmp_path / "gate").touch()
     assert instance.wait_coroutines(WAIT_S) is True
-    elapsed = time.monotonic() - start
     assert all(a.closed.is_set() for a in answers)
-    assert elapsed < 2.5 * delay  # serial: 3 × delay
 
 
-def test_instance_thread_is_free_while_a_coroutine_awaits(tiny):
+def test_instance_thread_is_free_while_a_coroutine_awaits(tiny, tmp_path):
     instance = tiny(ASYNC_DECOUPLED)
     slow = Answers()
-    execute_on(instance, [pending(slow, decoupled=True, params='{"sleep":1.5}')], True)
-    # A plain call on the instance thread runs at once, not after the coroutine's sleep.
-    start = time.monotonic()
-    assert instance.call(lambda: 42) == 42
-    assert time.monotonic() - start < 1.0 and not slow.closed.is_set()
+    execute_on(instance, [pending(slow, decoupled=True, params=gated(tmp_path, "slow"))], True)
+    wait_for((tmp_path / "started-slow").exists, "the coroutine to start")
+    # A plain call on the instance thread runs while the coroutine is held at its gate.
+    assert instance.call(lambda: 42, timeout=WAIT_S) == 42
+    assert not slow.closed.is_set()
+    (tmp_path / "gate").touch()
     assert [f for _, f in slow.wait_closed()] == [True]
 
 

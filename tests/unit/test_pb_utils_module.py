@@ -6,14 +6,20 @@
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
 import sys
+import textwrap
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from model_repository_loader import pb_utils
 from model_repository_loader.pb_utils import TritonModelException, context
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # [V] sorted(dir(triton_python_backend_utils)) without dunders, inside a 2.51 model.
 TRITON_NAMES = [
@@ -220,27 +226,56 @@ def test_get_model_dir_follows_the_bound_instance() -> None:
         assert pb_utils.get_model_dir() == "/models/m/1"
 
 
+def run_fresh(code: str) -> None:
+    """Run `code` in a new interpreter: these checks need a process where no other test has
+    bound a model instance (module-scoped repositories of other test files stay loaded, and
+    the context falls back to the only bound instance process-wide)."""
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_get_model_dir_without_a_model() -> None:
-    if context.current_model() is not None:
-        pytest.skip("an instance bound by another test is the process-wide fallback")
-    with pytest.raises(TritonModelException):
-        pb_utils.get_model_dir()
+    run_fresh(
+        """
+        import pytest
+        from model_repository_loader import pb_utils
+        from model_repository_loader.pb_utils import TritonModelException, context
+
+        assert context.current_model() is None
+        with pytest.raises(TritonModelException):
+            pb_utils.get_model_dir()
+        """
+    )
 
 
 def test_threads_fall_back_to_the_only_bound_instance() -> None:
-    if context._bound:  # instances of other tests still alive: this one would not be the only
-        pytest.skip("instances bound by other tests are alive in this process")
-    seen = []
+    run_fresh(
+        """
+        import threading
+        from model_repository_loader import pb_utils
+        from model_repository_loader.pb_utils import context
 
-    def worker() -> None:
-        seen.append((pb_utils.get_model_dir(), context.current_phase()))
+        assert not context._bound
+        seen = []
 
-    with context.model_context(model_name="m", instance_name="m_0", version_dir="/models/m/1"):
-        with context.phase("finalize"):
-            thread = threading.Thread(target=worker)
-            thread.start()
-            thread.join()
-    assert seen == [("/models/m/1", "finalize")]
+        def worker():
+            seen.append((pb_utils.get_model_dir(), context.current_phase()))
+
+        with context.model_context(model_name="m", instance_name="m_0", version_dir="/models/m/1"):
+            with context.phase("finalize"):
+                thread = threading.Thread(target=worker)
+                thread.start()
+                thread.join()
+        assert seen == [("/models/m/1", "finalize")], seen
+        """
+    )
 
 
 def test_threads_get_no_fallback_with_two_instances() -> None:

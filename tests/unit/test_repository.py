@@ -54,9 +54,7 @@ def test_scan_merges_repositories_and_flags_names_found_twice(tmp_path):
     error = sources["shared"].error
     assert isinstance(error, ConfigError)
     assert str(error) == "failed to poll model 'shared': not unique across all model repositories"
-    assert error.load_failure_message("shared") == (
-        "failed to load 'shared', failed to poll from model repository"
-    )
+    assert error.stage == "poll"
 
 
 def test_scan_of_a_missing_repository_fails(tmp_path):

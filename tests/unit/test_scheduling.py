@@ -5,6 +5,7 @@ expected behaviour is Triton's (spec §3.7, §3.8, §3.15, tests/differential/te
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -27,6 +28,7 @@ from model_repository_loader.scheduling.stats import ModelStats
 
 REPOSITORIES = Path(__file__).resolve().parents[2] / "tests" / "repositories"
 WAIT_S = 30.0
+_FINISHED = itertools.count(1)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,7 @@ class Call:
     def __init__(self, repo: LoadedRepository, model: str, rid: str, rows: int = 1, **params):
         self.responses: list[pb_utils.InferenceResponse | None] = []
         self.done = threading.Event()
-        self.finished_at = 0.0
+        self.finished = 0  # the order in which requests got their final response (1, 2, ...)
         shape = (rows, 1) if repo.models[model].config.max_batch_size else (1,)
         array = np.full(shape, rows, np.int32)
         request = InferRequest(
@@ -53,7 +55,7 @@ class Call:
     def _respond(self, response: pb_utils.InferenceResponse | None, final: bool) -> None:
         self.responses.append(response)
         if final:
-            self.finished_at = time.monotonic()
+            self.finished = next(_FINISHED)
             self.done.set()
 
     def wait(self) -> pb_utils.InferenceResponse:
@@ -83,12 +85,23 @@ def test_statistics_of_a_dynamic_batch(batching: LoadedRepository):
     assert snap.queue.ns > 0 and snap.compute_infer.ns > 0 and snap.last_inference_ms > 0
 
 
-def test_failed_requests_are_counted_as_failures(batching: LoadedRepository):
+def gate_params(folder: Path, tag: str) -> dict[str, str]:
+    """Parameters that hold the batching model's execute until `open_gate(folder)`."""
+    return {"started": str(folder / f"started-{tag}"), "gate": str(folder / "gate")}
+
+
+def open_gate(folder: Path) -> None:
+    (folder / "gate").touch()
+
+
+def test_failed_requests_are_counted_as_failures(batching: LoadedRepository, tmp_path: Path):
     stats = batching.models["queue_full"].latest.stats
-    # blk has 0.3 s to reach the instance; q0-q2 have 0.7 s to queue while it runs.
-    calls = [Call(batching, "queue_full", "blk", sleep_ms=1000)]
-    time.sleep(0.3)
+    # blk holds the only instance (out of the queue); q0, q1 fill the queue of 2, q2 is refused.
+    calls = [Call(batching, "queue_full", "blk", **gate_params(tmp_path, "blk"))]
+    _wait_for((tmp_path / "started-blk").exists)
     calls += [Call(batching, "queue_full", f"q{i}") for i in range(3)]
+    assert calls[-1].done.wait(WAIT_S) and stats.snapshot().queued == 2
+    open_gate(tmp_path)
     for call in calls:
         call.wait()
     rejected = [c for c in calls if c.responses[-1].has_error()]
@@ -132,18 +145,24 @@ def test_stacking_hands_execute_one_request(batching: LoadedRepository):
         np.testing.assert_array_equal(out, np.full((rows, 1), rows, np.int32))
 
 
-def test_preserve_ordering_holds_later_responses(batching: LoadedRepository):
+def test_preserve_ordering_holds_later_responses(batching: LoadedRepository, tmp_path: Path):
     """Several instances: with preserve_ordering the slow first request still answers first."""
 
     def run(model: str) -> list[str]:
-        slow = Call(batching, model, "slow", sleep_ms=1000)
-        time.sleep(0.2)  # fast starts well after slow and still ends 0.8 s before it
-        fast = Call(batching, model, "fast")
+        folder = tmp_path / model
+        folder.mkdir()
+        stats = batching.models[model].latest.stats
+        slow = Call(batching, model, "slow", **gate_params(folder, "slow"))
+        _wait_for((folder / "started-slow").exists)
+        executed = stats.snapshot().execution_count
+        fast = Call(batching, model, "fast")  # on another instance, while slow is held
+        # fast's execute has returned (its response delivered, or held back).
+        _wait_for(lambda: stats.snapshot().execution_count == executed + 1)
+        open_gate(folder)
         fast.wait(), slow.wait()
-        by_time = sorted(
-            [("slow", slow.finished_at), ("fast", fast.finished_at)], key=lambda x: x[1]
+        return sorted(
+            ["slow", "fast"], key=lambda name: {"slow": slow, "fast": fast}[name].finished
         )
-        return [name for name, _ in by_time]
 
     assert run("groups") == ["fast", "slow"]  # without it, the fast one comes first
     assert run("dyn_ordered") == ["slow", "fast"]

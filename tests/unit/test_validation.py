@@ -23,10 +23,8 @@ from model_repository_loader.validation import (
     config_datatype_name,
     no_available_versions_error,
     parse_model_version,
-    select_version,
     triton_input_order,
     unknown_model_error,
-    version_not_ready_error,
 )
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "validation_oracle.json").read_text())
@@ -101,27 +99,44 @@ def test_fixture_covers_every_rule() -> None:
     assert any("model_shapes" in c["expected"] for c in CASES)
 
 
-@pytest.mark.parametrize("lookup", FIXTURE["lookups"], ids=[c["id"] for c in FIXTURE["lookups"]])
-def test_model_lookup_matches_triton(lookup: dict) -> None:
-    """What a server holding "two_in" (version 1 ready) and "broken" (version 1 failed to load)
-    answers, built from the lookup helpers the bridge and BLS use."""
-    served = {"two_in": ({1}, set()), "broken": (set(), {1})}
-    expected = lookup["expected"]
+LOOKUPS = {lookup["id"]: lookup["expected"] for lookup in FIXTURE["lookups"]}
 
-    def resolve() -> None:
-        version = parse_model_version(lookup["version"])
-        if lookup["model"] not in served:
-            raise RequestError(unknown_model_error(lookup["model"]), pb_utils.TritonError.NOT_FOUND)
-        ready, not_ready = served[lookup["model"]]
-        select_version(lookup["model"], version, ready, not_ready)
 
-    if expected["status"] == "OK":
-        resolve()
+def test_model_lookup_texts_match_triton() -> None:
+    """The lookup texts the bridge and BLS answer with, as Triton words them."""
+    assert unknown_model_error("nope") == LOOKUPS["unknown_model"]["message"]
+    assert unknown_model_error("nope", None) == LOOKUPS["unknown_model_with_version"]["message"]
+    assert unknown_model_error("two_in", 3) == LOOKUPS["unknown_version"]["message"]
+    assert unknown_model_error("two_in", 0) == LOOKUPS["version_zero"]["message"]
+    assert no_available_versions_error("broken") == LOOKUPS["no_available_versions"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("case", "parsed"),
+    [
+        ("version_negative", None),
+        ("version_not_a_number", None),
+        ("version_out_of_range", None),
+        ("version_with_spaces_and_junk", 1),
+        ("version_with_plus", 1),
+        ("unknown_version", 3),
+        ("version_zero", 0),
+    ],
+)
+def test_model_version_strings_parse_as_triton_reads_them(case: str, parsed: int | None) -> None:
+    """`parse_model_version` (the bridge form's and the triton door's version field)."""
+    version = next(c["version"] for c in FIXTURE["lookups"] if c["id"] == case)
+    if parsed is not None:
+        assert parse_model_version(version) == parsed
         return
     with pytest.raises(RequestError) as info:
-        resolve()
-    assert str(info.value) == expected["message"]
-    assert GRPC_STATUS_NAMES[info.value.code] == expected["status"]
+        parse_model_version(version)
+    assert str(info.value) == LOOKUPS[case]["message"]
+    assert GRPC_STATUS_NAMES[info.value.code] == LOOKUPS[case]["status"]
+
+
+def test_an_empty_model_version_is_the_servers_choice() -> None:
+    assert parse_model_version("") == -1
 
 
 # -- behaviour that needs no oracle -------------------------------------------------------------
@@ -138,24 +153,8 @@ def test_message_helpers() -> None:
     # Texts from spec §3.4 [V] (also in the oracle fixture's lookups).
     assert unknown_model_error("m") == "Request for unknown model: 'm' is not found"
     assert unknown_model_error("m", -1) == "Request for unknown model: 'm' is not found"
+    assert unknown_model_error("m", "") == "Request for unknown model: 'm' is not found"
     assert unknown_model_error("m", 4) == "Request for unknown model: 'm' version 4 is not found"
-    assert (
-        no_available_versions_error("m")
-        == "Request for unknown model: 'm' has no available versions"
-    )
-    assert version_not_ready_error("m", 2).endswith("version 2 is not at ready state")
-
-
-@pytest.mark.parametrize(
-    ("text", "version"), [("", -1), ("1", 1), (" 12", 12), ("3abc", 3), ("+2", 2), ("0", 0)]
-)
-def test_parse_model_version_like_stol(text: str, version: int) -> None:
-    assert parse_model_version(text) == version
-
-
-def test_select_version_picks_highest_ready() -> None:
-    assert select_version("m", -1, {1, 3, 2}) == 3
-    assert select_version("m", 2, {1, 2}) == 2
 
 
 def test_config_datatype_names() -> None:

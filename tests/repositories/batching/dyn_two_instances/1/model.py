@@ -3,10 +3,12 @@
 Every response carries OUT = IN and REPORT (one BYTES element per row) holding
 {"ids": request ids of this execute call, "sizes": their batch sizes, "call": the instance's
 execute counter, "instance", "kind", "device"}. The request parameter `sleep_ms` (the largest in
-the call) makes execute take that long, to hold the instance busy.
+the call) makes execute take that long, to hold the instance busy. `started` and `gate` (file
+paths) hold it without a clock: execute writes `started` and goes on once `gate` exists.
 """
 
 import json
+import os
 import time
 
 import numpy as np
@@ -22,8 +24,17 @@ class TritonPythonModel:
     def execute(self, requests):
         self.calls += 1
         values = [pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() for r in requests]
-        sleep_ms = max(json.loads(r.parameters()).get("sleep_ms", 0) for r in requests)
+        params = [json.loads(r.parameters()) for r in requests]
+        sleep_ms = max(p.get("sleep_ms", 0) for p in params)
         time.sleep(sleep_ms / 1000)
+        for p in params:
+            if p.get("started"):
+                open(p["started"], "w").close()
+        for gate in [p["gate"] for p in params if p.get("gate")]:
+            for _ in range(6000):  # 60 s at most: a test that never opens it fails, not hangs
+                if os.path.exists(gate):
+                    break
+                time.sleep(0.01)
         report = {
             "ids": [r.request_id() for r in requests],
             "sizes": [int(v.shape[0]) if self.batching else 1 for v in values],
