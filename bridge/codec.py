@@ -28,6 +28,7 @@ import numpy as np
 
 from model_repository_loader.inference import InferRequest
 from model_repository_loader.pb_utils import InferenceResponse, Tensor, TritonError
+from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
 from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import RequestError
 
@@ -50,22 +51,15 @@ TO_KSERVE = {
 }
 TO_DYNAMO = {kserve: dynamo for dynamo, kserve in TO_KSERVE.items()}
 
+# The numeric datatypes whose values Dynamo's lists carry as numbers (FP16/BF16 come as bits).
 _NUMERIC = {
-    "BOOL": np.bool_,
-    "UINT8": np.uint8,
-    "UINT16": np.uint16,
-    "UINT32": np.uint32,
-    "UINT64": np.uint64,
-    "INT8": np.int8,
-    "INT16": np.int16,
-    "INT32": np.int32,
-    "INT64": np.int64,
-    "FP32": np.float32,
-    "FP64": np.float64,
+    name: dtype
+    for name, dtype in DATATYPE_TO_NUMPY.items()
+    if name not in ("FP16", "BF16", "BYTES")
 }
 
 
-def _decode_numeric(dtype: type) -> Callable[[list], np.ndarray]:
+def _decode_numeric(dtype: np.dtype) -> Callable[[list], np.ndarray]:
     # fromiter with a known count is the fastest list → array path (spec dynamo_runtime §6).
     return lambda values: np.fromiter(values, dtype, count=len(values))
 
@@ -92,7 +86,7 @@ _RAW_TYPES: dict[str, np.dtype] = {
     "FP16": np.dtype("<f2"),
     "BF16": np.dtype("<u2"),
 }
-_STORED_TYPES: dict[str, type] = {**_NUMERIC, "FP16": np.float16, "BF16": np.uint16}
+_STORED_TYPES = {name: DATATYPE_TO_NUMPY[name] for name in (*_NUMERIC, "FP16", "BF16")}
 _LENGTH = struct.Struct("<I")
 
 

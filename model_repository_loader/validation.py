@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from tritonclient.grpc import model_config_pb2 as mc
 
 from .errors import TritonStatusError
+from .pb_utils.constants import ELEMENT_SIZES
 from .pb_utils.errors import ErrorCode
 from .pb_utils.tensor import Tensor
 
@@ -64,22 +65,6 @@ _DATATYPE_NAMES = {
     "TYPE_FP64": "FP64",
     "TYPE_STRING": "BYTES",
     "TYPE_BF16": "BF16",
-}
-
-_ELEMENT_SIZES = {
-    "BOOL": 1,
-    "UINT8": 1,
-    "INT8": 1,
-    "UINT16": 2,
-    "INT16": 2,
-    "FP16": 2,
-    "BF16": 2,
-    "UINT32": 4,
-    "INT32": 4,
-    "FP32": 4,
-    "UINT64": 8,
-    "INT64": 8,
-    "FP64": 8,
 }
 
 
@@ -266,7 +251,7 @@ class _InputSpec:
     def __init__(self, config: mc.ModelInput, batching: bool) -> None:
         self.name = config.name
         self.datatype = config_datatype_name(config.data_type)
-        self.element_size = _ELEMENT_SIZES.get(self.datatype, 0)  # 0: BYTES, counted by element
+        self.element_size = ELEMENT_SIZES.get(self.datatype, 0)  # 0: BYTES, counted by element
         self.dims = tuple(config.dims)
         self.dims_text = _dims_text(((-1,) if batching else ()) + self.dims)
         self.reshape = tuple(config.reshape.shape) if config.HasField("reshape") else None

@@ -87,3 +87,7 @@ DATATYPE_TO_NUMPY = {
     "BYTES": np.dtype(np.object_),
     "BF16": np.dtype(np.uint16),
 }
+# Bytes per element of each fixed-size datatype (BYTES has none: its elements vary).
+ELEMENT_SIZES = {
+    name: dtype.itemsize for name, dtype in DATATYPE_TO_NUMPY.items() if name != "BYTES"
+}

@@ -23,6 +23,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
+from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY, ELEMENT_SIZES
 from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import config_datatype_name
 
@@ -34,21 +35,6 @@ from .status import DoorError, invalid
 FINAL_RESPONSE = "triton_final_response"
 EMPTY_FINAL_REQUESTED = "triton_enable_empty_final_response"
 
-_ELEMENT_SIZE = {
-    "BOOL": 1,
-    "UINT8": 1,
-    "INT8": 1,
-    "UINT16": 2,
-    "INT16": 2,
-    "FP16": 2,
-    "BF16": 2,
-    "UINT32": 4,
-    "INT32": 4,
-    "FP32": 4,
-    "UINT64": 8,
-    "INT64": 8,
-    "FP64": 8,
-}
 
 # Typed `contents` field → the datatype Triton names it by, and the datatypes it may carry.
 _CONTENT_FIELDS: dict[str, tuple[str, frozenset[str]]] = {
@@ -60,19 +46,6 @@ _CONTENT_FIELDS: dict[str, tuple[str, frozenset[str]]] = {
     "fp32_contents": ("FP32", frozenset({"FP32"})),
     "fp64_contents": ("FP64", frozenset({"FP64"})),
     "bytes_contents": ("BYTES", frozenset({"BYTES"})),
-}
-_NUMPY = {
-    "BOOL": np.bool_,
-    "UINT8": np.uint8,
-    "UINT16": np.uint16,
-    "UINT32": np.uint32,
-    "UINT64": np.uint64,
-    "INT8": np.int8,
-    "INT16": np.int16,
-    "INT32": np.int32,
-    "INT64": np.int64,
-    "FP32": np.float32,
-    "FP64": np.float64,
 }
 
 # InferParameter's oneof field ⇄ the kind name of the dict form.
@@ -147,7 +120,7 @@ def _typed_contents(
     values = getattr(contents, field_name)
     if field_name == "bytes_contents":
         return b"".join(struct.pack("<I", len(v)) + v for v in values)
-    return np.asarray(values, dtype=_NUMPY[tensor.datatype]).tobytes()
+    return np.asarray(values, dtype=DATATYPE_TO_NUMPY[tensor.datatype]).tobytes()
 
 
 def _check_bytes_framing(
@@ -219,7 +192,7 @@ def _check_tensor(
     if datatype == "BYTES":
         _check_bytes_framing(request, tensor, data)
         return
-    expected = math.prod(shape) * _ELEMENT_SIZE[datatype]
+    expected = math.prod(shape) * ELEMENT_SIZES[datatype]
     if expected != len(data):
         raise invalid(
             f"{_prefix(request.id)}input byte size mismatch for input '{tensor.name}' for model "
