@@ -363,10 +363,11 @@ class _Responses:
     looks at the deque again, so no response can be left behind without a wake-up.
     """
 
-    __slots__ = ("_loop", "encode", "_items", "_waiter", "_wake_pending", "gone")
+    __slots__ = ("_loop", "_name", "encode", "_items", "_waiter", "_wake_pending", "gone")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, name: str) -> None:
         self._loop = loop
+        self._name = name
         # encode(response or None, final) -> the dict yielded: the standard form unless the
         # request asked for the bridge form.
         self.encode: Callable[[InferenceResponse | None, bool], dict] = functools.partial(
@@ -387,7 +388,17 @@ class _Responses:
         elif response.has_error():
             item = response.error()
         else:
-            item = self.encode(response, final)
+            try:
+                item = self.encode(response, final)
+            except Exception as exc:
+                # The wire cannot carry this response: the request fails with a clear text, and
+                # nothing of the bridge's raises into the model's thread.
+                log.exception("'%s': a response could not be encoded", self._name)
+                item = TritonError(
+                    f"Failed to process the request(s) for model '{self._name}', message: "
+                    f"the response could not be encoded: {exc!r}",
+                    TritonError.INTERNAL,
+                )
         self._items.append((item, final))
         if not self._wake_pending:
             self._wake_pending = True

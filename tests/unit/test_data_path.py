@@ -104,3 +104,33 @@ def test_after_the_client_is_gone_responses_are_dropped() -> None:
 
     item, final = asyncio.run(main())
     assert item is _GONE and final
+
+
+def test_a_response_that_cannot_be_encoded_fails_the_request_not_the_model_thread() -> None:
+    # Encoding is the bridge's side of the boundary: its failure must reach the client as an
+    # INTERNAL error, never raise into the model's thread (Pending.deliver's caller).
+    def broken_encode(response: object, final: bool) -> dict:
+        raise ValueError("cannot carry this")
+
+    async def main() -> tuple[object, bool]:
+        responses = _Responses(asyncio.get_running_loop(), "m")
+        responses.encode = broken_encode
+        raised: list[BaseException] = []
+
+        def model() -> None:
+            try:
+                responses.respond(response(1), True)
+            except BaseException as exc:  # noqa: BLE001 - what the test looks for
+                raised.append(exc)
+
+        thread = threading.Thread(target=model)
+        thread.start()
+        thread.join(10)
+        assert raised == []
+        return await asyncio.wait_for(responses.next(), timeout=5)
+
+    item, final = asyncio.run(main())
+    assert final
+    assert isinstance(item, pb_utils.TritonError)
+    assert item.code() == pb_utils.TritonError.INTERNAL
+    assert "the response could not be encoded: ValueError('cannot carry this')" in item.message()
