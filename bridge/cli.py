@@ -459,10 +459,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_targets = configure_dynamo_logging(args.log_verbose, os.environ)
     with hide_filter_banner(quiet_targets):  # Dynamo reads DYN_LOG when first imported
         from .metrics.triton import parse_metrics_config
+        from .options import Timings
         from .restrictions import MODEL_REPOSITORY, parse_restricted_api
         from .server import RuntimeSettingsError, ServerOptions, StartupError, serve
 
     try:
+        timings = Timings.from_environment(os.environ)
         restricted = parse_restricted_api(args.http_restricted_api)
         metrics_config = parse_metrics_config(args.metrics_config)
     except ValueError as exc:
@@ -495,6 +497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         reload_debounce=args.reload_debounce_secs,
         http_restricted_api=restricted,
         exit_timeout=args.exit_timeout_secs,
+        timings=timings,
         door=door,
         loader=ConfigOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),

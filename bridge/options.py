@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,47 @@ from .restrictions import Restriction
 
 if TYPE_CHECKING:
     from .frontends.triton import DoorOptions
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """The server's own waits, in seconds. Each is also `DYN_BRIDGE_<NAME>` in the environment
+    (`DYN_BRIDGE_ROUTE_QUIET_SECS=1`); the defaults are what the tests and benchmarks measured.
+    """
+
+    # Hot reload: a retired generation is withdrawn once no request has reached it for this
+    # long (frontends route elsewhere; Dynamo 1.6 has no confirmation of that) ...
+    route_quiet_secs: float = 0.5
+    # ... and at most after this long; then it is closed, waited for at most close_timeout.
+    drain_timeout_secs: float = 60.0
+    close_timeout_secs: float = 60.0
+    # A load still running after this long is logged, then again at each doubling.
+    slow_load_warning_secs: float = 10.0
+    # A worker with no frontend in its process cannot ask the frontends elsewhere whether they
+    # see a new generation: they get this long before the old one is withdrawn (measured with
+    # file discovery under load: at once gave NOT_FOUND for a moment, 0.3 s none).
+    remote_frontend_grace_secs: float = 1.0
+    # Shutdown: after the model cards are gone, the longest wait for requests to stop arriving
+    # before the instance records go too (a caller routing on instances never goes quiet).
+    routes_quiet_max_secs: float = 5.0
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> Timings:
+        """The defaults, with each `DYN_BRIDGE_<NAME>` that is set; ValueError naming a bad one."""
+        changes: dict[str, float] = {}
+        for setting in fields(cls):
+            name = "DYN_BRIDGE_" + setting.name.upper()
+            text = environ.get(name)
+            if not text:
+                continue
+            try:
+                value = float(text)
+            except ValueError:
+                value = -1.0
+            if not value >= 0:
+                raise ValueError(f"{name}: '{text}' is not a number of seconds >= 0")
+            changes[setting.name] = value
+        return replace(cls(), **changes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +80,7 @@ class ServerOptions:
     http_restricted_api: dict[str, Restriction] = field(default_factory=dict)
     exit_timeout: float = 30.0  # tritonserver's --exit-timeout-secs
     door: DoorOptions | None = None  # `--frontend triton` and its TLS options; None = dynamo
+    timings: Timings = field(default_factory=Timings)
 
 
 class StartupError(Exception):

@@ -61,10 +61,6 @@ MODEL_CONTROL_MODES = ("none", "poll", "explicit")
 
 # After the last unload of a burst, when the heap is collected and frozen again.
 REFREEZE_DELAY = 1.0
-# Shutdown: the longest wait, after the model cards are gone, for requests to stop arriving
-# before the instance records go too (a caller that routes on instances, not cards, would
-# otherwise hold the exit until --exit-timeout-secs).
-ROUTES_QUIET_MAX_S = 5.0
 
 
 def digests_of(paths: Iterable[Path]) -> dict[str, str]:
@@ -96,6 +92,10 @@ class ManagerOptions:
     # made a frontend answer NOT_FOUND for a moment).
     frontend_metrics_port: int | None = None
     remote_frontend_grace: float = 0.0
+    # Shutdown: the longest wait, after the model cards are gone, for requests to stop arriving
+    # before the instance records go too (a caller that routes on instances, not cards, would
+    # otherwise hold the exit until --exit-timeout-secs).
+    routes_quiet_max: float = 5.0
 
 
 class ModelManager:
@@ -348,7 +348,8 @@ class ModelManager:
                 await worker.stop()
             except Exception as exc:  # keep shutting the rest down
                 log.warning("unregistering '%s' failed: %s", worker.name, exc)
-        await self._until_routes_quiet(workers, since, min(deadline, since + ROUTES_QUIET_MAX_S))
+        quiet_until = min(deadline, since + self.options.routes_quiet_max)
+        await self._until_routes_quiet(workers, since, quiet_until)
         for worker in workers:
             await worker.withdraw()
         if self._refreeze is not None:

@@ -42,10 +42,6 @@ log = logging.getLogger("dynamo_bridge")
 
 # How often Dynamo's health status is brought in line with the strict readiness.
 HEALTH_SYNC_S = 0.25
-# With the frontend in another process: how long it gets to pick up a new generation before the
-# one it replaces is withdrawn (Dynamo offers no confirmation). Measured with file discovery under
-# load: withdrawing at once gave NOT_FOUND for a moment, 0.3 s none; 1 s leaves a margin.
-REMOTE_FRONTEND_GRACE_S = 1.0
 # The never-served endpoint whose metrics callback appends ours to the system status server's
 # /metrics: a callback registered on an endpoint that is served later is lost (measured on
 # 1.6.1), and model endpoints come and go with reloads.
@@ -104,7 +100,12 @@ class WorkerRole:
                 namespace=options.namespace,
                 mode=mode,
                 frontend_metrics_port=frontend_port,
-                remote_frontend_grace=REMOTE_FRONTEND_GRACE_S,
+                route_quiet=options.timings.route_quiet_secs,
+                drain_timeout=options.timings.drain_timeout_secs,
+                close_timeout=options.timings.close_timeout_secs,
+                slow_load_warning=options.timings.slow_load_warning_secs,
+                remote_frontend_grace=options.timings.remote_frontend_grace_secs,
+                routes_quiet_max=options.timings.routes_quiet_max_secs,
             ),
             self._loaded,
         )

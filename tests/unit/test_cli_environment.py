@@ -60,3 +60,16 @@ def test_an_invalid_variable_is_refused_by_name(name, value, capsys):
         parse([], {name: value})
     assert exited.value.code == 2
     assert name in capsys.readouterr().err
+
+
+def test_the_servers_waits_are_settings_with_an_environment_form():
+    from bridge.options import Timings
+
+    assert Timings.from_environment({}) == Timings()
+    timings = Timings.from_environment(
+        {"DYN_BRIDGE_ROUTE_QUIET_SECS": "2", "DYN_BRIDGE_CLOSE_TIMEOUT_SECS": "0.5"}
+    )
+    assert timings.route_quiet_secs == 2.0 and timings.close_timeout_secs == 0.5
+    assert timings.drain_timeout_secs == Timings().drain_timeout_secs
+    with pytest.raises(ValueError, match="DYN_BRIDGE_DRAIN_TIMEOUT_SECS"):
+        Timings.from_environment({"DYN_BRIDGE_DRAIN_TIMEOUT_SECS": "-1"})
