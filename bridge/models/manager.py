@@ -96,6 +96,9 @@ class ManagerOptions:
     # before the instance records go too (a caller that routes on instances, not cards, would
     # otherwise hold the exit until --exit-timeout-secs).
     routes_quiet_max: float = 5.0
+    # Whether other processes may serve models (any discovery but `mem`): only then do BLS calls
+    # and ensemble steps look for models elsewhere.
+    other_processes: bool = True
 
 
 class ModelManager:
@@ -140,12 +143,13 @@ class ModelManager:
         # BLS calls and ensemble steps reach theirs.
         self.control = ControlEndpoint(self.runtime, self.options.namespace, self)
         self._serving.append(self.control.start())
-        remote = DynamoRemoteModels(
-            self.runtime, self.options.namespace, self.loop, self.control.worker
-        )
-        await remote.start()
-        self.repository.scope.remote = remote
-        await self._load_remote_ensembles()
+        if self.options.other_processes:
+            remote = DynamoRemoteModels(
+                self.runtime, self.options.namespace, self.loop, self.control.worker
+            )
+            await remote.start()
+            self.repository.scope.remote = remote
+            await self._load_remote_ensembles()
         self.ready = True
 
     async def _load_remote_ensembles(self) -> None:

@@ -106,6 +106,7 @@ class WorkerRole:
                 slow_load_warning=options.timings.slow_load_warning_secs,
                 remote_frontend_grace=options.timings.remote_frontend_grace_secs,
                 routes_quiet_max=options.timings.routes_quiet_max_secs,
+                other_processes=options.discovery_backend != "mem",
             ),
             self._loaded,
         )
