@@ -264,9 +264,10 @@ class ModelWorker:
                 # meanwhile.
                 model = self._serving_model() or self.model
                 if model is None:
-                    # Unloaded while the request was on its way: answer now, as Triton does.
+                    # Unloaded while the request was on its way: answer now, as Triton does
+                    # (NOT_FOUND with this text [V]).
                     message = no_available_versions_error(self.name)
-                    refused = TritonError(message, TritonError.UNAVAILABLE)
+                    refused = TritonError(message, TritonError.NOT_FOUND)
                 else:
                     if bridge:
                         version = _answering_version(model, inference.model_version)
