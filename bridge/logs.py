@@ -37,6 +37,7 @@ from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+from model_repository_loader.errors import FAILED_REQUESTS_PREFIX
 from model_repository_loader.pb_utils.logger import LOGGER_NAME
 
 # Control characters other than newline and tab, DEL, and the C1 controls: as \xNN.
@@ -109,7 +110,7 @@ def redirect_output(path: str) -> None:
 
 
 # The loader's text for a failed execute (Triton's, verified); the bridge logs it per request.
-_FAILURE_PREFIX = "Failed to process the request(s) for model "
+_FAILURE_PREFIX = FAILED_REQUESTS_PREFIX
 
 
 class _DuplicateFailureFilter(logging.Filter):

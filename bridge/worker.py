@@ -27,6 +27,7 @@ from dynamo.llm import ModelInput, ModelType, WorkerType, register_model, unregi
 from dynamo.runtime import DistributedRuntime, Endpoint
 from tritonclient.grpc import model_config_pb2 as mc
 
+from model_repository_loader.errors import failed_requests_text
 from model_repository_loader.model import ServedModel
 from model_repository_loader.pb_utils import InferenceResponse, TritonError
 from model_repository_loader.validation import (
@@ -395,11 +396,8 @@ class _Responses:
                 # The wire cannot carry this response: the request fails with a clear text, and
                 # nothing of the bridge's raises into the model's thread.
                 log.exception("'%s': a response could not be encoded", self._name)
-                item = TritonError(
-                    f"Failed to process the request(s) for model '{self._name}', message: "
-                    f"the response could not be encoded: {exc!r}",
-                    TritonError.INTERNAL,
-                )
+                what = f"the response could not be encoded: {exc!r}"
+                item = TritonError(failed_requests_text(self._name, what), TritonError.INTERNAL)
         self._items.append((item, final))
         if not self._wake_pending:
             self._wake_pending = True

@@ -18,6 +18,15 @@ _PB_UTILS_DIR = _PACKAGE_DIR / "pb_utils"
 _NATIVE_IN_TRITON = frozenset({_PB_UTILS_DIR / "response_sender.py"})
 
 
+# Triton's text for requests an instance could not process [V], built here only.
+FAILED_REQUESTS_PREFIX = "Failed to process the request(s) for model "
+
+
+def failed_requests_text(instance_name: str, what: str) -> str:
+    """`Failed to process the request(s) for model '<instance>', message: <what>`."""
+    return f"{FAILED_REQUESTS_PREFIX}'{instance_name}', message: {what}"
+
+
 class TritonStatusError(Exception):
     """An error with Triton's text (`str(exc)`, `message`) and status code (`code`)."""
 

@@ -31,7 +31,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import pb_utils
-from .errors import format_python_error
+from .errors import failed_requests_text, format_python_error
 from .inference import Respond
 
 if TYPE_CHECKING:  # instance.py runs batches through this module
@@ -277,10 +277,7 @@ def run_execute(instance: ModelInstance, batch: list[Pending], decoupled: bool) 
 
 def fail_batch(instance_name: str, batch: list[Pending], exc: BaseException) -> None:
     """The last guard of a batch: log `exc` once and fail the requests not yet closed."""
-    message = (
-        f"Failed to process the request(s) for model '{instance_name}', message: "
-        f"{INTERNAL_FAILURE}{type(exc).__name__}: {exc}"
-    )
+    message = failed_requests_text(instance_name, f"{INTERNAL_FAILURE}{type(exc).__name__}: {exc}")
     log.error("%s", message, exc_info=exc)
     for pending in batch:
         pending.fail(message)
@@ -324,7 +321,7 @@ def _execute(instance: ModelInstance, batch: list[Pending], decoupled: bool) -> 
 
 def _failure_prefix(instance: ModelInstance) -> str:
     # Built only when something failed: run_execute is on every request's path.
-    return f"Failed to process the request(s) for model '{instance.name}', message: "
+    return failed_requests_text(instance.name, "")
 
 
 def _drop_cancelled(batch: list[Pending]) -> list[Pending]:

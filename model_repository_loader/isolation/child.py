@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import pb_utils
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, failed_requests_text
 from ..execution import Pending, run_execute
 from ..instance import ModelInstance
 from ..pb_utils.metrics import forward_to
@@ -403,7 +403,7 @@ def _error(message: str) -> pb_utils.InferenceResponse:
 
 
 def _failure(instance: ModelInstance, what: str) -> str:
-    return f"Failed to process the request(s) for model '{instance.name}', message: {what}"
+    return failed_requests_text(instance.name, what)
 
 
 def _unchanged(response: Any) -> Any:

@@ -55,7 +55,7 @@ from typing import Any
 
 from .. import pb_utils
 from ..deadlines import remaining
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, failed_requests_text
 from ..execution import Pending
 from ..instance import InstanceSpec
 from ..pb_utils.metrics import LinkedMetrics, registry_of
@@ -430,7 +430,7 @@ class IsolatedInstance:
             pending.fail(message)
 
     def _failure(self, what: str) -> str:
-        return f"Failed to process the request(s) for model '{self.name}', message: {what}"
+        return failed_requests_text(self.name, what)
 
     def _reply(self) -> None:
         # The replier: a send may wait behind a large message, never on the caller or reader.

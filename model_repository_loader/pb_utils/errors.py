@@ -12,6 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 
+def failed_call_text(instance_name: str, what: str) -> str:
+    """Triton's text for a pb_utils call the server failed (a metric, the loading API) [V]."""
+    return f"Failed to process the request for model '{instance_name}', message: {what}"
+
+
 class TritonModelException(Exception):
     """Raised by pb_utils on misuse; models raise it too. `str(e)` is the message."""
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import context, services
 from .constants import TRITON_STRING_TO_NUMPY
-from .errors import TritonModelException, bind_arguments, pybind_type_error
+from .errors import TritonModelException, bind_arguments, failed_call_text, pybind_type_error
 
 _LENGTH = struct.Struct("<I")
 
@@ -183,10 +183,7 @@ def _control_failed(prefix: str, exc: Exception) -> TritonModelException:
     # the request for model 'loader_0', message: failed to load 'zzz', failed to poll ..."
     if isinstance(exc, TritonModelException):
         return exc
-    return TritonModelException(
-        f"{prefix}: Failed to process the request for model '{context.instance_name()}', "
-        f"message: {exc}"
-    )
+    return TritonModelException(f"{prefix}: {failed_call_text(context.instance_name(), str(exc))}")
 
 
 def load_model(*args: Any, **kwargs: Any) -> None:

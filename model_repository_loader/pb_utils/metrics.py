@@ -35,7 +35,7 @@ import threading
 from typing import Any, Protocol
 
 from . import context, services
-from .errors import TritonModelException, bind_arguments, pybind_type_error
+from .errors import TritonModelException, bind_arguments, failed_call_text, pybind_type_error
 
 
 class MetricKind(enum.IntEnum):
@@ -74,9 +74,7 @@ _DELETED = (
 
 
 def _request_failed(message: str) -> str:
-    return (
-        f"Failed to process the request for model '{context.instance_name()}', message: {message}"
-    )
+    return failed_call_text(context.instance_name(), message)
 
 
 class _Series:
