@@ -428,7 +428,7 @@ def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> D
             )
         return None
     from .frontends.triton import DoorOptions
-    from .frontends.triton.restrictions import parse_restricted_protocol
+    from .frontends.triton.grpc.restrictions import parse_restricted_protocol
 
     try:
         restricted = parse_restricted_protocol(args.grpc_restricted_protocol)

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from bridge.cli import build_parser, parse_with_environment, resolve_door
-from bridge.frontends.triton.restrictions import parse_restricted_protocol
+from bridge.frontends.triton.grpc.restrictions import parse_restricted_protocol
 from bridge.restrictions import Restriction
 
 

@@ -1,4 +1,4 @@
-"""The triton door's protobuf ⇄ bridge form conversion (bridge/frontends/triton/tensors.py).
+"""The triton door's protobuf ⇄ bridge form conversion (bridge/frontends/triton/grpc/tensors.py).
 
 Texts are Triton 2.51's, captured from the real server with raw protobuf requests.
 """
@@ -12,8 +12,8 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
+from bridge.frontends.triton.grpc.tensors import to_bridge_request, to_infer_response
 from bridge.frontends.triton.status import DoorError
-from bridge.frontends.triton.tensors import to_bridge_request, to_infer_response
 
 T = pb.ModelInferRequest.InferInputTensor
 

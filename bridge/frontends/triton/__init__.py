@@ -1,11 +1,13 @@
-"""The bridge's own front door: Triton's `GRPCInferenceService` on Dynamo's runtime.
+"""The bridge's own front door (`--frontend triton`): Triton's protocols on Dynamo's runtime.
 
-`server.py` runs the grpc.aio server (address, TLS, message sizes); `servicer.py` answers the
-RPCs; `directory.py` knows which models exist and which endpoint serves them, from the bridge
-control endpoint of every worker; `tensors.py` converts KServe protobufs ⇄ the bridge tensor
-form; `status.py` maps Triton's error codes to gRPC status codes.
+What is answered is decided once, whatever the wire: `service.py` (health, metadata, config,
+statistics, repository, where an inference request goes), `directory.py` (which models exist
+and which Dynamo endpoint serves each, from the bridge control endpoint of every worker),
+`shm.py` (system shared memory regions), `status.py` (the error with Triton's code and text).
+Each wire is a subpackage: `grpc/` (Triton's `GRPCInferenceService`). `role.py` runs the door
+as the process's frontend role.
 """
 
-from .server import DoorOptions, TritonDoor
+from .grpc.server import DoorOptions
 
-__all__ = ["DoorOptions", "TritonDoor"]
+__all__ = ["DoorOptions"]

@@ -10,12 +10,15 @@ calls while the ones in flight finish, as tritonserver does, within `--exit-time
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from dynamo.runtime import DistributedRuntime
 
 from ...options import ServerOptions, StartupError
-from .server import DoorConfigError, DoorOptions, TritonDoor, credentials
+from .directory import Directory
+from .grpc.server import DoorConfigError, DoorOptions, GrpcServer, credentials
+from .service import TritonService
 
 log = logging.getLogger("dynamo_bridge")
 
@@ -27,37 +30,40 @@ class TritonDoorRole:
 
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
-        door = options.door or DoorOptions()
-        self.door_options = DoorOptions(
+        self.door_options = dataclasses.replace(
+            options.door or DoorOptions(),
             port=options.grpc_port,
             address=options.host,
             namespace=options.namespace,
-            use_ssl=door.use_ssl,
-            use_ssl_mutual=door.use_ssl_mutual,
-            server_cert=door.server_cert,
-            server_key=door.server_key,
-            root_cert=door.root_cert,
-            restricted=door.restricted,
         )
         try:
             credentials(self.door_options)
         except DoorConfigError as exc:
             raise StartupError(str(exc)) from None
-        self.door: TritonDoor | None = None
+        self.service: TritonService | None = None
+        self.grpc: GrpcServer | None = None
         self.task: asyncio.Future[None] | None = None
         self._up = False
         self._stopping = False
 
     def start(self, runtime: DistributedRuntime) -> asyncio.Future[None]:
         """Start serving; the returned future ends when the door stops (or fails to start)."""
-        self.door = TritonDoor(runtime, self.door_options, ready=self.ready)
-        self.task = asyncio.ensure_future(self._run(self.door))
+        directory = Directory(runtime, self.options.namespace)
+        self.service = TritonService(directory, ready=self.ready)
+        self.grpc = GrpcServer(self.service, self.door_options)
+        self.task = asyncio.ensure_future(self._run(directory, self.grpc))
         return self.task
 
-    async def _run(self, door: TritonDoor) -> None:
-        await door.start()
-        self._up = True
-        await door.wait()
+    async def _run(self, directory: Directory, grpc: GrpcServer) -> None:
+        await directory.start()
+        try:
+            await grpc.start()
+            self._up = True
+            await grpc.wait()
+        finally:
+            directory.stop()
+            if self.service is not None:
+                self.service.close()
 
     def ready(self) -> bool:
         return self._up and not self._stopping and self.task is not None and not self.task.done()
@@ -65,5 +71,5 @@ class TritonDoorRole:
     def stopping(self) -> None:
         """Shutdown began: refuse new calls, let the ones in flight finish (bounded)."""
         self._stopping = True
-        if self.door is not None:
-            asyncio.ensure_future(self.door.stop(grace=self.options.exit_timeout))
+        if self.grpc is not None:
+            asyncio.ensure_future(self.grpc.stop(grace=self.options.exit_timeout))

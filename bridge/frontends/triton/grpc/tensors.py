@@ -27,10 +27,10 @@ from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY, ELEMEN
 from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import config_datatype_name
 
-from ...codec import TO_DYNAMO, TO_KSERVE
-from .shm import PARAMETERS as SHM_PARAMETERS
-from .shm import SharedMemory, placement
-from .status import DoorError, invalid
+from ....codec import TO_DYNAMO, TO_KSERVE
+from ..shm import PARAMETERS as SHM_PARAMETERS
+from ..shm import SharedMemory, placement
+from ..status import DoorError, invalid
 
 FINAL_RESPONSE = "triton_final_response"
 EMPTY_FINAL_REQUESTED = "triton_enable_empty_final_response"

@@ -1,4 +1,4 @@
-"""The grpc.aio server of the triton door: address, TLS, message sizes, method table.
+"""The grpc.aio server of the triton door's gRPC wire: address, TLS, message sizes, methods.
 
 As tritonserver: `--grpc-address` is honoured (127.0.0.1 unless told otherwise), TLS with
 `--grpc-use-ssl` / `--grpc-server-cert` / `--grpc-server-key` / `--grpc-root-cert`, client
@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from dynamo.runtime import DistributedRuntime
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from ...control import Restriction
-from .directory import Directory
+from ....control import Restriction
+from ..service import TritonService
 from .restrictions import RestrictedProtocols
 from .servicer import MALFORMED, TritonServicer
 
@@ -104,24 +103,17 @@ def credentials(options: DoorOptions) -> grpc.ServerCredentials | None:
     )
 
 
-class TritonDoor:
-    """Triton's gRPC service for the models of one namespace, on `runtime`."""
+class GrpcServer:
+    """Triton's gRPC service over a `TritonService`."""
 
-    def __init__(
-        self,
-        runtime: DistributedRuntime,
-        options: DoorOptions,
-        ready: Callable[[], bool] = lambda: True,
-    ) -> None:
+    def __init__(self, service: TritonService, options: DoorOptions) -> None:
         self.options = options
-        self.directory = Directory(runtime, options.namespace)
-        self._servicer = TritonServicer(self.directory, ready)
+        self._servicer = TritonServicer(service)
         self._server: grpc.aio.Server | None = None
         self.port = 0
 
     async def start(self) -> None:
         creds = credentials(self.options)  # before anything listens: bad TLS files fail start
-        await self.directory.start()
         interceptors = (
             [RestrictedProtocols(self.options.restricted)] if self.options.restricted else []
         )
@@ -157,8 +149,6 @@ class TritonDoor:
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
-        self._servicer.shm.close()
-        self.directory.stop()
 
     async def wait(self) -> None:
         if self._server is not None:

@@ -14,8 +14,8 @@ from typing import Any
 
 import grpc
 
-from ...restrictions import GROUPS as GROUP_NAMES
-from ...restrictions import Restriction, parse_restrictions
+from ....restrictions import GROUPS as GROUP_NAMES
+from ....restrictions import Restriction, parse_restrictions
 
 GROUPS: dict[str, tuple[str, ...]] = {
     "health": ("ServerLive", "ServerReady", "ModelReady"),

@@ -1,0 +1,280 @@
+"""The RPCs of Triton's `GRPCInferenceService`: protobufs in, the service's answers out.
+
+What each RPC answers is decided by the protocol-neutral service (../service.py); this module
+only unpacks requests, turns a `DoorError` into its gRPC status with Triton's text (status.py),
+and runs ModelStreamInfer as Triton does [V]: requests on one stream run concurrently, an error
+travels in `error_message` and the stream goes on, every streamed answer carries
+`triton_final_response` (a unary one does not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from dynamo.runtime import Context
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from model_repository_loader.pb_utils.errors import ErrorCode
+
+from ..service import TritonService
+from ..status import DoorError
+from .status import grpc_status
+from .tensors import to_bridge_request, to_infer_response, wants_empty_final
+
+log = logging.getLogger(__name__)
+
+UNPARSABLE = "Unable to parse request"
+
+
+class Malformed:
+    """What a request that is not a valid protobuf deserializes to (server.py)."""
+
+
+MALFORMED = Malformed()
+
+
+class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+    """Triton's gRPC service over a `TritonService`."""
+
+    def __init__(self, service: TritonService) -> None:
+        self.service = service
+
+    # -- health and metadata ------------------------------------------------------------------
+
+    async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: Any, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=await self.service.server_ready())
+
+    async def ModelReady(self, request: Any, context: Any) -> pb.ModelReadyResponse:
+        async def ready(r: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
+            return pb.ModelReadyResponse(ready=await self.service.model_ready(r.name, r.version))
+
+        return await _answer(context, ready, request)
+
+    async def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:
+        return self.service.server_metadata()
+
+    async def ModelMetadata(self, request: Any, context: Any) -> pb.ModelMetadataResponse:
+        async def metadata(r: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
+            return await self.service.model_metadata(r.name, r.version)
+
+        return await _answer(context, metadata, request)
+
+    async def ModelConfig(self, request: Any, context: Any) -> pb.ModelConfigResponse:
+        async def config(r: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
+            return await self.service.model_config(r.name, r.version)
+
+        return await _answer(context, config, request)
+
+    async def ModelStatistics(self, request: Any, context: Any) -> pb.ModelStatisticsResponse:
+        async def statistics(r: pb.ModelStatisticsRequest) -> pb.ModelStatisticsResponse:
+            return await self.service.statistics(r.name, r.version)
+
+        return await _answer(context, statistics, request)
+
+    # -- shared memory ------------------------------------------------------------------------
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        async def register(r: pb.SystemSharedMemoryRegisterRequest) -> Any:
+            self.service.shm.register(r.name, r.key, r.offset, r.byte_size)
+            return pb.SystemSharedMemoryRegisterResponse()
+
+        return await _answer(context, register, request)
+
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        async def status(r: pb.SystemSharedMemoryStatusRequest) -> Any:
+            response = pb.SystemSharedMemoryStatusResponse()
+            for region in self.service.shm.status(r.name):
+                response.regions[region.name].name = region.name
+                response.regions[region.name].key = region.key
+                response.regions[region.name].offset = region.offset
+                response.regions[region.name].byte_size = region.byte_size
+            return response
+
+        return await _answer(context, status, request)
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        async def unregister(r: pb.SystemSharedMemoryUnregisterRequest) -> Any:
+            self.service.shm.unregister(r.name)
+            return pb.SystemSharedMemoryUnregisterResponse()
+
+        return await _answer(context, unregister, request)
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        async def register(r: pb.CudaSharedMemoryRegisterRequest) -> Any:
+            raise DoorError(
+                ErrorCode.UNSUPPORTED,
+                f"failed to register CUDA shared memory region: '{r.name}', GPUs not supported",
+            )
+
+        return await _answer(context, register, request)
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        async def status(r: pb.CudaSharedMemoryStatusRequest) -> Any:
+            if r.name:  # nothing is ever registered
+                raise DoorError(
+                    ErrorCode.NOT_FOUND, f"Unable to find cuda shared memory region: '{r.name}'"
+                )
+            return pb.CudaSharedMemoryStatusResponse()
+
+        return await _answer(context, status, request)
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        async def unregister(r: pb.CudaSharedMemoryUnregisterRequest) -> Any:
+            return pb.CudaSharedMemoryUnregisterResponse()
+
+        return await _answer(context, unregister, request)
+
+    # -- not served ---------------------------------------------------------------------------
+
+    async def LogSettings(self, request: Any, context: Any) -> Any:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "LogSettings is not supported by dynamo-bridge: set logging with --log-verbose, "
+            "--log-format and --log-file at start-up",
+        )
+
+    async def TraceSetting(self, request: Any, context: Any) -> Any:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "TraceSetting is not supported by dynamo-bridge: it records no Triton traces",
+        )
+
+    # -- repository ---------------------------------------------------------------------------
+
+    async def RepositoryIndex(self, request: Any, context: Any) -> pb.RepositoryIndexResponse:
+        async def index(r: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
+            return await self.service.repository_index(r.ready)
+
+        return await _answer(context, index, request)
+
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        async def load(r: pb.RepositoryModelLoadRequest) -> Any:
+            config = ""
+            files = {}
+            for key, parameter in r.parameters.items():
+                if key == "config":
+                    config = parameter.string_param
+                elif key.startswith("file:"):
+                    files[key] = parameter.bytes_param
+            await self.service.load(r.model_name, config, files)
+            return pb.RepositoryModelLoadResponse()
+
+        return await _answer(context, load, request)
+
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        async def unload(r: pb.RepositoryModelUnloadRequest) -> Any:
+            await self.service.unload(r.model_name)
+            return pb.RepositoryModelUnloadResponse()
+
+        return await _answer(context, unload, request)
+
+    # -- inference ------------------------------------------------------------------------------
+
+    async def ModelInfer(self, request: Any, context: Any) -> pb.ModelInferResponse:
+        return await _answer(context, self._model_infer, request)
+
+    async def _model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        service = self.service
+        target = await service.target(request.model_name, request.model_version, stream=False)
+        body = to_bridge_request(request, target.version, target.entry.config, service.shm)
+        answers: list[dict] = []
+        dynamo_context = Context()
+        try:
+            async for item in service.items(target, body, dynamo_context):
+                if item.get("empty"):
+                    continue  # a flag-only FINAL: a unary call has nothing to show for it
+                answers.append(item)
+        except asyncio.CancelledError:
+            dynamo_context.stop_generating()
+            raise
+        if len(answers) != 1:
+            raise DoorError(ErrorCode.INTERNAL, f"expected a single response, got {len(answers)}")
+        answer = answers[0]
+        if "error" in answer:
+            raise DoorError.from_item(answer["error"])
+        return to_infer_response(request, answer, shm=service.shm)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[Any], context: Any
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Each request of the stream runs on its own as it arrives; their responses share the
+        stream in the order they are produced (each request's own in order)."""
+        out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        running: set[asyncio.Task] = set()
+
+        async def read() -> None:
+            try:
+                async for request in request_iterator:
+                    task = asyncio.ensure_future(self._stream_one(request, out))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                if running:
+                    await asyncio.wait(set(running))
+            finally:
+                out.put_nowait(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (response := await out.get()) is not None:
+                yield response
+            await reader  # a failed read of the client's stream ends the call with its error
+        finally:
+            for task in (reader, *running):
+                task.cancel()
+
+    async def _stream_one(self, request: Any, out: asyncio.Queue) -> None:
+        service = self.service
+        dynamo_context = Context()
+        try:
+            if request is MALFORMED:
+                raise DoorError(ErrorCode.INTERNAL, UNPARSABLE)
+            target = await service.target(request.model_name, request.model_version, stream=True)
+            body = to_bridge_request(request, target.version, target.entry.config, service.shm)
+            decoupled = target.decoupled
+            # Triton sends the empty final response only for decoupled models [V].
+            empty_final = decoupled and wants_empty_final(request)
+            answered = False
+            async for item in service.items(target, body, dynamo_context):
+                final = bool(item.get("final", False))
+                if answered and not decoupled:
+                    continue  # Triton streams one answer of a default-mode model, no more [V]
+                answered = answered or not item.get("empty")
+                if "error" in item:
+                    message = DoorError.from_item(item["error"]).message
+                    out.put_nowait(pb.ModelStreamInferResponse(error_message=message))
+                elif item.get("empty"):
+                    if empty_final:
+                        out.put_nowait(
+                            pb.ModelStreamInferResponse(
+                                infer_response=to_infer_response(request, item, final, service.shm)
+                            )
+                        )
+                else:
+                    response = to_infer_response(request, item, final, service.shm)
+                    out.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
+        except DoorError as exc:
+            out.put_nowait(pb.ModelStreamInferResponse(error_message=exc.message))
+        except asyncio.CancelledError:
+            dynamo_context.stop_generating()
+            raise
+        except Exception as exc:  # never let one request end the stream of the others
+            log.exception("stream request failed")
+            out.put_nowait(pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
+
+
+async def _answer(context: Any, handler: Callable[[Any], Awaitable[Any]], request: Any) -> Any:
+    """Run a unary handler; a DoorError becomes its gRPC status and Triton's text."""
+    if request is MALFORMED:
+        await context.abort(grpc.StatusCode.INTERNAL, UNPARSABLE)
+    try:
+        return await handler(request)
+    except DoorError as exc:
+        await context.abort(grpc_status(exc.code), exc.message)

@@ -1,0 +1,287 @@
+"""Triton's inference protocol, apart from its wire: what every RPC / route answers.
+
+The gRPC door (grpc/) and the HTTP door (http/) differ only in how a request arrives and how an
+answer leaves. What they answer is decided here, once: health and readiness, metadata and
+config per version, statistics, the repository, and where an inference request goes. Answers
+are tritonclient's protobuf messages (the HTTP door renders them as Triton's JSON); every
+refusal is a `DoorError` with Triton's code and text.
+
+Models are found in the directory (directory.py) and reached over Dynamo's request plane in
+the bridge tensor form (docs/worker_protocol.md §2). The checks the door can make from the
+request and the index are made here; the rest (input names, shapes, batch sizes, versions,
+model errors) come back from the worker as error items.
+
+What was checked against Triton 2.51 [V]: ModelReady on an unknown model or version is `false`,
+not an error; ModelMetadata's `platform` is the config's, or its backend when the config has
+none (`python`); inference on a decoupled model through a unary call is UNSUPPORTED.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dynamo.runtime import Context
+from tritonclient.grpc import service_pb2 as pb
+
+from model_repository_loader.pb_utils.errors import ErrorCode
+from model_repository_loader.validation import (
+    RequestError,
+    config_datatype_name,
+    parse_model_version,
+    unknown_model_error,
+)
+
+from .directory import Directory, ModelEntry
+from .shm import SharedMemory
+from .status import DoorError
+
+SERVER_NAME = "triton"
+SERVER_VERSION = "2.51.0"  # the Triton release whose behaviour the door follows
+# Triton's extensions that the door really serves.
+EXTENSIONS = (
+    "classification",
+    "model_repository",
+    "system_shared_memory",
+    "statistics",
+    "sequence",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+)
+DECOUPLED_UNARY = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+
+
+def version_number(text: str) -> int:
+    """A request's version text as a number (-1: none given), or Triton's error."""
+    try:
+        return parse_model_version(text)
+    except RequestError as exc:
+        raise DoorError(exc.code, exc.message) from None
+
+
+def _require_model(entry: ModelEntry | None, name: str) -> ModelEntry:
+    if entry is None:
+        raise DoorError(ErrorCode.NOT_FOUND, unknown_model_error(name))
+    return entry
+
+
+def _require_version(entry: ModelEntry, text: str) -> str:
+    """The ready version a metadata/config request names ("" = the newest), or Triton's error."""
+    version = version_number(text)
+    if not entry.versions:
+        raise DoorError(*entry.unavailable())
+    if version == -1:
+        return max(entry.versions, key=int)
+    if str(version) not in entry.versions:
+        raise DoorError(ErrorCode.NOT_FOUND, unknown_model_error(entry.name, version))
+    return str(version)
+
+
+def _tensor_metadata(tensors: Any, batching: bool) -> list[pb.ModelMetadataResponse.TensorMetadata]:
+    batch = [-1] if batching else []
+    return [
+        pb.ModelMetadataResponse.TensorMetadata(
+            name=t.name, datatype=config_datatype_name(t.data_type), shape=batch + list(t.dims)
+        )
+        for t in tensors
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where one inference request goes: the model's entry, the version it asks for ("" = the
+    model's default) and the endpoint that serves it now."""
+
+    entry: ModelEntry
+    version: str
+    endpoint: str
+
+    @property
+    def decoupled(self) -> bool:
+        return self.entry.decoupled
+
+
+class TritonService:
+    """Triton's answers over the models of one Dynamo namespace."""
+
+    def __init__(self, directory: Directory, ready: Callable[[], bool] = lambda: True) -> None:
+        self.directory = directory
+        self._ready = ready  # the composition root's own readiness (starting, stopping)
+        self.shm = SharedMemory()
+
+    # -- health and metadata ----------------------------------------------------------------
+
+    async def server_ready(self) -> bool:
+        """Strict readiness, as Triton's default: every model it knows is ready."""
+        if not self._ready():
+            return False
+        models = await self.directory.fresh()
+        return self.directory.complete and all(e.ready for e in models.values())
+
+    async def model_ready(self, name: str, version_text: str) -> bool:
+        version = version_number(version_text)
+        entry = (await self.directory.fresh()).get(name)
+        if entry is None or not entry.versions:
+            return False
+        return version == -1 or str(version) in entry.versions
+
+    def server_metadata(self) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(
+            name=SERVER_NAME, version=SERVER_VERSION, extensions=EXTENSIONS
+        )
+
+    async def model_metadata(self, name: str, version_text: str) -> pb.ModelMetadataResponse:
+        entry = _require_model((await self.directory.fresh()).get(name), name)
+        version = _require_version(entry, version_text)
+        config = entry.config
+        batching = config.max_batch_size > 0
+        versions = [version] if version_text else sorted(entry.versions, key=int)
+        return pb.ModelMetadataResponse(
+            name=name,
+            versions=versions,
+            platform=config.platform or config.backend,
+            inputs=_tensor_metadata(config.input, batching),
+            outputs=_tensor_metadata(config.output, batching),
+        )
+
+    async def model_config(self, name: str, version_text: str) -> pb.ModelConfigResponse:
+        entry = _require_model((await self.directory.fresh()).get(name), name)
+        _require_version(entry, version_text)
+        return pb.ModelConfigResponse(config=entry.config)
+
+    # -- statistics -------------------------------------------------------------------------
+
+    async def statistics(self, name: str, version_text: str) -> pb.ModelStatisticsResponse:
+        """Triton's fields, summed over the workers serving each version. No name: every
+        model (the version is then ignored, as Triton does [V])."""
+        version = version_number(version_text) if name else -1
+        rows = await self.directory.stats()
+        if name:
+            rows = [row for row in rows if row.get("name") == name]
+            if not rows:
+                raise DoorError(ErrorCode.INVALID_ARG, f"requested model '{name}' is not available")
+            if version != -1:
+                rows = [row for row in rows if row.get("version") == str(version)]
+                if not rows:
+                    raise DoorError(
+                        ErrorCode.INVALID_ARG,
+                        f"requested model version is not available for model '{name}'",
+                    )
+        return statistics_response(rows)
+
+    # -- repository -------------------------------------------------------------------------
+
+    async def repository_index(self, ready_only: bool) -> pb.RepositoryIndexResponse:
+        """Every model the workers know, one row per version, by name: READY, or UNAVAILABLE
+        with the reason it failed (`ready_only`: the READY rows only). As Triton 2.51 [V]: a
+        model whose config did not load is a row with its name only, and one whose version
+        policy selects nothing is not listed."""
+        response = pb.RepositoryIndexResponse()
+        models = await self.directory.fresh()
+        for name in sorted(models):
+            entry = models[name]
+            state = "READY" if entry.versions else "UNAVAILABLE"
+            if ready_only and state != "READY":
+                continue
+            versions = sorted(entry.versions or entry.known_versions, key=int)
+            if not versions:
+                if not entry.selects_no_version:
+                    response.models.add(name=name)
+                continue
+            for version in versions:
+                response.models.add(name=name, version=version, state=state, reason=entry.reason)
+        return response
+
+    async def load(
+        self, name: str, config: str = "", files: dict[str, bytes] | None = None
+    ) -> None:
+        """Forwarded to the worker(s) that know the model, which apply their control mode's
+        rules (explicit only) and answer with Triton's texts. `files` are keyed `file:<path>`."""
+        change = {"op": "load", "name": name, "config": config, "files": dict(files or {})}
+        error = await self.directory.change(name, change)
+        if error is not None:
+            raise DoorError.from_item(error)
+
+    async def unload(self, name: str) -> None:
+        error = await self.directory.change(name, {"op": "unload", "name": name})
+        if error is not None:
+            raise DoorError.from_item(error)
+
+    # -- inference --------------------------------------------------------------------------
+
+    async def target(self, name: str, version_text: str, stream: bool) -> Target:
+        """Where a request for `name` goes, or Triton's error for a model that cannot take it
+        (unknown, no ready version, decoupled through a unary call)."""
+        entry = _require_model(await self.directory.lookup(name), name)
+        version = version_number(version_text)
+        if not entry.endpoints or not entry.versions:
+            raise DoorError(*entry.unavailable())
+        if not stream and entry.decoupled:
+            raise DoorError(ErrorCode.UNSUPPORTED, DECOUPLED_UNARY)
+        return Target(entry, "" if version == -1 else str(version), entry.endpoints[-1])
+
+    async def items(self, target: Target, body: dict, context: Context) -> AsyncIterator[dict]:
+        """The worker's bridge-form response items for one request, up to and including the
+        final one. The caller stops `context` when its client goes away."""
+        client = await self.directory.client(target.endpoint)
+        try:
+            stream = await client.round_robin(body, annotated=False, context=context)
+            async for item in stream:
+                yield item
+                if item.get("final", False):
+                    return
+        except DoorError:
+            raise
+        except Exception as exc:  # the request plane failed (worker gone, not reachable)
+            raise DoorError(ErrorCode.UNAVAILABLE, str(exc)) from None
+
+    def close(self) -> None:
+        self.shm.close()
+
+
+_INFER_KINDS = (
+    "success",
+    "fail",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    "cache_hit",
+    "cache_miss",
+)
+_BATCH_KINDS = ("compute_input", "compute_infer", "compute_output")
+
+
+def _add(target: Any, pair: Any) -> None:
+    target.SetInParent()  # Triton sends every duration, zero ones as empty messages [V]
+    if pair:
+        target.count += int(pair[0])
+        target.ns += int(pair[1])
+
+
+def statistics_response(rows: list[dict[str, Any]]) -> pb.ModelStatisticsResponse:
+    """The workers' `stats` rows → ModelStatisticsResponse, one entry per (model, version)."""
+    response = pb.ModelStatisticsResponse()
+    merged: dict[tuple[str, str], pb.ModelStatistics] = {}
+    batches: dict[tuple[str, str, int], pb.InferBatchStatistics] = {}
+    for row in sorted(rows, key=lambda r: (r["name"], int(r["version"]))):
+        key = (row["name"], row["version"])
+        stats = merged.get(key)
+        if stats is None:
+            stats = merged[key] = response.model_stats.add(name=key[0], version=key[1])
+        stats.last_inference = max(stats.last_inference, int(row.get("last_inference", 0)))
+        stats.inference_count += int(row.get("inference_count", 0))
+        stats.execution_count += int(row.get("execution_count", 0))
+        inference = row.get("inference_stats", {})
+        for kind in _INFER_KINDS:
+            _add(getattr(stats.inference_stats, kind), inference.get(kind))
+        for batch in row.get("batch_stats", ()):
+            size = int(batch["batch_size"])
+            entry = batches.get((*key, size))
+            if entry is None:
+                entry = batches[(*key, size)] = stats.batch_stats.add(batch_size=size)
+            for kind in _BATCH_KINDS:
+                _add(getattr(entry, kind), batch.get(kind))
+    return response
