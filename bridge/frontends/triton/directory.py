@@ -209,6 +209,21 @@ class Directory:
         answers = await asyncio.gather(*(self._index_of(i, "stats") for i in ids))
         return [model for answer in answers if answer for model in answer.get("models", ())]
 
+    async def tell_every_worker(
+        self, request: dict[str, Any], timeout: float = INDEX_TIMEOUT_S
+    ) -> list[dict[str, Any] | None]:
+        """One control request to every bridge worker; their answers (None: none in time)."""
+
+        async def ask(instance_id: int) -> dict[str, Any] | None:
+            try:
+                async with asyncio.timeout(timeout):
+                    return await self._index_of(instance_id, request)
+            except TimeoutError:
+                log.info("worker %x did not answer %s in time", instance_id, request.get("op"))
+                return None
+
+        return await asyncio.gather(*(ask(i) for i in self._control.instance_ids()))
+
     async def _index_of(
         self, instance_id: int, op: str | dict[str, Any] = "index"
     ) -> dict[str, Any] | None:

@@ -34,6 +34,7 @@ from model_repository_loader.validation import (
 )
 
 from .directory import Directory, ModelEntry
+from .settings import LogSettings, TraceSettings
 from .shm import SharedMemory
 from .status import DoorError
 
@@ -110,6 +111,8 @@ class TritonService:
         self.directory = directory
         self._ready = ready  # the composition root's own readiness (starting, stopping)
         self.shm = SharedMemory()
+        self.logging = LogSettings(directory)
+        self.trace = TraceSettings(directory)
 
     # -- health and metadata ----------------------------------------------------------------
 

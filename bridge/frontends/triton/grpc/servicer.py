@@ -132,20 +132,37 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         return await _answer(context, unregister, request)
 
-    # -- not served ---------------------------------------------------------------------------
+    # -- log and trace settings (../settings.py) ----------------------------------------------
 
-    async def LogSettings(self, request: Any, context: Any) -> Any:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED,
-            "LogSettings is not supported by dynamo-bridge: set logging with --log-verbose, "
-            "--log-format and --log-file at start-up",
-        )
+    async def LogSettings(self, request: Any, context: Any) -> pb.LogSettingsResponse:
+        async def settings(r: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
+            changes = {key: _setting(value) for key, value in r.settings.items()}
+            current = await self.service.logging.update(changes)
+            response = pb.LogSettingsResponse()
+            for key, value in current.items():
+                # bool before int: a bool is an int in Python
+                field = (
+                    "bool_param"
+                    if isinstance(value, bool)
+                    else "uint32_param"
+                    if isinstance(value, int)
+                    else "string_param"
+                )
+                setattr(response.settings[key], field, value)
+            return response
 
-    async def TraceSetting(self, request: Any, context: Any) -> Any:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED,
-            "TraceSetting is not supported by dynamo-bridge: it records no Triton traces",
-        )
+        return await _answer(context, settings, request)
+
+    async def TraceSetting(self, request: Any, context: Any) -> pb.TraceSettingResponse:
+        async def settings(r: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
+            changes = {key: list(value.value) for key, value in r.settings.items()}
+            current = await self.service.trace.update(r.model_name, changes)
+            response = pb.TraceSettingResponse()
+            for key, values in current.items():
+                response.settings[key].value.extend(values)
+            return response
+
+        return await _answer(context, settings, request)
 
     # -- repository ---------------------------------------------------------------------------
 
@@ -268,6 +285,12 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         except Exception as exc:  # never let one request end the stream of the others
             log.exception("stream request failed")
             out.put_nowait(pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
+
+
+def _setting(value: pb.LogSettingsRequest.SettingValue) -> bool | int | str | None:
+    """A LogSettings value as Python (None: the client set none, Triton's type error)."""
+    kind = value.WhichOneof("parameter_choice")
+    return getattr(value, kind) if kind else None
 
 
 async def _answer(context: Any, handler: Callable[[Any], Awaitable[Any]], request: Any) -> Any:
