@@ -18,6 +18,7 @@ from dynamo.runtime import DistributedRuntime
 from ...options import ServerOptions, StartupError
 from .directory import Directory
 from .grpc.server import DoorConfigError, DoorOptions, GrpcServer, credentials
+from .model_cards import ModelCards
 from .service import TritonService
 
 log = logging.getLogger("dynamo_bridge")
@@ -48,7 +49,8 @@ class TritonDoorRole:
 
     def start(self, runtime: DistributedRuntime) -> asyncio.Future[None]:
         """Start serving; the returned future ends when the door stops (or fails to start)."""
-        directory = Directory(runtime, self.options.namespace)
+        cards = ModelCards(self.options.discovery_backend, self.options.namespace)
+        directory = Directory(runtime, self.options.namespace, cards)
         self.service = TritonService(directory, ready=self.ready)
         self.grpc = GrpcServer(self.service, self.door_options)
         self.task = asyncio.ensure_future(self._run(directory, self.grpc))

@@ -34,6 +34,8 @@ from model_repository_loader.validation import (
 )
 
 from .directory import Directory, ModelEntry
+from .foreign import bridge_items, to_standard_request
+from .model_cards import FOREIGN_VERSION
 from .settings import LogSettings, TraceSettings
 from .shm import SharedMemory
 from .status import DoorError
@@ -228,9 +230,18 @@ class TritonService:
     async def items(self, target: Target, body: dict, context: Context) -> AsyncIterator[dict]:
         """The worker's bridge-form response items for one request, up to and including the
         final one. The caller stops `context` when its client goes away."""
+        foreign = not target.entry.bridge_form  # a worker of Dynamo's standard form only
+        if foreign:
+            if target.version not in ("", FOREIGN_VERSION):
+                raise DoorError(
+                    ErrorCode.NOT_FOUND, unknown_model_error(target.entry.name, int(target.version))
+                )
+            body = to_standard_request(body)
         client = await self.directory.client(target.endpoint)
         try:
             stream = await client.round_robin(body, annotated=False, context=context)
+            if foreign:
+                stream = bridge_items(stream, target.entry.name)
             async for item in stream:
                 yield item
                 if item.get("final", False):
