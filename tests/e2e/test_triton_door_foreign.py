@@ -3,8 +3,8 @@
 tests/e2e/foreign_worker.py registers the benchmark models (benchmarks/repository) with Dynamo
 as any TensorBased worker does: a model card, no bridge control endpoint, Dynamo's standard
 tensor form only. Beside it a bridge worker serves e2e_multi_a. A `--role frontend --frontend
-triton` door (file discovery) finds both kinds, and answers each model's requests: the foreign
-ones converted to and from the standard form at the door.
+triton` door finds both kinds, with file discovery and with etcd, and answers each model's
+requests: the foreign ones converted to and from the standard form at the door.
 """
 
 from __future__ import annotations
@@ -25,21 +25,28 @@ from tests.e2e.support import MULTI_A, wait_until
 from tests.e2e.test_roles import Frontend, Worker
 from tests.harness.bridge_server import PROJECT_ROOT
 from tests.harness.process import stop_process_group
+from tests.harness.services import EtcdServer, require_service
 
 DOOR = ("--frontend", "triton")
 BENCHMARK_MODELS = PROJECT_ROOT / "benchmarks" / "repository"
 FOREIGN = ("add_sub", "identity_bytes", "identity_fp32", "stream_100")
 
 
-@pytest.fixture
-def door(tmp_path: Path):
+@pytest.fixture(params=["file"])
+def door(request, tmp_path: Path):
+    discovery = request.param
     env = {
         "DYN_FILE_KV": str(tmp_path / "kv"),
-        "DYN_DISCOVERY_BACKEND": "file",
+        "DYN_DISCOVERY_BACKEND": discovery,
         "DYN_REQUEST_PLANE": "tcp",
         "DYN_TCP_RPC_HOST": "127.0.0.1",
         "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1",
     }
+    etcd = None
+    if discovery == "etcd":
+        require_service("etcd")
+        etcd = EtcdServer(tmp_path / "etcd").start()
+        env["ETCD_ENDPOINTS"] = etcd.endpoint
     environ = {**os.environ, **env, "DYN_LOG": "warn"}
     environ["PYTHONPATH"] = os.pathsep.join(
         [str(PROJECT_ROOT)] + [p for p in environ.get("PYTHONPATH", "").split(":") if p]
@@ -63,6 +70,8 @@ def door(tmp_path: Path):
         frontend.stop()
         worker.stop()
         stop_process_group(foreign, 10)
+        if etcd is not None:
+            etcd.stop()
 
 
 def fp32(name: str, values: list[float]) -> grpcclient.InferInput:
@@ -71,6 +80,7 @@ def fp32(name: str, values: list[float]) -> grpcclient.InferInput:
     return tensor
 
 
+@pytest.mark.parametrize("door", ["file", "etcd"], indirect=True)
 def test_foreign_worker_models_are_served(door):
     client = door.client()
     wait_until(lambda: all(client.is_model_ready(m) for m in (*FOREIGN, "alpha")), "models")
