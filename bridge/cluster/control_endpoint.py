@@ -183,7 +183,7 @@ def _duration(duration: Any) -> list[int]:
 
 
 def stats_entries(manager: ModelManager) -> list[dict[str, Any]]:
-    """One entry per served model version that keeps statistics (ensembles keep none)."""
+    """One entry per served model version that keeps statistics (ensembles included)."""
     entries = []
     for name, model in sorted(manager.repository.models.items()):
         for version, served in sorted(getattr(model, "versions", {}).items()):
