@@ -160,6 +160,10 @@ class Directory:
         client = self._clients.get(entry.endpoints[-1]) if entry.endpoints else None
         return client is None or bool(client.instance_ids())
 
+    def known_names(self) -> set[str]:
+        """The model names of the last index (no question asked)."""
+        return set(self._models)
+
     async def fresh(self, name: str | None = None) -> dict[str, ModelEntry]:
         """An index asked for after this call (state RPCs must not report the past)."""
         await self.refresh()

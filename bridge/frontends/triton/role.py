@@ -4,7 +4,8 @@ It has the shape of bridge/roles/frontend.py's `FrontendRole`, so the compositio
 one or the other and runs it the same way. Differences: no private HTTP port (the door has no
 Dynamo HTTP server behind the metrics port), TLS files are read when the role is made (a bad
 path fails start-up before any model loads), and at shutdown the gRPC server stops taking new
-calls while the ones in flight finish, as tritonserver does, within `--exit-timeout-secs`.
+calls as tritonserver does while it exits (grpc/server.py `stop`) while the ones in flight finish,
+within `--exit-timeout-secs`.
 """
 
 from __future__ import annotations

@@ -47,10 +47,16 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     # -- health and metadata ------------------------------------------------------------------
 
     async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
-        return pb.ServerLiveResponse(live=True)
+        async def live(r: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
+            return pb.ServerLiveResponse(live=self.service.server_live())
+
+        return await _answer(context, live, request)
 
     async def ServerReady(self, request: Any, context: Any) -> pb.ServerReadyResponse:
-        return pb.ServerReadyResponse(ready=await self.service.server_ready())
+        async def ready(r: pb.ServerReadyRequest) -> pb.ServerReadyResponse:
+            return pb.ServerReadyResponse(ready=await self.service.server_ready())
+
+        return await _answer(context, ready, request)
 
     async def ModelReady(self, request: Any, context: Any) -> pb.ModelReadyResponse:
         async def ready(r: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
@@ -196,7 +202,8 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     # -- inference ------------------------------------------------------------------------------
 
     async def ModelInfer(self, request: Any, context: Any) -> pb.ModelInferResponse:
-        return await _answer(context, self._model_infer, request)
+        with self.service.calls:  # a shutdown waits for it
+            return await _answer(context, self._model_infer, request)
 
     async def _model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
         service = self.service
@@ -248,6 +255,10 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 task.cancel()
 
     async def _stream_one(self, request: Any, out: asyncio.Queue) -> None:
+        with self.service.calls:  # a shutdown waits for it
+            await self._stream_request(request, out)
+
+    async def _stream_request(self, request: Any, out: asyncio.Queue) -> None:
         service = self.service
         dynamo_context = Context()
         try:
