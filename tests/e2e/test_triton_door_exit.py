@@ -16,10 +16,12 @@ import threading
 
 import grpc
 import numpy as np
+import pytest
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from tests.e2e.support import SERVING, WAIT_S, Gate, fp32_input, wait_until
+from tests.e2e.test_roles import Frontend, Worker
 
 NO_VERSIONS = "Request for unknown model: '{}' has no available versions"
 
@@ -41,9 +43,20 @@ def echo_request() -> pb.ModelInferRequest:
     return request
 
 
-def test_answers_while_exiting(bridge_server, tmp_path):
-    server = bridge_server(SERVING, "--frontend", "triton", "--exit-timeout-secs", "60")
+@pytest.mark.parametrize("mode", ["embedded", "frontend"])
+def test_answers_while_exiting(bridge_server, tmp_path, mode):
+    """Embedded (`--role all`), and a `--role frontend` door in front of a worker (which goes on
+    serving: only the door exits)."""
+    exit_flags = ("--frontend", "triton", "--exit-timeout-secs", "60")
+    worker = None
+    if mode == "embedded":
+        server = bridge_server(SERVING, *exit_flags)
+    else:
+        env = {"DYN_FILE_KV": str(tmp_path / "kv"), "DYN_DISCOVERY_BACKEND": "file"}
+        worker = Worker(SERVING, env=env, log_path=tmp_path / "worker.log").start()
+        server = Frontend(*exit_flags, env=env, log_path=tmp_path / "frontend.log").start()
     client = server.client()
+    wait_until(lambda: client.is_model_ready("pool"), "pool")
     gate = Gate(tmp_path)
     answer: dict = {}
 
@@ -78,7 +91,12 @@ def test_answers_while_exiting(bridge_server, tmp_path):
 
     gate.open()
     thread.join(WAIT_S)
-    assert answer == {"values": [2.0]}
-    assert server.process.wait(WAIT_S) == 0
+    try:
+        assert answer == {"values": [2.0]}
+        assert server.process.wait(WAIT_S) == 0
+    finally:
+        server.stop()
+        if worker is not None:
+            worker.stop()
 
 

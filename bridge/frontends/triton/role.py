@@ -3,9 +3,9 @@
 It has the shape of bridge/roles/frontend.py's `FrontendRole`, so the composition root picks
 one or the other and runs it the same way. Differences: no private HTTP port (the door has no
 Dynamo HTTP server behind the metrics port), TLS files are read when the role is made (a bad
-path fails start-up before any model loads), and at shutdown the gRPC server stops taking new
-calls as tritonserver does while it exits (grpc/server.py `stop`) while the ones in flight finish,
-within `--exit-timeout-secs`.
+path fails start-up before any model loads), and at shutdown the door answers as tritonserver
+does while it exits (grpc/server.py `stop`) until the calls in flight have finished, within
+`--exit-timeout-secs`.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class TritonDoorRole:
         self.task: asyncio.Future[None] | None = None
         self._up = False
         self._stopping = False
+        self._drain: asyncio.Future[None] | None = None
 
     def start(self, runtime: DistributedRuntime) -> asyncio.Future[None]:
         """Start serving; the returned future ends when the door stops (or fails to start)."""
@@ -75,4 +76,10 @@ class TritonDoorRole:
         """Shutdown began: refuse new calls, let the ones in flight finish (bounded)."""
         self._stopping = True
         if self.grpc is not None:
-            asyncio.ensure_future(self.grpc.stop(grace=self.options.exit_timeout))
+            self._drain = asyncio.ensure_future(self.grpc.stop(grace=self.options.exit_timeout))
+
+    async def drained(self, timeout: float) -> None:
+        """Wait (at most `timeout` s) until the calls in flight at `stopping()` have finished:
+        a process with no worker of its own must not end its runtime under them."""
+        if self._drain is not None:
+            await asyncio.wait({self._drain}, timeout=timeout)
