@@ -302,10 +302,11 @@ def apply_log_settings(changes: Mapping[str, bool | int | str]) -> dict[str, boo
         _handler.setFormatter(TritonFormatter(_state.log_format))
     level = logging.DEBUG if _state.log_verbose_level > 0 else logging.INFO
     if logging.getLogger().level != level:
-        from model_repository_loader.isolation.instance import set_isolated_log_level
-
         logging.getLogger().setLevel(level)
-        set_isolated_log_level(level)
+        # Instance processes exist only once their module is imported (not at start-up).
+        isolation = sys.modules.get("model_repository_loader.isolation.instance")
+        if isolation is not None:
+            isolation.set_isolated_log_level(level)
     return log_settings()
 
 
