@@ -279,6 +279,7 @@ def check_log_settings(
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             return valid, (ErrorCode.INVALID_ARG, f"expect {_TYPE_WORDS[kind]} for '{key}'")
         if key == "log_verbose_level":
+            assert isinstance(value, int)
             if value < 0:
                 return valid, (ErrorCode.INVALID_ARG, f"expect int32 for '{key}'")
             value = value & 0xFFFFFFFF

@@ -25,7 +25,7 @@ from .model_cards import FOREIGN_VERSION
 
 _LENGTH = struct.Struct("<I")
 # The little-endian layout of each datatype's raw contents (FP16/BF16 as their bit patterns).
-_RAW = {
+_RAW: dict[str, np.dtype[Any]] = {
     "BOOL": np.dtype(np.uint8),
     "UINT8": np.dtype("<u1"),
     "UINT16": np.dtype("<u2"),
@@ -108,9 +108,7 @@ def _bridge_item(answer: dict[str, Any], final: bool) -> dict[str, Any]:
         tensors.append({"metadata": tensor["metadata"], "data": {**data, "values": raw}})
     item = {**answer, "tensors": tensors, "final": final, "model_version": FOREIGN_VERSION}
     if "parameters" in answer:
-        item["parameters"] = {
-            k: v for k, v in answer["parameters"].items() if k != FINAL_PARAMETER
-        }
+        item["parameters"] = {k: v for k, v in answer["parameters"].items() if k != FINAL_PARAMETER}
     return item
 
 

@@ -91,9 +91,10 @@ class ModelCards:
     def __init__(self, backend: str, namespace: str, environ: Mapping[str, str] = os.environ):
         self.backend = backend
         self.namespace = namespace
-        self._folder = Path(
-            environ.get("DYN_FILE_KV") or Path(tempfile.gettempdir()) / "dynamo_store_kv"
-        ) / CARDS_PREFIX
+        self._folder = (
+            Path(environ.get("DYN_FILE_KV") or Path(tempfile.gettempdir()) / "dynamo_store_kv")
+            / CARDS_PREFIX
+        )
         endpoints = environ.get("ETCD_ENDPOINTS") or "http://127.0.0.1:2379"
         first = endpoints.split(",")[0].strip()
         self._etcd = first if "://" in first else f"http://{first}"

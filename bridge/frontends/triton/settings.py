@@ -115,8 +115,7 @@ def _parse_number(key: str, text: str) -> str:
         if value > _INT32_MAX:
             raise DoorError(
                 ErrorCode.INVALID_ARG,
-                f"Unable to parse '{key}', value is out of range [ -1, {_INT32_MAX} ], "
-                f"got: {text}",
+                f"Unable to parse '{key}', value is out of range [ -1, {_INT32_MAX} ], got: {text}",
             )
         if value < -1:
             raise DoorError(

@@ -161,7 +161,9 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def TraceSetting(self, request: Any, context: Any) -> pb.TraceSettingResponse:
         async def settings(r: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
-            changes = {key: list(value.value) for key, value in r.settings.items()}
+            changes: dict[str, list[str] | None] = {
+                key: list(value.value) for key, value in r.settings.items()
+            }
             current = await self.service.trace.update(r.model_name, changes)
             response = pb.TraceSettingResponse()
             for key, values in current.items():
