@@ -12,12 +12,17 @@ ask for a fresh one, so a model unloaded or reloaded on a worker is seen at once
 flow, the index is also asked again every REFRESH_S: a reload serves the model on a new endpoint
 (a new generation) and the worker withdraws the old one only once no request has reached it for
 a moment, so the door must move on by itself. Concurrent refreshes share one round of questions,
-but a caller never gets an index that was asked for before it called."""
+but a caller never gets an index that was asked for before it called.
+
+Each model endpoint is reached over a route (routes.py), made once per endpoint: in-process
+when `local_worker(path)` (given by the composition root) names this process's own worker for
+it, else over the request plane."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +31,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import no_available_versions_error, unknown_model_error
+
+from .routes import LocalRoute, RequestPlaneRoute, Route
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +106,17 @@ def _parse_config(data: Any, name: str) -> mc.ModelConfig:
 class Directory:
     """The door's view of the models served in its namespace."""
 
-    def __init__(self, runtime: DistributedRuntime, namespace: str) -> None:
+    def __init__(
+        self,
+        runtime: DistributedRuntime,
+        namespace: str,
+        local_worker: Callable[[str], Any | None] = lambda path: None,
+    ) -> None:
         self._runtime = runtime
         self._namespace = namespace
+        # endpoint path → this process's ModelWorker serving it, or None (routes.py)
+        self._local_worker = local_worker
+        self._routes: dict[str, Route] = {}
         self._control: Any = None
         self._models: dict[str, ModelEntry] = {}
         self._instances: frozenset[int] = frozenset()
@@ -165,6 +180,7 @@ class Directory:
             started = self._asked
             self._models, self._instances, self.complete = await self._ask_every_worker()
             self._answered = started
+            self._forget_routes()
 
     async def _ask_every_worker(self) -> tuple[dict[str, ModelEntry], frozenset[int], bool]:
         ids = list(self._control.instance_ids())
@@ -229,6 +245,27 @@ class Directory:
         return None
 
     # -- model endpoints ----------------------------------------------------------------------
+
+    async def route(self, endpoint: str) -> Route:
+        """How to reach `endpoint`: in-process when this process's own worker serves it (the
+        embedded default), else over the request plane. Made once per endpoint and kept."""
+        route = self._routes.get(endpoint)
+        if route is None:
+            worker = self._local_worker(endpoint)
+            if worker is not None:
+                route = LocalRoute(worker)
+            else:
+                route = RequestPlaneRoute(await self.client(endpoint))
+            self._routes[endpoint] = route
+        return route
+
+    def _forget_routes(self) -> None:
+        """Drop the in-process routes to generations the index no longer names: a retired
+        worker is not kept alive by the door."""
+        named = {e for entry in self._models.values() for e in entry.endpoints}
+        for endpoint in [e for e, r in self._routes.items() if isinstance(r, LocalRoute)]:
+            if endpoint not in named:
+                del self._routes[endpoint]
 
     async def client(self, endpoint: str) -> Any:
         """A Dynamo client of a model endpoint, made once and kept."""
