@@ -30,6 +30,7 @@ import threading
 from collections.abc import Callable
 
 from . import heap
+from .allocator import keep_large_buffers
 from .frontends.triton.role import TritonDoorRole
 from .metrics.server import MetricsServer
 from .options import ServerOptions, StartupError
@@ -89,6 +90,7 @@ def _local_worker_of(worker: WorkerRole | None) -> Callable[[str], ModelWorker |
 async def serve(options: ServerOptions) -> None:
     """Run this process's role(s) until SIGINT/SIGTERM (or the frontend stops)."""
     loop = asyncio.get_running_loop()
+    keep_large_buffers()  # big tensors reuse the heap, not fresh pages (allocator.py)
     # A worker with DYN_SYSTEM_PORT serves Dynamo's system status server; a frontend must not
     # (spec dynamo_runtime.md §5): it reads the variable when the runtime starts.
     if options.role == "frontend":
