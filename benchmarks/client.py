@@ -18,6 +18,7 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 import numpy as np
@@ -110,6 +111,7 @@ class _Caller:
         self._stream = channel.stream_stream(
             _STREAM_INFER, response_deserializer=service_pb2.ModelStreamInferResponse.FromString
         )
+        self._shared: _SharedStream | None = None
 
     async def __call__(self) -> None:
         workload = self.workload
@@ -117,6 +119,11 @@ class _Caller:
             problem = workload.check(await self._unary(workload.request, timeout=self.timeout))
             if problem:
                 raise _WrongAnswer(problem)
+            return
+        if workload.shared_stream:
+            if self._shared is None:
+                self._shared = _SharedStream(self._stream(), workload)
+            await asyncio.wait_for(self._shared.call(), self.timeout)
             return
         # One stream per request: Dynamo 1.6 serves the requests of one stream one at a time.
         call = self._stream(iter((workload.request,)), timeout=self.timeout)
@@ -130,6 +137,73 @@ class _Caller:
             received += 1
         if received != workload.stream_responses:
             raise _WrongAnswer(f"{received} responses, expected {workload.stream_responses}")
+
+    async def close(self) -> None:
+        if self._shared is not None:
+            await self._shared.close()
+            self._shared = None
+
+
+class _SharedStream:
+    """One ModelStreamInfer call that every request of a turn shares: each request carries an
+    id of its own, and a reader hands each response to the request its id names."""
+
+    def __init__(self, call: Any, workload: Workload) -> None:
+        self._call = call
+        self._workload = workload
+        self._template = service_pb2.ModelInferRequest.FromString(workload.request)
+        self._next_id = 0
+        self._waiting: dict[str, tuple[asyncio.Future[None], list[int]]] = {}
+        self._write_lock = asyncio.Lock()
+        self._reader = asyncio.ensure_future(self._read())
+
+    async def call(self) -> None:
+        self._next_id += 1
+        request_id = str(self._next_id)
+        self._template.id = request_id
+        data = self._template.SerializeToString()
+        done = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = (done, [0])
+        try:
+            async with self._write_lock:  # one write at a time on a gRPC call
+                await self._call.write(data)
+            await done
+        finally:
+            self._waiting.pop(request_id, None)
+
+    async def _read(self) -> None:
+        workload = self._workload
+        try:
+            async for message in self._call:
+                response = message.infer_response
+                entry = self._waiting.get(response.id)
+                if message.error_message or entry is None:
+                    reason = message.error_message or f"a response for unknown id {response.id!r}"
+                    for done, _ in self._waiting.values():
+                        if not done.done():
+                            done.set_exception(_WrongAnswer(reason))
+                    continue
+                done, received = entry
+                if done.done():
+                    continue
+                problem = workload.check_stream(received[0], response)
+                received[0] += 1
+                if problem:
+                    done.set_exception(_WrongAnswer(problem))
+                elif received[0] == workload.stream_responses:
+                    done.set_result(None)
+        except Exception as exc:
+            for done, _ in self._waiting.values():
+                if not done.done():
+                    done.set_exception(exc)
+
+    async def close(self) -> None:
+        try:
+            await self._call.done_writing()
+            await asyncio.wait_for(self._reader, 10)
+        except Exception:  # the channel closes next anyway
+            self._reader.cancel()
+            self._call.cancel()
 
 
 def _reason(exc: BaseException) -> str:
@@ -219,6 +293,7 @@ async def run_cell(
         await asyncio.gather(*pending, return_exceptions=True)
         end = time.perf_counter()
         result.client_cpu = time.process_time() - cpu_start
+        await call.close()
 
     steady = [lat for finished, lat in completions if finished <= window_end]
     if len(steady) >= concurrency and window_end > start:
@@ -296,4 +371,5 @@ async def run_open_cell(
         result.elapsed = time.perf_counter() - start
         result.client_cpu = time.process_time() - cpu_start
         result.latencies = latencies
+        await call.close()
     return result

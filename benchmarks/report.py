@@ -17,6 +17,8 @@ RATIOS: tuple[tuple[str, str], ...] = (
     ("bridge", "echo"),
     ("bridge", "triton"),
     ("bridge2", "bridge"),
+    ("door", "triton"),
+    ("door_split", "triton"),
 )
 _FIGURES = (("p50_ms", "turn_p50_ms"), ("p99_ms", "turn_p99_ms"), ("rps", "turn_rps"))
 
@@ -171,3 +173,49 @@ def write_plot(path: Path, cells: Sequence[dict[str, Any]], servers: Sequence[st
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return None
+
+
+# Issue 13's targets for the triton door against real Triton in the same run: (workload,
+# concurrency, figure, {server: (comparison, bound)}). Latency rows compare p50 (the door's
+# over Triton's: at most the bound); throughput rows compare requests/s (at least the bound).
+DOOR_TARGETS: tuple[tuple[str, int, str, dict[str, tuple[str, float]]], ...] = (
+    ("fp32_4", 1, "p50_ms", {"door": ("<=", 1.3), "door_split": ("<=", 2.0)}),
+    ("fp32_100k", 1, "p50_ms", {"door": ("<=", 1.0), "door_split": ("<=", 1.5)}),
+    ("fp32_1m", 1, "p50_ms", {"door": ("<=", 1.3), "door_split": ("<=", 1.5)}),
+    ("add_sub", 32, "rps", {"door": (">=", 0.8)}),
+    ("fp32_100k", 32, "rps", {"door": (">=", 1.0)}),
+    ("stream_100_shared", 32, "rps", {"door": (">=", 1.0)}),
+)
+_FIGURE_LABEL = {"p50_ms": "p50", "rps": "throughput"}
+
+
+def _door_cell(
+    cell: dict[str, Any] | None, server: str, figure: str, target: tuple[str, float]
+) -> str:
+    if cell is None:
+        return NA
+    ratio = cell["ratios"].get(f"{server}/triton", {}).get("rounds", {}).get(figure)
+    if ratio is None:
+        return NA
+    comparison, bound = target
+    met = ratio["median"] <= bound if comparison == "<=" else ratio["median"] >= bound
+    return f"{format_spread(ratio)} ({comparison} {bound:g}: {'met' if met else 'NOT met'})"
+
+
+def format_door_table(cells: Sequence[dict[str, Any]]) -> str:
+    """Issue 13's table: the door ÷ Triton per target row, embedded and split, as the median
+    [range] over rounds of the per-round ratio, with the target and whether the median meets
+    it. `n/a` where the run did not measure the cell."""
+    by_key = {(c["workload"], c["concurrency"]): c for c in cells if c.get("rate") is None}
+    lines = [
+        "| workload | embedded default, `--frontend triton` | frontend + 1 worker process, tcp |",
+        "|---|---|---|",
+    ]
+    for workload, concurrency, figure, targets in DOOR_TARGETS:
+        cell = by_key.get((workload, concurrency))
+        row = [f"{workload}, c={concurrency} {_FIGURE_LABEL[figure]}"]
+        for server in ("door", "door_split"):
+            target = targets.get(server)
+            row.append(_door_cell(cell, server, figure, target) if target else "—")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)

@@ -3,6 +3,7 @@
     python -m benchmarks.run                      # everything, default bounds
     python -m benchmarks.run --workloads fp32_4,fp32_1k --concurrency 1 --servers bridge,echo
     python -m benchmarks.run --mode open --rates 100,400 --workloads fp32_4
+    python -m benchmarks.run --preset door        # issue 13's table: the triton door vs Triton
 
 All servers run at once on this machine, each on its own loopback ports, serving a copy of the
 benchmark models (benchmarks/repository); the client runs on a CPU of its own where there are
@@ -34,7 +35,14 @@ from typing import Any
 from . import report
 from .client import CellResult, run_cell, run_open_cell
 from .placement import PIN_CHOICES, choose, describe
-from .servers import SERVER_NAMES, Target, make_targets, start_targets, stop_targets
+from .servers import (
+    DEFAULT_SERVERS,
+    SERVER_NAMES,
+    Target,
+    make_targets,
+    start_targets,
+    stop_targets,
+)
 from .workloads import WORKLOAD_NAMES, Workload, build_workload
 
 HERE = Path(__file__).resolve().parent
@@ -75,6 +83,24 @@ def _rates(text: str) -> list[float]:
     return values
 
 
+# A preset: the cells it measures, (workload, concurrency, servers), closed loop.
+_TRITON_DOORS = ("triton", "door", "door_split")
+PRESETS: dict[str, tuple[tuple[str, int, tuple[str, ...]], ...]] = {
+    # Issue 13's table (report.DOOR_TARGETS); the split door only has c=1 targets.
+    "door": (
+        ("fp32_4", 1, _TRITON_DOORS),
+        ("fp32_100k", 1, _TRITON_DOORS),
+        ("fp32_1m", 1, _TRITON_DOORS),
+        ("add_sub", 32, ("triton", "door")),
+        ("fp32_100k", 32, ("triton", "door")),
+        ("stream_100_shared", 32, ("triton", "door")),
+    ),
+}
+# A preset's budget unless given: about 11 minutes for "door" on a 2-CPU machine.
+PRESET_BUDGET = {"max_seconds": 36.0, "max_requests": 8000}
+DEFAULT_BUDGET = {"max_seconds": 8.0, "max_requests": 2000}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.run",
@@ -95,10 +121,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--servers",
         type=_names(SERVER_NAMES),
-        default=list(SERVER_NAMES),
-        help="comma-separated (default triton,bridge,bridge2,echo; bridge2 is a second "
-        "bridge, the A/A noise floor); triton needs the oracle env "
+        default=list(DEFAULT_SERVERS),
+        help=f"comma-separated (default {','.join(DEFAULT_SERVERS)}; bridge2 is a second "
+        "bridge, the A/A noise floor; door is --frontend triton, door_split the same door as "
+        "--role frontend with one --role worker over tcp); triton needs the oracle env "
         "(DYNAMO_BRIDGE_ORACLE_PYTHON) and is n/a without it",
+    )
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="door: exactly issue 13's table (the triton door embedded and split against "
+        "Triton, six cells; --workloads, --concurrency, --servers and --mode are ignored; "
+        f"budget {PRESET_BUDGET['max_seconds']:g} s per server per cell unless given)",
     )
     p.add_argument(
         "--mode",
@@ -116,10 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-requests",
         type=int,
-        default=2000,
+        default=None,
         help="per server per cell, over all rounds (default 2000: a p99 of 20 requests)",
     )
-    p.add_argument("--max-seconds", type=float, default=8.0, help="per server per cell (default 8)")
+    p.add_argument(
+        "--max-seconds", type=float, default=None, help="per server per cell (default 8)"
+    )
     p.add_argument(
         "--rounds",
         type=int,
@@ -189,22 +225,31 @@ async def _measure_cell(
     return results
 
 
-async def _measure_all(
-    targets: list[Target],
-    workloads: Sequence[Workload],
-    args: argparse.Namespace,
-    servers: Sequence[str],
-) -> list[dict[str, Any]]:
+Plan = list[tuple[Workload, tuple[str, float], tuple[str, ...]]]
+
+
+def _plan(args: argparse.Namespace, workloads: Sequence[Workload], servers: Sequence[str]) -> Plan:
+    """The cells to measure: (workload, load, servers), in order."""
+    if args.preset:
+        built = {w.name: w for w in workloads}
+        return [(built[w], ("closed", c), names) for w, c, names in PRESETS[args.preset]]
     loads: list[tuple[str, float]] = []
     if args.mode in ("closed", "both"):
         loads += [("closed", c) for c in args.concurrency]
     if args.mode in ("open", "both"):
         loads += [("open", r) for r in args.rates]
+    return [(w, load, tuple(servers)) for w, load in itertools.product(workloads, loads)]
+
+
+async def _measure_all(
+    targets: list[Target], plan: Plan, args: argparse.Namespace, servers: Sequence[str]
+) -> list[dict[str, Any]]:
     cells = []
-    for index, (workload, load) in enumerate(itertools.product(workloads, loads)):
+    for index, (workload, load, names) in enumerate(plan):
+        chosen = [t for t in targets if t.name in names]
         # Rotate who goes first, so no server always runs right after the same other one.
-        shift = index % len(targets)
-        order = targets[shift:] + targets[:shift]
+        shift = index % len(chosen)
+        order = chosen[shift:] + chosen[:shift]
         loadavg = os.getloadavg()[0]
         measured = await _measure_cell(order, workload, load, args)
         results = {
@@ -221,7 +266,7 @@ async def _measure_all(
             "results": results,
             "ratios": report.cell_ratios(results),
         }
-        print(report.format_cell_line(cell, servers), flush=True)
+        print(report.format_cell_line(cell, [s for s in servers if s in names]), flush=True)
         cells.append(cell)
     return cells
 
@@ -256,6 +301,14 @@ def _machine() -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    budget = PRESET_BUDGET if args.preset else DEFAULT_BUDGET
+    for key, value in budget.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.preset:
+        args.workloads = list(dict.fromkeys(w for w, _, _ in PRESETS[args.preset]))
+        args.servers = list(dict.fromkeys(s for _, _, names in PRESETS[args.preset] for s in names))
+        args.mode = "closed"
     if args.max_requests < 1 or args.max_seconds <= 0 or args.rounds < 1:
         print("error: --max-requests, --max-seconds and --rounds must be positive", file=sys.stderr)
         return 2
@@ -284,13 +337,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print("error: no server could be started", file=sys.stderr)
                 return 1
             load_before = os.getloadavg()
-            cells = asyncio.run(_measure_all(targets, workloads, args, servers))
+            plan = _plan(args, workloads, servers)
+            cells = asyncio.run(_measure_all(targets, plan, args, servers))
             load_after = os.getloadavg()
             versions = _versions(targets)
         finally:
             stop_targets(targets)
 
     table = report.format_table(cells, servers)
+    if "door" in servers or "door_split" in servers:
+        table += (
+            "\n\nThe triton door ÷ Triton (issue 13's targets):\n\n"
+            + report.format_door_table(cells)
+        )
     results = {
         "date": started.isoformat(timespec="seconds"),
         "command": shlex.join(
@@ -304,6 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "loadavg_before": [round(v, 2) for v in load_before],
         "loadavg_after": [round(v, 2) for v in load_after],
         "settings": {
+            "preset": args.preset,
             "workloads": args.workloads,
             "mode": args.mode,
             "concurrency": args.concurrency,

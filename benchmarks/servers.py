@@ -5,6 +5,10 @@
 * bridge2: a second, identical bridge process: the A/A pair of `bridge`, whose ratio to it is
   the run's noise floor.
 * echo: `python -m benchmarks.echo_worker`, bare Dynamo with the bridge's codec: the floor.
+* door: `python -m bridge --frontend triton`, the bridge's own Triton front door, embedded (one
+  process: the door calls its worker in-process).
+* door_split: `python -m bridge --role frontend --frontend triton` and one `--role worker`
+  process, over file discovery and the tcp request plane (issue 13's second column).
 
 They are started with the test harness (tests/harness), which finds free ports, waits until a
 server answers, and stops its whole process group. A server that cannot start is reported as
@@ -13,6 +17,7 @@ unavailable with the reason; the benchmark goes on without it.
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,9 +26,13 @@ from typing import Any, Protocol
 
 from benchmarks.placement import Placement
 from tests.harness.bridge_server import BridgeServer
+from tests.harness.cluster import Cluster, FrontendProcess
 from tests.harness.oracle import TritonOracle, oracle_unavailable_reason
 
-SERVER_NAMES: tuple[str, ...] = ("triton", "bridge", "bridge2", "echo")
+SERVER_NAMES: tuple[str, ...] = ("triton", "bridge", "bridge2", "echo", "door", "door_split")
+# Started when --servers is not given: door_split (two more processes) only on request.
+DEFAULT_SERVERS: tuple[str, ...] = ("triton", "bridge", "bridge2", "echo", "door")
+DOOR = ("--frontend", "triton")
 _STARTUP_TIMEOUT = 120.0
 
 
@@ -45,6 +54,42 @@ class EchoServer(BridgeServer):
     """The bare Dynamo echo worker, started and stopped exactly like the bridge."""
 
     module = "benchmarks.echo_worker"
+
+
+class SplitDoor:
+    """`--role frontend --frontend triton` in front of one `--role worker` process, over file
+    discovery and the tcp request plane on 127.0.0.1 (tests/harness/cluster.py)."""
+
+    def __init__(self, repository: Path, log_path: Path) -> None:
+        self._workdir = tempfile.TemporaryDirectory(prefix="door-split-")
+        cluster = Cluster(Path(self._workdir.name))
+        cluster.workdir = log_path.parent  # the processes' logs beside the other servers'
+        self.cluster = cluster
+        self.worker = cluster.worker(
+            repository, name=f"{log_path.stem}-worker", startup_timeout=_STARTUP_TIMEOUT
+        )
+        self.frontend: FrontendProcess = cluster.frontend(
+            *DOOR, name=f"{log_path.stem}-frontend", startup_timeout=_STARTUP_TIMEOUT
+        )
+
+    @property
+    def grpc_url(self) -> str:
+        return self.frontend.grpc_url
+
+    def start(self) -> SplitDoor:
+        self.worker.start()
+        self.frontend.start()
+        return self
+
+    def stop(self) -> None:
+        self.cluster.stop()
+        self._workdir.cleanup()
+
+    def wait_model_ready(self, model_name: str, version: str = "", timeout: float = 60.0) -> None:
+        self.frontend.wait_model_ready(model_name, version, timeout)
+
+    def client(self) -> Any:
+        return self.frontend.client()
 
 
 @dataclass
@@ -72,6 +117,10 @@ def _create(name: str, repository: Path, log_path: Path) -> _Server:
         return BridgeServer(repository, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT)
     if name == "echo":
         return EchoServer(repository, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT)
+    if name == "door":
+        return BridgeServer(repository, *DOOR, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT)
+    if name == "door_split":
+        return SplitDoor(repository, log_path)
     raise ValueError(f"unknown server '{name}'; known: {', '.join(SERVER_NAMES)}")
 
 

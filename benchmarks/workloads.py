@@ -28,6 +28,9 @@ class Workload:
     request: bytes  # a serialized ModelInferRequest
     expected: dict[str, bytes] = field(repr=False)  # output name → raw output bytes
     stream_responses: int = 0  # > 0: ModelStreamInfer, with this many responses per request
+    # Streaming: every request of a turn on one shared ModelStreamInfer call (each with an id of
+    # its own), instead of a stream per request.
+    shared_stream: bool = False
 
     @property
     def streaming(self) -> bool:
@@ -109,7 +112,7 @@ def _add_sub(name: str, count: int, description: str) -> Workload:
     )
 
 
-def _stream(name: str, responses: int, description: str) -> Workload:
+def _stream(name: str, responses: int, description: str, shared: bool = False) -> Workload:
     count = np.array([responses], dtype=np.int32)
     return Workload(
         name,
@@ -118,6 +121,7 @@ def _stream(name: str, responses: int, description: str) -> Workload:
         _request("stream_100", [("COUNT", "INT32", count, [1])]),
         {},
         stream_responses=responses,
+        shared_stream=shared,
     )
 
 
@@ -131,6 +135,10 @@ _BUILDERS: dict[str, Callable[[], Workload]] = {
     "bytes_1m": lambda: _identity_bytes("bytes_1m", 1 << 20, "identity BYTES, 1 × 1 MiB"),
     "add_sub": lambda: _add_sub("add_sub", 1024, "add_sub, 2 × FP32 × 1,024 in and out"),
     "stream_100": lambda: _stream("stream_100", 100, "decoupled, 100 responses per request"),
+    # Dynamo 1.6's frontend runs the requests of one stream one at a time; Triton does not.
+    "stream_100_shared": lambda: _stream(
+        "stream_100_shared", 100, "decoupled, 100 responses per request, one shared stream", True
+    ),
 }
 
 WORKLOAD_NAMES: tuple[str, ...] = tuple(_BUILDERS)

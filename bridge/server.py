@@ -27,14 +27,17 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 from . import heap
+from .allocator import keep_large_buffers
 from .frontends.triton.role import TritonDoorRole
 from .metrics.server import MetricsServer
 from .options import ServerOptions, StartupError
 from .roles.frontend import FrontendRole
 from .roles.runtime import RuntimeSettingsError, check_services, start_runtime
 from .roles.worker import WorkerRole
+from .worker import ModelWorker
 
 __all__ = ["RuntimeSettingsError", "ServerOptions", "StartupError", "serve"]
 
@@ -74,18 +77,33 @@ EXIT_TIMEOUT_TEXT = "exit timeout expired: exiting without waiting for the model
 RUNTIME_STOP_S = 5.0
 
 
+def _local_worker_of(worker: WorkerRole | None) -> Callable[[str], ModelWorker | None]:
+    """endpoint path → the ModelWorker of this process serving it now, if any."""
+
+    def local_worker(path: str) -> ModelWorker | None:
+        manager = worker.manager if worker is not None else None
+        return manager.local_worker(path) if manager is not None else None
+
+    return local_worker
+
+
 async def serve(options: ServerOptions) -> None:
     """Run this process's role(s) until SIGINT/SIGTERM (or the frontend stops)."""
     loop = asyncio.get_running_loop()
+    keep_large_buffers()  # big tensors reuse the heap, not fresh pages (allocator.py)
     # A worker with DYN_SYSTEM_PORT serves Dynamo's system status server; a frontend must not
     # (spec dynamo_runtime.md §5): it reads the variable when the runtime starts.
     if options.role == "frontend":
         os.environ.pop("DYN_SYSTEM_PORT", None)
     await check_services(options.discovery_backend, options.request_plane)
     worker = WorkerRole(options) if options.role != "frontend" else None
-    frontend = None
+    frontend: FrontendRole | TritonDoorRole | None = None
     if options.role != "worker":
-        frontend = FrontendRole(options) if options.door is None else TritonDoorRole(options)
+        if options.door is None:
+            frontend = FrontendRole(options)
+        else:
+            # The door calls this process's own workers directly (frontends/triton/routes.py).
+            frontend = TritonDoorRole(options, local_worker=_local_worker_of(worker))
     if worker is not None:
         await worker.load()  # before the runtime: the status table comes first, as in Triton
 

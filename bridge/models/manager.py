@@ -291,6 +291,15 @@ class ModelManager:
 
     # -- queries -------------------------------------------------------------------------------
 
+    def local_worker(self, path: str) -> ModelWorker | None:
+        """The worker serving the endpoint `path` now, if it is one of this process's (the
+        in-process door's route, bridge/frontends/triton/routes.py); None for a retired
+        generation or an endpoint served elsewhere."""
+        for worker in self.workers.values():
+            if worker.path == path:
+                return worker
+        return None
+
     def is_model_ready(self, name: str, version: str = "") -> bool:
         model = self.repository.models.get(name)
         if model is None:

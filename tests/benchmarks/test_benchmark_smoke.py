@@ -135,3 +135,44 @@ def test_missing_oracle_is_reported_not_fatal(tmp_path: Path) -> None:
     assert cell["results"]["echo"]["errors"] == 0
     assert "| stream_100 | 1 | n/a |" in done.stdout
     assert not (tmp_path / "plot.png").exists()
+
+
+@pytest.mark.timeout(300)
+def test_door_preset_measures_issue_13s_table(tmp_path: Path) -> None:
+    """`--preset door`: the six cells of issue 13's table on the embedded and the split triton
+    door (the split one only where the table has a target), every answer checked, among them
+    100-response streams sharing one ModelStreamInfer call; then the issue's ratio table."""
+    done = run_benchmark(
+        tmp_path,
+        "--preset=door",
+        "--max-requests=6",
+        "--max-seconds=60",
+        "--rounds=1",
+        "--warmup=1",
+        "--pin=off",
+        "--no-plot",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "| workload | embedded default, `--frontend triton` |" in done.stdout
+    assert "| stream_100_shared, c=32 throughput |" in done.stdout
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["settings"]["preset"] == "door"
+    assert results["servers"]["door"]["available"], results["servers"]["door"]["reason"]
+    assert results["servers"]["door_split"]["available"], results["servers"]["door_split"]
+    cells = [(c["workload"], c["concurrency"]) for c in results["cells"]]
+    assert cells == [
+        ("fp32_4", 1),
+        ("fp32_100k", 1),
+        ("fp32_1m", 1),
+        ("add_sub", 32),
+        ("fp32_100k", 32),
+        ("stream_100_shared", 32),
+    ]
+    for cell in results["cells"]:
+        servers = ["door", "door_split"] if cell["concurrency"] == 1 else ["door"]
+        for name in servers:
+            result = cell["results"][name]
+            assert result["errors"] == 0, (cell["workload"], name, result["first_error"])
+            assert result["requests"] + result["drained"] >= 6
+        if cell["concurrency"] == 32:
+            assert cell["results"]["door_split"] is None  # no target there: not measured

@@ -9,6 +9,7 @@ leaf), and a real `tritonclient` over TLS.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import struct
@@ -29,7 +30,8 @@ from tritonclient.utils import InferenceServerException
 from tests.e2e.reload_support import ask_marked, copy_models, set_line
 from tests.e2e.support import MULTI_A, MULTI_B, SERVING, WAIT_S, Gate, fp32_input, wait_until
 from tests.e2e.test_roles import Frontend, Worker, http_text
-from tests.harness import BridgeServer
+from tests.harness import BridgeServer, free_port
+from tests.harness.cluster import SYSTEM_PORTS
 
 DTYPES = Path(__file__).resolve().parents[1] / "repositories" / "dtypes"
 DOOR = ("--frontend", "triton")
@@ -386,6 +388,55 @@ def test_model_statistics_count_what_the_model_ran(dtypes: BridgeServer):
         assert caught.value.message() == "requested model 'no_such_model' is not available"
     finally:
         client.close()
+
+
+# -- the in-process route (embedded default) -----------------------------------------------------
+
+
+def endpoint_requests(metrics: str, model: str) -> int:
+    """Requests Dynamo's request plane delivered to a model's `generate` endpoints (every
+    generation), from a worker's system status server (`dynamo_component_requests_total`).
+    Dynamo labels component `<slug>[-g<n>]-<hash>` (bridge/worker.py) with `_` for `-`."""
+    component = re.compile(rf'dynamo_component="{re.escape(model)}(_g\d+)?_[0-9a-f]{{8}}"')
+    total = 0
+    for line in metrics.splitlines():
+        labels, _, number = line.rpartition(" ")
+        if (
+            labels.startswith("dynamo_component_requests_total{")
+            and 'dynamo_endpoint="generate"' in labels
+            and component.search(labels)
+        ):
+            total += int(float(number))
+    return total
+
+
+def test_embedded_door_calls_its_own_worker_in_process(bridge_server):
+    """`--role all --frontend triton`: the door calls the process's own worker directly; the
+    worker's request plane sees none of the requests its model answers (Dynamo's per-endpoint
+    counter stays at zero while Triton's success counter counts them all)."""
+    system_port = free_port(SYSTEM_PORTS)  # Dynamo 1.6.1 takes it as an i16
+    server = bridge_server(
+        DTYPES,
+        *DOOR,
+        env={"DYN_SYSTEM_PORT": str(system_port), "DYN_SYSTEM_HOST": "127.0.0.1"},
+    )
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        for value in range(5):
+            tensor = fp32_input([[float(value)] * 4])
+            answer = client.infer("identity_fp32", [tensor]).as_numpy("OUTPUT0")
+            assert answer.tolist() == [[value] * 4]
+        stream_answers: list = []
+        client.start_stream(callback=lambda result, error: stream_answers.append(error or result))
+        client.async_stream_infer("identity_fp32", [fp32_input([[1.0] * 4])])
+        client.stop_stream()
+        assert [a.as_numpy("OUTPUT0").tolist() for a in stream_answers] == [[[1.0] * 4]]
+    finally:
+        client.close()
+    assert success_count(http_text(server.metrics_url), "identity_fp32") == 6
+    dynamo_metrics = http_text(f"http://127.0.0.1:{system_port}/metrics")
+    assert "dynamo_component_requests_total" in dynamo_metrics  # the counter is there
+    assert endpoint_requests(dynamo_metrics, "identity_fp32") == 0
 
 
 # -- one frontend, two worker processes ----------------------------------------------------------

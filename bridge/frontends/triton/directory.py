@@ -16,7 +16,11 @@ but a caller never gets an index that was asked for before it called.
 
 Workers that are not bridge workers have no control endpoint: their TensorBased models come
 from Dynamo's model cards (model_cards.py) in the same round, as entries with
-`bridge_form=False`."""
+`bridge_form=False`.
+
+Each model endpoint is reached over a route (routes.py), made once per endpoint: in-process
+when `local_worker(path)` (given by the composition root) names this process's own worker for
+it, else over the request plane."""
 
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import no_available_versions_error, unknown_model_error
 
 from .model_cards import FOREIGN_VERSION, ModelCards
+from .routes import LocalRoute, RequestPlaneRoute, Route, StandardFormRoute
 
 log = logging.getLogger(__name__)
 
@@ -107,11 +112,18 @@ class Directory:
     """The door's view of the models served in its namespace."""
 
     def __init__(
-        self, runtime: DistributedRuntime, namespace: str, cards: ModelCards | None = None
+        self,
+        runtime: DistributedRuntime,
+        namespace: str,
+        cards: ModelCards | None = None,
+        local_worker: Callable[[str], Any | None] = lambda path: None,
     ) -> None:
         self._runtime = runtime
         self._namespace = namespace
         self._cards = cards  # foreign TensorBased workers' models (model_cards.py)
+        # endpoint path → this process's ModelWorker serving it, or None (routes.py)
+        self._local_worker = local_worker
+        self._routes: dict[str, Route] = {}
         self._control: Any = None
         self._models: dict[str, ModelEntry] = {}
         self._instances: frozenset[int] = frozenset()
@@ -186,6 +198,7 @@ class Directory:
                 for hook in self.on_new_workers:
                     hook(sorted(joined))
             self._answered = started
+            self._forget_routes()
 
     async def _ask_every_worker(self) -> tuple[dict[str, ModelEntry], frozenset[int], bool]:
         ids = list(self._control.instance_ids())
@@ -292,6 +305,31 @@ class Directory:
         return None
 
     # -- model endpoints ----------------------------------------------------------------------
+
+    async def route(self, endpoint: str, entry: ModelEntry) -> Route:
+        """How to reach `endpoint` of `entry`'s model: in-process when this process's own
+        worker serves it (the embedded default), over the request plane in the bridge form to
+        other bridge workers, in Dynamo's standard form to any other worker. Made once per
+        endpoint and kept."""
+        route = self._routes.get(endpoint)
+        if route is None:
+            worker = self._local_worker(endpoint)
+            if worker is not None:
+                route = LocalRoute(worker)
+            elif entry.bridge_form:
+                route = RequestPlaneRoute(await self.client(endpoint))
+            else:
+                route = StandardFormRoute(await self.client(endpoint), entry.name)
+            self._routes[endpoint] = route
+        return route
+
+    def _forget_routes(self) -> None:
+        """Drop the in-process routes to generations the index no longer names: a retired
+        worker is not kept alive by the door."""
+        named = {e for entry in self._models.values() for e in entry.endpoints}
+        for endpoint in [e for e, r in self._routes.items() if isinstance(r, LocalRoute)]:
+            if endpoint not in named:
+                del self._routes[endpoint]
 
     async def client(self, endpoint: str) -> Any:
         """A Dynamo client of a model endpoint, made once and kept."""

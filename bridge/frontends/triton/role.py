@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from dynamo.runtime import DistributedRuntime
 
@@ -30,8 +32,14 @@ class TritonDoorRole:
 
     http_port: int | None = None  # no Dynamo HTTP server to pass through
 
-    def __init__(self, options: ServerOptions) -> None:
+    def __init__(
+        self,
+        options: ServerOptions,
+        local_worker: Callable[[str], Any | None] = lambda path: None,
+    ) -> None:
         self.options = options
+        # endpoint path → this process's own ModelWorker serving it (the in-process route)
+        self.local_worker = local_worker
         self.door_options = dataclasses.replace(
             options.door or DoorOptions(),
             port=options.grpc_port,
@@ -52,7 +60,7 @@ class TritonDoorRole:
     def start(self, runtime: DistributedRuntime) -> asyncio.Future[None]:
         """Start serving; the returned future ends when the door stops (or fails to start)."""
         cards = ModelCards(self.options.discovery_backend, self.options.namespace)
-        directory = Directory(runtime, self.options.namespace, cards)
+        directory = Directory(runtime, self.options.namespace, cards, self.local_worker)
         self.service = TritonService(directory, ready=self.ready)
         self.grpc = GrpcServer(self.service, self.door_options)
         self.task = asyncio.ensure_future(self._run(directory, self.grpc))

@@ -6,10 +6,11 @@ config per version, statistics, the repository, and where an inference request g
 are tritonclient's protobuf messages (the HTTP door renders them as Triton's JSON); every
 refusal is a `DoorError` with Triton's code and text.
 
-Models are found in the directory (directory.py) and reached over Dynamo's request plane in
-the bridge tensor form (docs/worker_protocol.md §2). The checks the door can make from the
-request and the index are made here; the rest (input names, shapes, batch sizes, versions,
-model errors) come back from the worker as error items.
+Models are found in the directory (directory.py) and reached in the bridge tensor form
+(docs/worker_protocol.md §2) over a route per endpoint (routes.py): Dynamo's request plane, or
+a direct call when this process's own worker serves the endpoint (the embedded default). The
+checks the door can make from the request and the index are made here; the rest (input names,
+shapes, batch sizes, versions, model errors) come back from the worker as error items.
 
 What was checked against Triton 2.51 [V]: ModelReady on an unknown model or version is `false`,
 not an error; ModelMetadata's `platform` is the config's, or its backend when the config has
@@ -36,7 +37,6 @@ from model_repository_loader.validation import (
 )
 
 from .directory import Directory, ModelEntry
-from .foreign import bridge_items, to_standard_request
 from .model_cards import FOREIGN_VERSION
 from .settings import LogSettings, TraceSettings
 from .shm import SharedMemory
@@ -286,6 +286,9 @@ class TritonService:
         version = version_number(version_text)
         if not entry.endpoints or not entry.versions:
             raise DoorError(*entry.unavailable())
+        if not entry.bridge_form and version not in (-1, int(FOREIGN_VERSION)):
+            # a worker of Dynamo's standard form only: its one version (model_cards.py)
+            raise DoorError(ErrorCode.NOT_FOUND, unknown_model_error(name, version))
         if not stream and entry.decoupled:
             raise DoorError(ErrorCode.UNSUPPORTED, DECOUPLED_UNARY)
         return Target(entry, "" if version == -1 else str(version), entry.endpoints[-1])
@@ -293,22 +296,10 @@ class TritonService:
     async def items(self, target: Target, body: dict, context: Context) -> AsyncIterator[dict]:
         """The worker's bridge-form response items for one request, up to and including the
         final one. The caller stops `context` when its client goes away."""
-        foreign = not target.entry.bridge_form  # a worker of Dynamo's standard form only
-        if foreign:
-            if target.version not in ("", FOREIGN_VERSION):
-                raise DoorError(
-                    ErrorCode.NOT_FOUND, unknown_model_error(target.entry.name, int(target.version))
-                )
-            body = to_standard_request(body)
-        client = await self.directory.client(target.endpoint)
+        route = await self.directory.route(target.endpoint, target.entry)
         try:
-            stream = await client.round_robin(body, annotated=False, context=context)
-            if foreign:
-                stream = bridge_items(stream, target.entry.name)
-            async for item in stream:
+            async for item in route.generate(body, context):
                 yield item
-                if item.get("final", False):
-                    return
         except DoorError:
             raise
         except Exception as exc:  # the request plane failed (worker gone, not reachable)
