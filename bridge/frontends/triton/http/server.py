@@ -57,6 +57,12 @@ def _bind(address: str, port: int) -> socket.socket:
     return sock
 
 
+def check_address(options: HttpOptions) -> None:
+    """Fail early (HttpConfigError) when the address cannot be bound: before any model loads,
+    as tritonserver fails its start-up. The real bind is `start()`'s."""
+    _bind(options.address, options.port).close()
+
+
 class HttpServer:
     """Triton's HTTP/REST API over a `TritonService`."""
 
