@@ -108,7 +108,7 @@ class HttpServer:
         server, task = self._server, self._task
         if server is None or task is None:
             return
-        server.config.timeout_graceful_shutdown = max(grace, 0.0)
+        server.config.timeout_graceful_shutdown = max(round(grace), 0)  # uvicorn: whole seconds
         server.should_exit = True
         await task
         self._server = self._task = None
