@@ -593,3 +593,76 @@ def test_gzip_answer_is_compressed(http_dtypes: HttpPair):
         )
     assert answers[1] == answers[0]
     assert answers[0][1] == "gzip"
+
+
+# -- versions, model errors, decoupled models -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "version", ["", "/versions/2", "/versions/3", "/versions/1", "/versions/9"]
+)
+def test_versions(http_introspect: HttpPair, version: str):
+    """The version a request names answers (1 exists on disk but the policy serves 2 and 3)."""
+    header = {"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "INT32", "data": [5]}]}
+    triton, bridge = infer_both(http_introspect, f"versioned{version}", header)
+    assert bridge == triton
+
+
+def _int32(value: int = 7) -> dict:
+    return {"name": "INPUT0", "shape": [1], "datatype": "INT32", "data": [value]}
+
+
+ERROR_MODELS = [
+    "raise_in_execute",
+    "raise_model_exception",
+    "return_response_not_list",
+    "return_tuple",
+    "return_dict",
+    "return_too_few",
+    "return_too_many",
+    "return_non_response",
+    "no_execute",
+]
+
+
+@pytest.mark.parametrize("model", ERROR_MODELS)
+def test_model_errors(http_errors: HttpPair, model: str):
+    """A model that fails: Triton's status, text (tracebacks included) and text/plain label."""
+    triton, bridge = infer_both(http_errors, model, {"inputs": [_int32()]})
+    assert triton.status == 500, triton
+    assert triton.media_type == "text/plain"
+    assert bridge == triton
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "NOT_FOUND",
+        "UNSUPPORTED",
+        "ALREADY_EXISTS",
+        "CANCELLED",
+        "INTERNAL",
+        "INVALID_ARG",
+        "UNKNOWN",
+        "UNAVAILABLE",
+        "DEFAULT",
+    ],
+)
+def test_model_error_codes_become_triton_s_statuses(http_errors: HttpPair, code: str):
+    """TritonError(code) from the model: 404, 501, 400, 400, 500, 400, 400, 503, 500."""
+    header = {"parameters": {"code": code}, "inputs": [_int32()]}
+    triton, bridge = infer_both(http_errors, "error_code", header)
+    assert triton.status >= 400
+    assert bridge == triton
+
+
+def test_decoupled_model_through_infer(http_pair_for):
+    """Triton's HTTP infer refuses a decoupled model: 501 and its text (generate_stream is
+    the HTTP way to such models)."""
+    from tests.differential.support import REPOSITORIES
+
+    pair = http_pair_for(REPOSITORIES / "streaming")
+    header = {"inputs": [{"name": "IN", "shape": [1], "datatype": "INT32", "data": [2]}]}
+    triton, bridge = infer_both(pair, "repeat", header)
+    assert triton.status == 501
+    assert bridge == triton
