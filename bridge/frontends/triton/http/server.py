@@ -21,6 +21,7 @@ from ..service import TritonService
 from .app import make_app
 
 log = logging.getLogger("dynamo_bridge")
+KEEP_ALIVE_SECONDS = 75
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,9 @@ class HttpServer:
             access_log=False,
             server_header=False,
             backlog=2048,
+            # Clients keep one connection for their whole run (tritonclient, perf_analyzer);
+            # uvicorn's 5 s default would close it between bursts.
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
         )
 
     async def start(self) -> None:
