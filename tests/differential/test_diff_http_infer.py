@@ -337,6 +337,34 @@ REFUSED = {
         },
         struct.pack("<I", 1) + b"a" + struct.pack("<I", 0),
     ),
+    "bytes-too-many": (
+        "identity_bytes",
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [1, 1],
+                    "datatype": "BYTES",
+                    "parameters": {"binary_data_size": 10},
+                }
+            ]
+        },
+        struct.pack("<I", 1) + b"a" + struct.pack("<I", 1) + b"b",
+    ),
+    "bytes-element-cut-short": (
+        "identity_bytes",
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [1, 2],
+                    "datatype": "BYTES",
+                    "parameters": {"binary_data_size": 6},
+                }
+            ]
+        },
+        struct.pack("<I", 3) + b"ab",
+    ),
     "fp16-as-json": (
         "identity_fp16",
         {"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "FP16", "data": [1]}]},
