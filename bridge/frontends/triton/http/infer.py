@@ -102,7 +102,10 @@ async def infer(request: Request) -> Response:
         error = DoorError.from_item(answer["error"])
         checked = answer.get("rejected") and error.code != ErrorCode.NOT_FOUND
         return error_response(error, "application/json" if checked else "text/plain")
-    head, chunks = to_response(model, answer, plan, config, service.shm)
+    try:
+        head, chunks = to_response(model, answer, plan, config, service.shm)
+    except DoorError as exc:  # e.g. FP16 asked for as JSON: found past the model, text/plain [V]
+        return error_response(exc, "text/plain")
     encoding = _response_encoding(headers.get("accept-encoding"))
     if chunks:
         out_headers = {
