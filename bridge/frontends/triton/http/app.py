@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..status import DoorError
 from . import health, infer, models
@@ -49,24 +51,28 @@ MODEL = "/v2/models/{model}"
 VERSION = "/v2/models/{model}/versions/{version:digits}"
 
 
+def route(path: str, endpoint: Callable[[Request], Any], methods: Iterable[str]) -> Route:
+    """A route answering exactly `methods` (Starlette would add HEAD to GET; Triton's 405)."""
+    made = Route(path, endpoint, methods=list(methods))
+    made.methods = set(methods)
+    return made
+
+
 def model_routes(
     suffix: str, endpoint: Callable[[Request], Any], methods: Iterable[str]
 ) -> list[Route]:
     """The route for `/v2/models/<m><suffix>` and its `/versions/<v>` form."""
-    return [
-        Route(MODEL + suffix, endpoint, methods=list(methods)),
-        Route(VERSION + suffix, endpoint, methods=list(methods)),
-    ]
+    return [route(MODEL + suffix, endpoint, methods), route(VERSION + suffix, endpoint, methods)]
 
 
 def routes() -> list[BaseRoute]:
     """The route table. `/v2/models/stats` (every model) comes before the model routes, where
     it would otherwise read as the metadata of a model named 'stats'."""
     return [
-        Route("/v2/health/live", health.live, methods=["GET"]),
-        Route("/v2/health/ready", health.ready, methods=["GET"]),
-        Route("/v2", models.server_metadata, methods=["GET"]),
-        Route("/v2/models/stats", models.model_stats, methods=["GET"]),
+        route("/v2/health/live", health.live, ["GET"]),
+        route("/v2/health/ready", health.ready, ["GET"]),
+        route("/v2", models.server_metadata, ["GET"]),
+        route("/v2/models/stats", models.model_stats, ["GET"]),
         *model_routes("", models.model_metadata, ["GET"]),
         *model_routes("/ready", health.model_ready, ["GET"]),
         *model_routes("/config", models.model_config, ["GET"]),
@@ -95,12 +101,28 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return plain(body, exc.status_code)
 
 
+class RawPath:
+    """Routes match the path as sent: Triton does not decode `%XX` in it (a model named
+    `a%20b` is not `a b`) [V]."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path")
+        if raw is not None:
+            scope["path"] = raw.decode("latin-1")
+        await self.app(scope, receive, send)
+
+
 def make_app(service: TritonService, options: HttpOptions) -> Starlette:
     """Triton's HTTP API over `service`."""
     app = Starlette(
         routes=routes(),
+        middleware=[Middleware(RawPath)],
         exception_handlers={DoorError: _door_error, HTTPException: _http_error},
     )
+    app.router.redirect_slashes = False  # `/v2/health/live/` is a 404 on Triton [V]
     app.state.service = service
     app.state.options = options
     return app
