@@ -294,3 +294,55 @@ def test_a_client_that_goes_away_cancels_its_request(bridge_server, tmp_path: Pa
         )
         _wait_for_file(gates, ("started",))
     assert _wait_for_file(gates, ("cancelled", "not-cancelled")) == "cancelled"
+
+
+def test_inputs_and_outputs_in_system_shared_memory(door: BridgeServer):
+    """An input read from a registered region and an output written into one, over HTTP (the
+    region registered over gRPC: both wires share the door's regions). As Triton 2.51 answers
+    it: the output is named with its datatype and shape, no data and no parameters; a region
+    too small and an unknown region are Triton's 500 and 404 texts."""
+    from multiprocessing import shared_memory
+
+    region = shared_memory.SharedMemory(create=True, size=64)
+    client = door.client()
+    written = None  # a view of the region: released before the region closes
+    try:
+        np.ndarray((3,), np.float32, buffer=region.buf)[:] = [1, 2, 3]
+        client.register_system_shared_memory("http_region", "/" + region.name.lstrip("/"), 64)
+        where = {"shared_memory_region": "http_region", "shared_memory_byte_size": 12}
+        body = {
+            "inputs": [{**_fp32([1, 3]), "parameters": where}],
+            "outputs": [
+                {
+                    "name": "OUTPUT0",
+                    "parameters": {
+                        **where,
+                        "shared_memory_byte_size": 16,
+                        "shared_memory_offset": 32,
+                    },
+                }
+            ],
+        }
+        with httpx.Client(base_url=f"http://{door.http_url}", timeout=30) as http:
+            response = http.post(INFER, json=body, headers={"accept-encoding": "identity"})
+            assert response.status_code == 200, response.text
+            assert response.json()["outputs"] == [
+                {"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 3]}
+            ]
+            written = np.ndarray((3,), np.float32, buffer=region.buf, offset=32)
+            assert written.tolist() == [1.0, 2.0, 3.0]
+            body["outputs"][0]["parameters"]["shared_memory_byte_size"] = 8
+            response = http.post(INFER, json=body)
+            assert response.status_code == 500
+            assert "should be at least 12 bytes to hold the results" in response.json()["error"]
+            body["inputs"][0]["parameters"]["shared_memory_region"] = "nope"
+            response = http.post(INFER, json=body)
+            assert (response.status_code, response.json()) == (
+                404,
+                {"error": "Unable to find shared memory region: 'nope'"},
+            )
+    finally:
+        client.unregister_system_shared_memory("http_region")
+        del written
+        region.close()
+        region.unlink()
