@@ -346,3 +346,17 @@ def test_server_runs_in_the_running_loop_and_stops() -> None:
                 await client.get(f"http://127.0.0.1:{server.port}/v2/health/live")
 
     asyncio.run(scenario())
+
+
+def test_response_parameters_follow_the_version_without_the_stream_flag() -> None:
+    _, plan = _request({"inputs": []})
+    item = _item("INT32", [1], np.array([1], np.int32).tobytes())
+    item["parameters"] = {
+        "triton_final_response": {"bool": True},
+        "count": {"int64": 3},
+        "tag": {"string": "x"},
+    }
+    head, _ = to_response("m", item, plan, None)
+    document = json.loads(head)
+    assert list(document) == ["model_name", "model_version", "parameters", "outputs"]
+    assert document["parameters"] == {"count": 3, "tag": "x"}
