@@ -231,6 +231,8 @@ def test_stops_cleanly_after_serving_http(bridge_server):
     with httpx.Client(base_url=f"http://{server.http_url}", timeout=30) as client:
         _good(client)  # the connection stays open (keep-alive) while the server stops
         assert server.stop() == 0
+    assert "serving Triton HTTP on" in server.log_text
+    assert "Started server process" not in server.log_text  # uvicorn's lines stay out
 
 
 GATE_MODEL = """import os
