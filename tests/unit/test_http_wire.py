@@ -322,10 +322,13 @@ def test_classification_top_k_per_batch_entry() -> None:
 
 
 class _Service:
-    """Only what the health routes ask of a TritonService."""
+    """Only what the health routes ask of a TritonService; model readiness fails."""
 
     async def server_ready(self) -> bool:
         return False
+
+    async def model_ready(self, name: str, version: str) -> bool:
+        raise RuntimeError("a bug")
 
 
 def test_server_runs_in_the_running_loop_and_stops() -> None:
@@ -338,6 +341,8 @@ def test_server_runs_in_the_running_loop_and_stops() -> None:
             assert (await client.get("/v2/health/ready")).status_code == 400
             missing = await client.get("/v2/none")
             assert (missing.status_code, missing.json()) == (404, {"error": "Not Found"})
+            broken = await client.get("/v2/models/m/ready")
+            assert (broken.status_code, broken.json()) == (500, {"error": "internal error: a bug"})
         with pytest.raises(HttpConfigError):  # the same port again
             await HttpServer(_Service(), HttpOptions(port=server.port)).start()  # type: ignore[arg-type]
         await server.stop(grace=1.0)

@@ -24,6 +24,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from model_repository_loader.pb_utils.errors import ErrorCode
+
 from ..status import DoorError
 from . import health, infer, models
 from .status import error_body, error_response, error_response_body, plain
@@ -86,6 +88,11 @@ async def _door_error(request: Request, exc: Exception) -> Response:
     return error_response(exc)
 
 
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    """A failure of the door itself: 500 in Triton's form (Starlette logs the traceback)."""
+    return error_response(DoorError(ErrorCode.INTERNAL, f"internal error: {exc}"))
+
+
 _HTTP_TEXTS = {404: "Not Found", 405: "Method Not Allowed"}
 # Triton labels its 405 `application/json` on the routes that answer JSON, else `text/plain` [V].
 _JSON_ENDPOINTS = frozenset(
@@ -120,7 +127,11 @@ def make_app(service: TritonService, options: HttpOptions) -> Starlette:
     app = Starlette(
         routes=routes(),
         middleware=[Middleware(RawPath)],
-        exception_handlers={DoorError: _door_error, HTTPException: _http_error},
+        exception_handlers={
+            DoorError: _door_error,
+            HTTPException: _http_error,
+            Exception: _unexpected,
+        },
     )
     app.router.redirect_slashes = False  # `/v2/health/live/` is a 404 on Triton [V]
     app.state.service = service
