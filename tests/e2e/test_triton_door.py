@@ -377,7 +377,13 @@ def test_model_statistics_count_what_the_model_ran(dtypes: BridgeServer):
         tensor.set_data_from_numpy(np.array([[1, 2]], np.int8))
         for _ in range(3):
             client.infer("identity_int8", [tensor])
-        (after,) = stats()
+
+        def counted() -> dict | None:
+            # The worker records an execution just after it answers (as Triton does).
+            (now,) = stats()
+            return now if int(now.get("inference_count", 0)) >= count + 3 else None
+
+        after = wait_until(counted, "the three requests in the statistics")
         assert int(after["inference_count"]) == count + 3
         assert int(after["inference_stats"]["success"]["count"]) == count + 3
         assert after["inference_stats"]["cache_hit"] == {}  # present and empty, as Triton
