@@ -4,9 +4,11 @@ binary tensor conversion both ways, classification, and the embedded uvicorn ser
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import os
 import struct
+import zlib
 
 import httpx
 import numpy as np
@@ -16,6 +18,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from bridge.cli import build_parser, parse_with_environment, resolve_http
 from bridge.frontends.triton.classification import classify
+from bridge.frontends.triton.http.infer import _decompress
 from bridge.frontends.triton.http.models import message_json
 from bridge.frontends.triton.http.server import HttpConfigError, HttpOptions, HttpServer
 from bridge.frontends.triton.http.status import HTTP_STATUS, http_status
@@ -365,3 +368,20 @@ def test_response_parameters_follow_the_version_without_the_stream_flag() -> Non
     document = json.loads(head)
     assert list(document) == ["model_name", "model_version", "parameters", "outputs"]
     assert document["parameters"] == {"count": 3, "tag": "x"}
+
+
+# -- compressed bodies ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_compressed_body_is_bounded_once_inflated(encoding: str):
+    """A small body that inflates past the bound is refused without inflating it all."""
+    data = b"\0" * 1_000_000
+    packed = gzip.compress(data) if encoding == "gzip" else zlib.compress(data)
+    assert _decompress(packed, encoding) == data
+    with pytest.raises(DoorError) as caught:
+        _decompress(packed, encoding, limit=4096)
+    assert caught.value.code == ErrorCode.INVALID_ARG
+    assert "decompresses to more than 4096 bytes" in caught.value.message
+    with pytest.raises(DoorError, match="cut short"):
+        _decompress(packed[: len(packed) // 2], encoding)

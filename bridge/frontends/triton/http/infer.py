@@ -29,19 +29,37 @@ _COMPRESSIONS = ("gzip", "deflate")
 DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
 
 
-def _decompress(body: bytes, encoding: str | None) -> bytes:
+# The largest body a compressed request may grow to: a small body must not become an
+# unbounded allocation (a "zip bomb"). Triton's own bound on a gRPC message, INT32_MAX.
+MAX_DECOMPRESSED_BYTES = 2**31 - 1
+# zlib's window bits: a gzip wrapper, or a zlib wrapper (what HTTP calls "deflate").
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def _decompress(body: bytes, encoding: str | None, limit: int = MAX_DECOMPRESSED_BYTES) -> bytes:
     if not encoding or encoding == "identity":
         return body
+    wbits = _WBITS.get(encoding)
+    if wbits is None:
+        raise DoorError(ErrorCode.UNSUPPORTED, f"unsupported Content-Encoding '{encoding}'")
+    inflater = zlib.decompressobj(wbits)
     try:
-        if encoding == "gzip":
-            return gzip.decompress(body)
-        if encoding == "deflate":
-            return zlib.decompress(body)
-    except (OSError, EOFError, zlib.error) as exc:
+        out = inflater.decompress(body, limit)
+    except zlib.error as exc:
         raise DoorError(
             ErrorCode.INVALID_ARG, f"failed to decompress the request body ({encoding}): {exc}"
         ) from None
-    raise DoorError(ErrorCode.UNSUPPORTED, f"unsupported Content-Encoding '{encoding}'")
+    if inflater.unconsumed_tail:
+        raise DoorError(
+            ErrorCode.INVALID_ARG,
+            f"the request body ({encoding}) decompresses to more than {limit} bytes",
+        )
+    if not inflater.eof:
+        raise DoorError(
+            ErrorCode.INVALID_ARG,
+            f"failed to decompress the request body ({encoding}): the data is cut short",
+        )
+    return out
 
 
 def _response_encoding(accept: str | None) -> str | None:
