@@ -3,8 +3,9 @@
 It has the shape of bridge/roles/frontend.py's `FrontendRole`, so the composition root picks
 one or the other and runs it the same way. Differences: no private HTTP port (the door has no
 Dynamo HTTP server behind the metrics port), TLS files are read when the role is made (a bad
-path fails start-up before any model loads), and at shutdown the gRPC server stops taking new
-calls while the ones in flight finish, as tritonserver does, within `--exit-timeout-secs`.
+path fails start-up before any model loads), and at shutdown the gRPC and HTTP servers stop
+taking new calls while the ones in flight finish, as tritonserver does, within
+`--exit-timeout-secs`. Both wires share one TritonService.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from dynamo.runtime import DistributedRuntime
 from ...options import ServerOptions, StartupError
 from .directory import Directory
 from .grpc.server import DoorConfigError, DoorOptions, GrpcServer, credentials
+from .http.server import HttpServer
 from .service import TritonService
 
 log = logging.getLogger("dynamo_bridge")
 
 
 class TritonDoorRole:
-    """Serves Triton's gRPC protocol for the models of the process's namespace."""
+    """Serves Triton's gRPC and HTTP protocols for the models of the process's namespace."""
 
     http_port: int | None = None  # no Dynamo HTTP server to pass through
 
@@ -42,6 +44,7 @@ class TritonDoorRole:
             raise StartupError(str(exc)) from None
         self.service: TritonService | None = None
         self.grpc: GrpcServer | None = None
+        self.http: HttpServer | None = None
         self.task: asyncio.Future[None] | None = None
         self._up = False
         self._stopping = False
@@ -51,15 +54,21 @@ class TritonDoorRole:
         directory = Directory(runtime, self.options.namespace)
         self.service = TritonService(directory, ready=self.ready)
         self.grpc = GrpcServer(self.service, self.door_options)
-        self.task = asyncio.ensure_future(self._run(directory, self.grpc))
+        if self.options.http is not None:
+            self.http = HttpServer(self.service, self.options.http)
+        self.task = asyncio.ensure_future(self._run(directory, self.grpc, self.http))
         return self.task
 
-    async def _run(self, directory: Directory, grpc: GrpcServer) -> None:
+    async def _run(self, directory: Directory, grpc: GrpcServer, http: HttpServer | None) -> None:
         await directory.start()
         try:
             await grpc.start()
+            if http is not None:
+                await http.start()
             self._up = True
             await grpc.wait()
+            if http is not None:
+                await http.wait()
         finally:
             directory.stop()
             if self.service is not None:
@@ -73,3 +82,5 @@ class TritonDoorRole:
         self._stopping = True
         if self.grpc is not None:
             asyncio.ensure_future(self.grpc.stop(grace=self.options.exit_timeout))
+        if self.http is not None:
+            asyncio.ensure_future(self.http.stop(grace=self.options.exit_timeout))
