@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ..status import DoorError
-from . import health, infer, models
+from . import generate, health, infer, models
 from .status import error_body, error_response
 
 if TYPE_CHECKING:
@@ -72,6 +72,8 @@ def routes() -> list[BaseRoute]:
         *model_routes("/config", models.model_config, ["GET"]),
         *model_routes("/stats", models.model_stats, ["GET"]),
         *model_routes("/infer", infer.infer, ["POST"]),
+        *model_routes("/generate", generate.generate, ["POST"]),
+        *model_routes("/generate_stream", generate.generate_stream, ["POST"]),
     ]
 
 

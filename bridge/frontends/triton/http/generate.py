@@ -2,9 +2,9 @@
 
 The generate extension trades tensors for plain JSON: the body is an object whose members named
 like the model's inputs are their values (a scalar or a list), plus an optional `id` and
-`parameters`; every other member is ignored. The answer is one object with each output by name
-(a single element as a scalar, more as a flat list), `model_name`, `model_version` and the
-request's `id`, keys in sorted order. What was checked against Triton 2.51 [V]:
+`parameters`; any other member is a request parameter too (a number, bool or string, else
+400). The answer is one object with each output by name (a single element as a scalar, more as
+a flat list), `model_name`, `model_version` and the request's `id`, keys in sorted order. What was checked against Triton 2.51 [V]:
 
 - an input's shape is its config's dims (with the batch dimension first when the model batches),
   every variable dimension 1 except the last, which takes what the element count leaves
@@ -16,10 +16,13 @@ request's `id`, keys in sorted order. What was checked against Triton 2.51 [V]:
   number, bool or string is 400; FP16/BF16 inputs cannot come as JSON (400);
 - `generate` runs decoupled models too: anything but exactly one response is a 200 carrying
   `{"error": "generate expects model to produce exactly 1 response, ..."}`;
+- a model's error response is 400 whatever its code (Triton's generate answers an INTERNAL
+  error 400 where /infer answers 500); a request refused before it reached the model (unknown
+  model or version, missing inputs) has its code's status;
 - `generate_stream` answers Server-Sent Events, one `data: {...}` per response. The HTTP
-  status waits for the first response: an error there is its status (400 for a model's error)
-  with the event `data: {"error": ...}`; a later error is an event and the stream goes on.
-  An error before any response (unknown model, bad body) is a plain `{"error"}` answer.
+  status waits for the first response: a model's error there is 400 with the event
+  `data: {"error": ...}`; a later error is an event and the stream goes on. A refusal before
+  any response (unknown model or version, bad body, missing inputs) is a plain `{"error"}`.
 
 A client that goes away mid-stream stops its request (the Dynamo context), as Triton cancels it.
 """
@@ -52,6 +55,7 @@ EXACTLY_ONE = (
     "generates various number of responses"
 )
 EVENT_STREAM = "text/event-stream; charset=utf-8"
+MODEL_ERROR_STATUS = 400
 
 _SIGNED = {"INT8", "INT16", "INT32", "INT64"}
 _UNSIGNED = {"UINT8", "UINT16", "UINT32", "UINT64"}
@@ -92,31 +96,34 @@ def _parse_body(raw: bytes) -> _Members:
 # -- request ----------------------------------------------------------------------------------
 
 
-def _parameters(document: _Members) -> dict[str, dict[str, Any]]:
-    given = document.get("parameters")
-    if given is None:
-        return {}
+def _parameter(key: str, value: Any, prefix: str) -> dict[str, Any]:
+    """One request parameter in the bridge's dict form, or Triton's 400 for a JSON type that
+    is none of number, bool and string."""
+    if isinstance(value, bool):
+        return {"bool": value}
+    if isinstance(value, int) and -(2**63) <= value <= _INT64_MAX:
+        return {"int64": value}
+    if isinstance(value, int) and 0 <= value < 2**64:
+        return {"uint64": value}
+    if isinstance(value, int | float):
+        return {"double": float(value)}
+    if isinstance(value, str):
+        return {"string": value}
+    raise invalid(
+        f"{prefix}parameter '{key}' has invalid type. It should be either 'int', 'bool', or "
+        "'string'."
+    )
+
+
+def _parameters(given: Any) -> dict[str, dict[str, Any]]:
+    """The `parameters` member."""
     if not isinstance(given, dict):
         raise _internal(
             "Expected JSON object for keyword: 'parameters': attempt to access JSON non-object "
             "as object"
         )
-    out: dict[str, dict[str, Any]] = {}
-    for key, value in given.items():
-        if isinstance(value, bool):
-            out[key] = {"bool": value}
-        elif isinstance(value, int) and -(2**63) <= value <= _INT64_MAX:
-            out[key] = {"int64": value}
-        elif isinstance(value, float):
-            out[key] = {"double": value}
-        elif isinstance(value, str):
-            out[key] = {"string": value}
-        else:
-            raise invalid(
-                f"Converting keyword: 'parameters': parameter '{key}' has invalid type. It "
-                "should be either 'int', 'bool', or 'string'."
-            )
-    return out
+    prefix = "Converting keyword: 'parameters': "
+    return {key: _parameter(key, value, prefix) for key, value in given.items()}
 
 
 def _shape(config: mc.ModelConfig, spec: mc.ModelInput, count: int) -> list[int]:
@@ -186,25 +193,35 @@ def _values_bytes(name: str, datatype: str, values: list[Any]) -> bytes:
 
 
 def bridge_request(target: Target, name: str, document: _Members) -> dict[str, Any]:
-    """A generate body → the bridge-form request (docs/worker_protocol.md §2)."""
+    """A generate body → the bridge-form request (docs/worker_protocol.md §2). Members are
+    taken in the document's order, as Triton does [V]: `parameters`, inputs by name, and any
+    other member as a request parameter of its own."""
     request_id = document.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise _internal("Unable to parse 'id': attempt to access JSON non-string as string")
-    parameters = _parameters(document)
     config = target.entry.config
     specs = {spec.name: spec for spec in config.input}
     tensors: list[dict[str, Any]] = []
+    parameters: dict[str, dict[str, Any]] = {}
     seen: set[str] = set()
     for key, value in document.pairs:
         spec = specs.get(key)
+        if key == "id":
+            continue
+        if key == "parameters":
+            parameters.update(_parameters(value))
+            continue
         if spec is None:
-            continue  # not an input: Triton ignores it
+            parameters[key] = _parameter(key, value, "")
+            continue
         datatype = config_datatype_name(spec.data_type)
         count = len(value) if isinstance(value, list) else 1
         shape = _shape(config, spec, count)
         values = _flatten(value, [])
         if len(values) != count:
-            raise _internal("Unable to parse 'data': Shape does not match true shape of 'data' field")
+            raise _internal(
+                "Unable to parse 'data': Shape does not match true shape of 'data' field"
+            )
         data = _values_bytes(key, datatype, values)
         if key in seen:
             raise invalid(
@@ -273,6 +290,13 @@ def response_document(name: str, request_id: str, item: dict[str, Any]) -> dict[
     return dict(sorted(document.items()))
 
 
+def _error_answer(item: dict[str, Any]) -> Response:
+    """An error item as the whole answer (module docstring: 400 unless refused up front)."""
+    error = DoorError.from_item(item["error"])
+    status = http_status(error.code) if item.get("rejected") else MODEL_ERROR_STATUS
+    return json_response({"error": error.message}, status)
+
+
 def _dumps(document: dict[str, Any]) -> str:
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
 
@@ -308,7 +332,7 @@ async def generate(request: Request) -> Response:
         return json_response({"error": EXACTLY_ONE})
     answer = answers[0]
     if "error" in answer:
-        raise DoorError.from_item(answer["error"])
+        return _error_answer(answer)
     return json_response(response_document(body["model"], body.get("id", ""), answer))
 
 
@@ -343,7 +367,10 @@ async def generate_stream(request: Request) -> Response:
         raise
     status = 200
     if first is not None and "error" in first:
-        status = http_status(DoorError.from_item(first["error"]).code)
+        if first.get("rejected"):
+            context.stop_generating()
+            return _error_answer(first)
+        status = MODEL_ERROR_STATUS
 
     async def events() -> AsyncIterator[bytes]:
         try:
