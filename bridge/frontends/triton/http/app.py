@@ -24,7 +24,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..status import DoorError
 from . import generate, health, infer, models
-from .status import error_body, error_response
+from .status import error_body, error_response, plain
 
 if TYPE_CHECKING:
     from ..service import TritonService
@@ -88,7 +88,7 @@ _HTTP_TEXTS = {404: "Not Found", 405: "Method Not Allowed"}
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     text = _HTTP_TEXTS.get(exc.status_code, exc.detail)
-    return Response(error_body(text), status_code=exc.status_code, media_type="text/plain")
+    return plain(error_body(text), exc.status_code)
 
 
 def make_app(service: TritonService, options: HttpOptions) -> Starlette:

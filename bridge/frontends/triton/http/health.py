@@ -10,25 +10,25 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .status import error_body
+from .status import error_body, plain
 
 NOT_READY = "Model version not ready"
 
 
 
 async def live(request: Request) -> Response:
-    return Response(b"", status_code=200, media_type="text/plain")
+    return plain(b"", 200)
 
 
 async def ready(request: Request) -> Response:
     if await request.app.state.service.server_ready():
-        return Response(b"", status_code=200, media_type="text/plain")
-    return Response(b"", status_code=400, media_type="text/plain")
+        return plain(b"", 200)
+    return plain(b"", 400)
 
 
 async def model_ready(request: Request) -> Response:
     params = request.path_params
     service = request.app.state.service
     if await service.model_ready(params["model"], params.get("version", "")):
-        return Response(b"", status_code=200, media_type="text/plain")
-    return Response(error_body(NOT_READY), status_code=400, media_type="text/plain")
+        return plain(b"", 200)
+    return plain(error_body(NOT_READY), 400)

@@ -1,14 +1,111 @@
-"""`POST /v2/models/<m>[/versions/<v>]/infer` (placeholder until the tensors land)."""
+"""`POST /v2/models/<m>[/versions/<v>]/infer`: one request, one answer.
+
+The model is looked up before the body is read as JSON, as Triton does (an unknown model is
+404 whatever the body). The body may be compressed (`Content-Encoding: gzip` or `deflate`), and
+the answer is compressed when `Accept-Encoding` asks for one of them, as Triton's HTTP server
+does [V]. A decoupled model cannot answer here (UNSUPPORTED, the service's text); a default
+model must answer exactly once. The request plane's context is stopped when the client goes
+away before the answer, so the worker stops too.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import gzip
+import zlib
+
+from dynamo.runtime import Context
 from starlette.requests import Request
 from starlette.responses import Response
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ..status import DoorError
+from .status import error_response
+from .tensors import HEADER_LENGTH, parse_json, split_body, to_bridge_request, to_response
+
+_COMPRESSIONS = ("gzip", "deflate")
+
+
+def _decompress(body: bytes, encoding: str | None) -> bytes:
+    if not encoding or encoding == "identity":
+        return body
+    try:
+        if encoding == "gzip":
+            return gzip.decompress(body)
+        if encoding == "deflate":
+            return zlib.decompress(body)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DoorError(
+            ErrorCode.INVALID_ARG, f"failed to decompress the request body ({encoding}): {exc}"
+        ) from None
+    raise DoorError(ErrorCode.UNSUPPORTED, f"unsupported Content-Encoding '{encoding}'")
+
+
+def _response_encoding(accept: str | None) -> str | None:
+    """The first of gzip / deflate that `Accept-Encoding` lists, if any."""
+    if not accept:
+        return None
+    for item in accept.split(","):
+        name = item.split(";", 1)[0].strip().lower()
+        if name in _COMPRESSIONS:
+            return name
+    return None
+
+
+async def _watch_disconnect(request: Request, context: Context) -> None:
+    """Stop the request plane's context when the client goes away (the body is read: the
+    next message the server hands over is the disconnect)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            context.stop_generating()
+            return
 
 
 async def infer(request: Request) -> Response:
-    raise DoorError(ErrorCode.UNSUPPORTED, "inference over HTTP is not served yet")
+    service = request.app.state.service
+    params = request.path_params
+    model = params["model"]
+    headers = request.headers
+    try:
+        target = await service.target(model, params.get("version", ""), stream=False)
+        body = _decompress(await request.body(), headers.get("content-encoding"))
+        header, binary = split_body(body, headers.get(HEADER_LENGTH))
+    except DoorError as exc:  # refused before the request is parsed: Triton's label [V]
+        return error_response(exc, "text/plain")
+    document = parse_json(header)
+    config = target.entry.config
+    bridge, plan = to_bridge_request(
+        document, binary, model, target.version, config, service.shm
+    )
+    del body, header, binary, document  # the bridge form holds what is needed
+    answers: list[dict] = []
+    context = Context()
+    watcher = asyncio.ensure_future(_watch_disconnect(request, context))
+    try:
+        async for item in service.items(target, bridge, context):
+            if item.get("empty"):
+                continue  # a flag-only FINAL: a unary call has nothing to show for it
+            answers.append(item)
+    finally:
+        watcher.cancel()
+    if len(answers) != 1:
+        raise DoorError(ErrorCode.INTERNAL, f"expected a single response, got {len(answers)}")
+    answer = answers[0]
+    if "error" in answer:
+        raise DoorError.from_item(answer["error"])
+    head, chunks = to_response(model, answer, plan, config, service.shm)
+    out_headers = {}
+    if chunks:
+        content = b"".join([head, *chunks])
+        out_headers["Inference-Header-Content-Length"] = str(len(head))
+        media_type = "application/octet-stream"
+    else:
+        content = head
+        media_type = "application/json"
+    encoding = _response_encoding(headers.get("accept-encoding"))
+    if encoding is not None:
+        content = gzip.compress(content, 1) if encoding == "gzip" else zlib.compress(content, 1)
+        out_headers["Content-Encoding"] = encoding
+    return Response(content, headers=out_headers, media_type=media_type)

@@ -1,16 +1,17 @@
 """`GET /v2`, `/v2/models/<m>[/versions/<v>]`, `.../config`, `.../stats` and `/v2/models/stats`.
 
 The service answers in tritonclient's protobufs; Triton's HTTP server writes the same messages
-as JSON [V]: field names as in the .proto, every field printed (zeros, empty lists and maps
-included), enums by name, and 64-bit integers as JSON numbers (protobuf's own JSON mapping
-would quote them).
+as JSON [V]: field names as in the .proto and in its order, every field printed (zeros, empty
+lists and maps included), enums by name, and 64-bit integers as JSON numbers (protobuf's own
+JSON mapping would quote them). Statistics are the exception to the order: Triton writes
+`response_stats` before `batch_stats`.
 """
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
-from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from starlette.requests import Request
@@ -18,61 +19,41 @@ from starlette.responses import Response
 
 from .status import json_response
 
-_INT64_TYPES = frozenset(
-    {
-        FieldDescriptor.TYPE_INT64,
-        FieldDescriptor.TYPE_UINT64,
-        FieldDescriptor.TYPE_SINT64,
-        FieldDescriptor.TYPE_FIXED64,
-        FieldDescriptor.TYPE_SFIXED64,
-    }
-)
+_BYTES = FieldDescriptor.TYPE_BYTES
+_ENUM = FieldDescriptor.TYPE_ENUM
 
 
-def _numbers(message: Message, document: dict[str, Any]) -> dict[str, Any]:
-    """`document` (MessageToDict of `message`) with every 64-bit integer made a number again,
-    walking the descriptor so that only integer fields are touched (a string field holding
-    digits stays a string)."""
-    for field in message.DESCRIPTOR.fields:
-        name = field.name
-        if name not in document:
-            continue
-        value = document[name]
-        if field.message_type is not None and field.message_type.GetOptions().map_entry:
-            value_field = field.message_type.fields_by_name["value"]
-            mapping = getattr(message, name)
-            if value_field.message_type is not None:
-                for key in value:
-                    _numbers(mapping[_map_key(field, key)], value[key])
-            elif value_field.type in _INT64_TYPES:
-                document[name] = {k: int(v) for k, v in value.items()}
-        elif field.message_type is not None:
-            if field.label == FieldDescriptor.LABEL_REPEATED:
-                for sub, sub_document in zip(getattr(message, name), value, strict=True):
-                    _numbers(sub, sub_document)
-            else:
-                _numbers(getattr(message, name), value)
-        elif field.type in _INT64_TYPES:
-            if field.label == FieldDescriptor.LABEL_REPEATED:
-                document[name] = [int(v) for v in value]
-            else:
-                document[name] = int(value)
-    return document
+def _scalar(field: FieldDescriptor, value: Any) -> Any:
+    if field.type == _ENUM:
+        item = field.enum_type.values_by_number.get(value)
+        return item.name if item is not None else value
+    if field.type == _BYTES:
+        return base64.b64encode(value).decode()
+    return value  # bool, int (64-bit ones too: numbers, as Triton writes them), float, str
 
 
-def _map_key(field: FieldDescriptor, key: str) -> Any:
-    key_field = field.message_type.fields_by_name["key"]
-    return key if key_field.type == FieldDescriptor.TYPE_STRING else int(key)
+def _value(field: FieldDescriptor, value: Any) -> Any:
+    return message_json(value) if field.message_type is not None else _scalar(field, value)
 
 
 def message_json(message: Message) -> dict[str, Any]:
-    """A protobuf message as Triton's HTTP server writes it."""
-    document = json_format.MessageToDict(
-        message,
-        preserving_proto_field_name=True,
-        always_print_fields_with_no_presence=True,
-    )
-    return _numbers(message, document)
+    """A protobuf message as Triton's HTTP server writes it: fields in the order the .proto
+    declares them, each one printed unless it tracks presence and is unset (a sub-message or a
+    oneof member)."""
+    out: dict[str, Any] = {}
+    for field in message.DESCRIPTOR.fields:
+        name = field.name
+        value = getattr(message, name)
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            value_field = field.message_type.fields_by_name["value"]
+            out[name] = {str(k): _value(value_field, v) for k, v in value.items()}
+        elif field.label == FieldDescriptor.LABEL_REPEATED:
+            out[name] = [_value(field, v) for v in value]
+        elif field.has_presence and not message.HasField(name):
+            continue
+        else:
+            out[name] = _value(field, value)
+    return out
 
 
 def _version(request: Request) -> str:
@@ -99,4 +80,17 @@ async def model_stats(request: Request) -> Response:
     service = request.app.state.service
     name = request.path_params.get("model", "")
     answer = await service.statistics(name, _version(request))
-    return json_response(message_json(answer))
+    document = message_json(answer)
+    document["model_stats"] = [_triton_order(stats) for stats in document["model_stats"]]
+    return json_response(document)
+
+
+def _triton_order(stats: dict[str, Any]) -> dict[str, Any]:
+    """One model's statistics in the order Triton writes them (response_stats moved up)."""
+    response = stats.pop("response_stats", {})
+    out = {}
+    for key, value in stats.items():
+        if key == "batch_stats":
+            out["response_stats"] = response
+        out[key] = value
+    return out

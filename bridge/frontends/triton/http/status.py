@@ -42,10 +42,20 @@ def error_body(message: str) -> bytes:
     return json.dumps({"error": message}, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def error_response(error: DoorError) -> Response:
-    """A DoorError as Triton's HTTP server answers it: its status and `{"error": text}`."""
+def error_response(error: DoorError, media_type: str = "application/json") -> Response:
+    """A DoorError as Triton's HTTP server answers it: its status and `{"error": text}`
+    (Triton labels a few of them `text/plain`)."""
     status = http_status(error.code)
-    return Response(error_body(error.message), status_code=status, media_type="application/json")
+    return Response(error_body(error.message), status_code=status, headers=_type(media_type))
+
+
+def plain(body: bytes, status: int) -> Response:
+    """A `text/plain` answer as Triton labels it: no charset (Starlette would add one)."""
+    return Response(body, status_code=status, headers=_type("text/plain"))
+
+
+def _type(media_type: str) -> dict[str, str]:
+    return {"content-type": media_type}
 
 
 def bad_request(message: str) -> Response:
