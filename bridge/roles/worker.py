@@ -31,7 +31,7 @@ from dynamo.runtime import DistributedRuntime
 from model_repository_loader import repository
 from model_repository_loader.loader import LoadedRepository, ModelStatus, load_repository
 
-from ..control import MODEL_REPOSITORY, ControlServer
+from ..control import ControlPort
 from ..metrics.triton import TritonMetrics
 from ..models import ManagerOptions, ModelControl, ModelManager, digests_of
 from ..options import ServerOptions, StartupError
@@ -58,7 +58,7 @@ class WorkerRole:
         self._loaded: LoadedRepository | None = None
         self._digests: dict[str, str] = {}
         self._watcher: RepositoryWatcher | None = None
-        self._control_server: ControlServer | None = None
+        self._control_port: ControlPort | None = None
         self._health: asyncio.Task[None] | None = None
         self._stopping = False
         self._sources: list[Callable[[], str]] = []
@@ -130,13 +130,10 @@ class WorkerRole:
                 names |= {s.name for s in repository.scan(options.model_repositories)}
                 asyncio.ensure_future(manager.refresh(names, retry_failed=False))
         if options.control_port is not None:
-            self._control_server = ControlServer(
-                manager,
-                options.control_port,
-                explicit=mode == "explicit",
-                restriction=options.http_restricted_api.get(MODEL_REPOSITORY),
+            self._control_port = ControlPort(
+                runtime, options.namespace, options.control_port, options.http_restricted_api
             )
-            await self._control_server.start()
+            await self._control_port.start()
         elif mode == "explicit":
             log.warning(
                 "explicit model control without --control-port: models load at run time only "
@@ -215,8 +212,8 @@ class WorkerRole:
         deadline = loop.time() + timeout
         if self._watcher is not None:
             await self._watcher.stop()
-        if self._control_server is not None:
-            await self._control_server.stop()
+        if self._control_port is not None:
+            await self._control_port.stop(grace=min(timeout, 1.0))
         clean = True
         if self.manager is not None:
             clean = await self.manager.close(timeout=max(0.0, deadline - loop.time()))

@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ..status import DoorError
-from . import generate, health, infer, models
+from . import generate, health, infer, models, repository, security
 from .status import error_body, error_response, plain
 
 if TYPE_CHECKING:
@@ -59,12 +59,31 @@ def model_routes(
     ]
 
 
+def health_routes() -> list[BaseRoute]:
+    return [
+        Route("/v2/health/live", health.live, methods=["GET"]),
+        Route("/v2/health/ready", health.ready, methods=["GET"]),
+    ]
+
+
+def repository_routes() -> list[BaseRoute]:
+    return [
+        Route("/v2/repository/index", repository.index, methods=["POST"]),
+        Route("/v2/repository/models/{model}/load", repository.load, methods=["POST"]),
+        Route("/v2/repository/models/{model}/unload", repository.unload, methods=["POST"]),
+    ]
+
+
+def control_routes() -> list[BaseRoute]:
+    """The control port's routes (`--control-port`): Triton's repository API and health."""
+    return [*health_routes(), *repository_routes()]
+
+
 def routes() -> list[BaseRoute]:
     """The route table. `/v2/models/stats` (every model) comes before the model routes, where
     it would otherwise read as the metadata of a model named 'stats'."""
     return [
-        Route("/v2/health/live", health.live, methods=["GET"]),
-        Route("/v2/health/ready", health.ready, methods=["GET"]),
+        *health_routes(),
         Route("/v2", models.server_metadata, methods=["GET"]),
         Route("/v2/models/stats", models.model_stats, methods=["GET"]),
         *model_routes("", models.model_metadata, ["GET"]),
@@ -74,6 +93,7 @@ def routes() -> list[BaseRoute]:
         *model_routes("/infer", infer.infer, ["POST"]),
         *model_routes("/generate", generate.generate, ["POST"]),
         *model_routes("/generate_stream", generate.generate_stream, ["POST"]),
+        *repository_routes(),
     ]
 
 
@@ -92,9 +112,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def make_app(service: TritonService, options: HttpOptions) -> Starlette:
-    """Triton's HTTP API over `service`."""
+    """Triton's HTTP API over `service` (the control port's part of it: `options.control`),
+    each route guarded as security.py says."""
+    table = control_routes() if options.control else routes()
     app = Starlette(
-        routes=routes(),
+        routes=security.guard(table, options.restricted, control=options.control),
         exception_handlers={DoorError: _door_error, HTTPException: _http_error},
     )
     app.state.service = service

@@ -4,7 +4,8 @@ The generate extension trades tensors for plain JSON: the body is an object whos
 like the model's inputs are their values (a scalar or a list), plus an optional `id` and
 `parameters`; any other member is a request parameter too (a number, bool or string, else
 400). The answer is one object with each output by name (a single element as a scalar, more as
-a flat list), `model_name`, `model_version` and the request's `id`, keys in sorted order. What was checked against Triton 2.51 [V]:
+a flat list), `model_name`, `model_version` and the request's `id`, keys in sorted order.
+What was checked against Triton 2.51 [V]:
 
 - an input's shape is its config's dims (with the batch dimension first when the model batches),
   every variable dimension 1 except the last, which takes what the element count leaves

@@ -15,7 +15,6 @@ from .status import error_body, plain
 NOT_READY = "Model version not ready"
 
 
-
 async def live(request: Request) -> Response:
     return plain(b"", 200)
 

@@ -76,9 +76,7 @@ async def infer(request: Request) -> Response:
         return error_response(exc, "text/plain")
     document = parse_json(header)
     config = target.entry.config
-    bridge, plan = to_bridge_request(
-        document, binary, model, target.version, config, service.shm
-    )
+    bridge, plan = to_bridge_request(document, binary, model, target.version, config, service.shm)
     del body, header, binary, document  # the bridge form holds what is needed
     answers: list[dict] = []
     context = Context()

@@ -13,12 +13,14 @@ import contextlib
 import logging
 import socket
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import uvicorn
 
+from ....restrictions import Restriction
 from ..service import TritonService
 from .app import make_app
+from .security import Protocol
 
 log = logging.getLogger("dynamo_bridge")
 
@@ -27,6 +29,11 @@ log = logging.getLogger("dynamo_bridge")
 class HttpOptions:
     port: int = 8000
     address: str = "127.0.0.1"
+    # `--http-restricted-api`: {api group: header its requests must carry} (security.py)
+    restricted: dict[str, Restriction] = field(default_factory=dict)
+    # The control port (`--control-port`): the repository and health routes only, every one
+    # guarded as a load is (security.py).
+    control: bool = False
 
 
 class HttpConfigError(ValueError):
@@ -73,7 +80,7 @@ class HttpServer:
             host=self.options.address,
             port=self.options.port,
             loop="none",  # the running loop (the runtime's)
-            http="httptools",
+            http=Protocol,  # httptools, with a deadline for request heads (security.py)
             ws="none",
             lifespan="off",
             interface="asgi3",
