@@ -120,12 +120,11 @@ def test_model_names_that_are_not_one_folder_name_are_refused(setup, tmp_path) -
         status, answer = post(
             port, f"/v2/repository/models/{quote(name, safe='')}/load", load_body()
         )
+        if "/" in name:  # no route takes a model name with a slash, however it is spelled
+            assert (status, answer) == (404, {"error": "Not Found"}), name
+            continue
         assert status == 400, (name, answer)
         assert "invalid model name" in answer["error"] or "cannot be empty" in answer["error"]
-    assert post(port, "/v2/repository/models/..%2Fescaped_dir/load", load_body()) == (
-        400,
-        {"error": TRAVERSAL.format("../escaped_dir")},
-    )
     # Through pb_utils.load_model too (the same manager.load).
     client = server.client()
     assert loader_call(
@@ -231,9 +230,10 @@ def test_restricted_api_requires_its_header(bridge_server, tmp_path) -> None:
     )
     refused = (403, {"error": "This API is restricted, expecting header 'admin-key'"})
     assert post(port, "/v2/repository/index") == refused
-    # Other spellings of the same route are the same route.
-    assert post(port, "//v2/repository/index") == refused
+    # Another spelling of the same route is the same route; a path no route takes is a 404,
+    # as on Triton [V].
     assert post(port, "/v2/%72epository/index?x=1") == refused
+    assert post(port, "//v2/repository/index") == (404, {"error": "Not Found"})
     assert post(port, "/v2/repository/models/plain/load") == refused
     assert post(port, "/v2/repository/models/plain/load", headers={"admin-key": "wrong"}) == refused
     assert not server.client().is_model_ready("plain")
@@ -341,8 +341,11 @@ def test_http_robustness(setup) -> None:
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(b"NOT AN HTTP REQUEST\r\n\r\n")
         assert read_until_closed(sock).startswith(b"HTTP/1.1 400 ")
-    status, answer = post(port, "/v2/repository/models/x/load", {"parameters": ["not", "a map"]})
-    assert status == 400, answer
+    # (Triton's answer to `parameters` that are no object is a 500 with RapidJSON's words [V].)
+    assert post(port, "/v2/repository/models/x/load", {"parameters": ["not", "a map"]}) == (
+        500,
+        {"error": "attempt to get members for non-object"},
+    )
     # ... a fault of the server (its repository vanished) is a 500, and it serves on.
     repo.rename(repo.with_name("gone"))
     status, answer = post(port, "/v2/repository/index")
