@@ -27,9 +27,7 @@ def classify(
 ) -> tuple[str, list[int], bytes]:
     """An output's (datatype, shape, raw bytes) → its top-k classes as BYTES (same triple)."""
     if datatype == "BYTES" or datatype not in DATATYPE_TO_NUMPY:
-        raise invalid(
-            f"class result not available for output due to unsupported type '{datatype}'"
-        )
+        raise invalid(f"class result not available for output due to unsupported type '{datatype}'")
     typed = np.frombuffer(values, dtype=DATATYPE_TO_NUMPY[datatype])
     batch = shape[0] if batching and shape else 1
     rows = typed.reshape(batch, -1) if typed.size else typed.reshape(batch, 0)

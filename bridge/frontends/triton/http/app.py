@@ -24,7 +24,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..status import DoorError
 from . import generate, health, infer, models, repository, security
-from .status import error_body, error_response, plain
+from .status import error_body, error_response, error_response_body, plain
 
 if TYPE_CHECKING:
     from ..service import TritonService
@@ -103,12 +103,18 @@ async def _door_error(request: Request, exc: Exception) -> Response:
 
 
 _HTTP_TEXTS = {404: "Not Found", 405: "Method Not Allowed"}
+# Triton labels its 405 `application/json` on the routes that answer JSON, else `text/plain` [V].
+_JSON_ENDPOINTS = frozenset(
+    {models.server_metadata, models.model_metadata, models.model_config, models.model_stats}
+)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    text = _HTTP_TEXTS.get(exc.status_code, exc.detail)
-    return plain(error_body(text), exc.status_code)
+    body = error_body(_HTTP_TEXTS.get(exc.status_code, exc.detail))
+    if request.scope.get("endpoint") in _JSON_ENDPOINTS:
+        return error_response_body(body, exc.status_code)
+    return plain(body, exc.status_code)
 
 
 def make_app(service: TritonService, options: HttpOptions) -> Starlette:

@@ -17,6 +17,7 @@ import zlib
 from dynamo.runtime import Context
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
@@ -94,16 +95,39 @@ async def infer(request: Request) -> Response:
     if "error" in answer:
         raise DoorError.from_item(answer["error"])
     head, chunks = to_response(model, answer, plan, config, service.shm)
-    out_headers = {}
-    if chunks:
-        content = b"".join([head, *chunks])
-        out_headers["Inference-Header-Content-Length"] = str(len(head))
-        media_type = "application/octet-stream"
-    else:
-        content = head
-        media_type = "application/json"
     encoding = _response_encoding(headers.get("accept-encoding"))
+    if chunks:
+        out_headers = {
+            "content-type": "application/octet-stream",
+            "inference-header-content-length": str(len(head)),
+        }
+        if encoding is None:
+            return PartsResponse([head, *chunks], out_headers)
+        content = b"".join([head, *chunks])
+    else:
+        out_headers = {"content-type": "application/json"}
+        content = head
     if encoding is not None:
         content = gzip.compress(content, 1) if encoding == "gzip" else zlib.compress(content, 1)
-        out_headers["Content-Encoding"] = encoding
-    return Response(content, headers=out_headers, media_type=media_type)
+        out_headers["content-encoding"] = encoding
+    return Response(content, headers=out_headers)
+
+
+class PartsResponse(Response):
+    """A 200 whose body is sent as its parts (the JSON header, then each output's bytes), so
+    that megabytes of output are not joined into one more copy first."""
+
+    def __init__(self, parts: list[bytes], headers: dict[str, str]) -> None:
+        self.parts = parts
+        self.status_code = 200
+        self.background = None
+        self.body = b""
+        self.init_headers({**headers, "content-length": str(sum(map(len, parts)))})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        last = len(self.parts) - 1
+        for index, part in enumerate(self.parts):
+            await send({"type": "http.response.body", "body": part, "more_body": index < last})

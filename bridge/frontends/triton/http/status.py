@@ -49,6 +49,10 @@ def error_response(error: DoorError, media_type: str = "application/json") -> Re
     return Response(error_body(error.message), status_code=status, headers=_type(media_type))
 
 
+def error_response_body(body: bytes, status: int) -> Response:
+    return Response(body, status_code=status, headers=_type("application/json"))
+
+
 def plain(body: bytes, status: int) -> Response:
     """A `text/plain` answer as Triton labels it: no charset (Starlette would add one)."""
     return Response(body, status_code=status, headers=_type("text/plain"))
