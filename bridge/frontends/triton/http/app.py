@@ -105,7 +105,13 @@ async def _door_error(request: Request, exc: Exception) -> Response:
 _HTTP_TEXTS = {404: "Not Found", 405: "Method Not Allowed"}
 # Triton labels its 405 `application/json` on the routes that answer JSON, else `text/plain` [V].
 _JSON_ENDPOINTS = frozenset(
-    {models.server_metadata, models.model_metadata, models.model_config, models.model_stats}
+    {
+        models.server_metadata,
+        models.model_metadata,
+        models.model_config,
+        models.model_stats,
+        repository.index,
+    }
 )
 
 
