@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ..status import DoorError
-from . import generate, health, infer, models, repository, security
+from . import generate, health, infer, models, repository, security, shared_memory
 from .status import error_body, error_response, error_response_body, plain
 
 if TYPE_CHECKING:
@@ -74,6 +74,31 @@ def repository_routes() -> list[BaseRoute]:
     ]
 
 
+def shared_memory_routes() -> list[BaseRoute]:
+    """`/v2/<kind>/status|unregister` and `/v2/<kind>/region/<r>/status|register|unregister`,
+    for kind systemsharedmemory and cudasharedmemory."""
+    table = []
+    for kind, status, register, unregister in (
+        (
+            "systemsharedmemory",
+            shared_memory.system_status,
+            shared_memory.system_register,
+            shared_memory.system_unregister,
+        ),
+        (
+            "cudasharedmemory",
+            shared_memory.cuda_status,
+            shared_memory.cuda_register,
+            shared_memory.cuda_unregister,
+        ),
+    ):
+        for prefix in (f"/v2/{kind}", f"/v2/{kind}/region/{{region}}"):
+            table.append(Route(f"{prefix}/status", status, methods=["GET"]))
+            table.append(Route(f"{prefix}/unregister", unregister, methods=["POST"]))
+        table.append(Route(f"/v2/{kind}/region/{{region}}/register", register, methods=["POST"]))
+    return table
+
+
 def control_routes() -> list[BaseRoute]:
     """The control port's routes (`--control-port`): Triton's repository API and health."""
     return [*health_routes(), *repository_routes()]
@@ -94,6 +119,7 @@ def routes() -> list[BaseRoute]:
         *model_routes("/generate", generate.generate, ["POST"]),
         *model_routes("/generate_stream", generate.generate_stream, ["POST"]),
         *repository_routes(),
+        *shared_memory_routes(),
     ]
 
 
@@ -111,6 +137,12 @@ _JSON_ENDPOINTS = frozenset(
         models.model_config,
         models.model_stats,
         repository.index,
+        shared_memory.system_status,
+        shared_memory.system_register,
+        shared_memory.system_unregister,
+        shared_memory.cuda_status,
+        shared_memory.cuda_register,
+        shared_memory.cuda_unregister,
     }
 )
 

@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ....restrictions import Restriction
-from . import generate, health, infer, models, repository
+from . import generate, health, infer, models, repository, shared_memory
 
 MAX_BODY_BYTES = 256 * 1024 * 1024  # a model's files travel in the body of a load
 READ_TIMEOUT_S = 5.0  # longest silence while a guarded request's body is awaited
@@ -55,6 +55,12 @@ GROUP_OF: dict[Callable[..., Any], str] = {
     repository.index: "model-repository",
     repository.load: "model-repository",
     repository.unload: "model-repository",
+    shared_memory.system_status: "shared-memory",
+    shared_memory.system_register: "shared-memory",
+    shared_memory.system_unregister: "shared-memory",
+    shared_memory.cuda_status: "shared-memory",
+    shared_memory.cuda_register: "shared-memory",
+    shared_memory.cuda_unregister: "shared-memory",
 }
 # The routes that run code on the workers.
 WRITES = frozenset({repository.load, repository.unload})
