@@ -23,7 +23,7 @@ _LENGTH = struct.Struct("<I")
 
 
 def classify(
-    datatype: str, shape: list[int], values: bytes, k: int, batching: bool
+    datatype: str, shape: list[int], values: bytes | bytearray, k: int, batching: bool
 ) -> tuple[str, list[int], bytes]:
     """An output's (datatype, shape, raw bytes) → its top-k classes as BYTES (same triple)."""
     if datatype == "BYTES" or datatype not in DATATYPE_TO_NUMPY:

@@ -19,7 +19,7 @@ from dynamo.runtime import DistributedRuntime
 from ...options import ServerOptions, StartupError
 from .directory import Directory
 from .grpc.server import DoorConfigError, DoorOptions, GrpcServer, credentials
-from .http.server import HttpServer
+from .http.server import HttpConfigError, HttpServer, check_address
 from .service import TritonService
 
 log = logging.getLogger("dynamo_bridge")
@@ -40,7 +40,9 @@ class TritonDoorRole:
         )
         try:
             credentials(self.door_options)
-        except DoorConfigError as exc:
+            if options.http is not None:
+                check_address(options.http)
+        except (DoorConfigError, HttpConfigError) as exc:
             raise StartupError(str(exc)) from None
         self.service: TritonService | None = None
         self.grpc: GrpcServer | None = None

@@ -10,9 +10,10 @@ JSON mapping would quote them). Statistics are the exception to the order: Trito
 from __future__ import annotations
 
 import base64
+import functools
 from typing import Any
 
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,7 +25,7 @@ _ENUM = FieldDescriptor.TYPE_ENUM
 
 
 def _scalar(field: FieldDescriptor, value: Any) -> Any:
-    if field.type == _ENUM:
+    if field.type == _ENUM and field.enum_type is not None:
         item = field.enum_type.values_by_number.get(value)
         return item.name if item is not None else value
     if field.type == _BYTES:
@@ -36,21 +37,42 @@ def _value(field: FieldDescriptor, value: Any) -> Any:
     return message_json(value) if field.message_type is not None else _scalar(field, value)
 
 
+_MAP, _REPEATED, _OPTIONAL, _SINGLE = range(4)
+
+
+def _is_repeated(field: FieldDescriptor) -> bool:
+    if hasattr(type(field), "is_repeated"):  # protobuf >= 6.31 (`label` is deprecated there)
+        return bool(field.is_repeated)
+    return bool(field.label == FieldDescriptor.LABEL_REPEATED)  # type: ignore[attr-defined]
+
+
+@functools.cache
+def _fields(descriptor: Descriptor) -> tuple[tuple[str, int, FieldDescriptor], ...]:
+    """How each field of a message type is written, in declared order (worked out once)."""
+    out = []
+    for field in descriptor.fields:
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            out.append((field.name, _MAP, field.message_type.fields_by_name["value"]))
+        elif _is_repeated(field):
+            out.append((field.name, _REPEATED, field))
+        else:
+            out.append((field.name, _OPTIONAL if field.has_presence else _SINGLE, field))
+    return tuple(out)
+
+
 def message_json(message: Message) -> dict[str, Any]:
     """A protobuf message as Triton's HTTP server writes it: fields in the order the .proto
     declares them, each one printed unless it tracks presence and is unset (a sub-message or a
     oneof member)."""
     out: dict[str, Any] = {}
-    for field in message.DESCRIPTOR.fields:
-        name = field.name
-        value = getattr(message, name)
-        if field.message_type is not None and field.message_type.GetOptions().map_entry:
-            value_field = field.message_type.fields_by_name["value"]
-            out[name] = {str(k): _value(value_field, v) for k, v in value.items()}
-        elif field.label == FieldDescriptor.LABEL_REPEATED:
-            out[name] = [_value(field, v) for v in value]
-        elif field.has_presence and not message.HasField(name):
+    for name, kind, field in _fields(message.DESCRIPTOR):
+        if kind == _OPTIONAL and not message.HasField(name):
             continue
+        value = getattr(message, name)
+        if kind == _MAP:
+            out[name] = {str(k): _value(field, v) for k, v in value.items()}
+        elif kind == _REPEATED:
+            out[name] = [_value(field, v) for v in value]
         else:
             out[name] = _value(field, value)
     return out

@@ -64,6 +64,12 @@ def _bind(address: str, port: int) -> socket.socket:
     return sock
 
 
+def check_address(options: HttpOptions) -> None:
+    """Fail early (HttpConfigError) when the address cannot be bound: before any model loads,
+    as tritonserver fails its start-up. The real bind is `start()`'s."""
+    _bind(options.address, options.port).close()
+
+
 class HttpServer:
     """Triton's HTTP/REST API over a `TritonService`."""
 
@@ -109,7 +115,7 @@ class HttpServer:
         server, task = self._server, self._task
         if server is None or task is None:
             return
-        server.config.timeout_graceful_shutdown = max(grace, 0.0)
+        server.config.timeout_graceful_shutdown = max(round(grace), 0)  # uvicorn: whole seconds
         server.should_exit = True
         await task
         self._server = self._task = None

@@ -124,6 +124,8 @@ def parse_json(text: bytes) -> dict[str, Any]:
         document, _ = _DECODER.raw_decode(text.decode("utf-8", "surrogateescape").lstrip())
     except ValueError as exc:  # JSONDecodeError
         raise malformed(f"failed to parse the request JSON buffer: {exc}") from None
+    except RecursionError:
+        raise malformed("failed to parse the request JSON buffer: nested too deeply") from None
     if not isinstance(document, dict):
         raise malformed(
             "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"
