@@ -156,6 +156,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="triton door: port of Triton's HTTP/REST API (default 8000; 0 picks a free one)",
     )
     p.add_argument(
+        "--http-use-ssl",
+        action="store_true",
+        help="triton door: serve HTTP over TLS (needs --http-server-cert and --http-server-key; "
+        "tritonserver has no such flag, the name follows --grpc-use-ssl)",
+    )
+    p.add_argument(
+        "--http-use-ssl-mutual",
+        action="store_true",
+        help="triton door: HTTP over TLS that requires a client certificate signed by "
+        "--http-root-cert",
+    )
+    p.add_argument("--http-server-cert", type=Path, default=None, metavar="PATH")
+    p.add_argument("--http-server-key", type=Path, default=None, metavar="PATH")
+    p.add_argument("--http-root-cert", type=Path, default=None, metavar="PATH")
+    p.add_argument(
         "--http-address",
         default="127.0.0.1",
         metavar="ADDRESS",
@@ -460,11 +475,13 @@ def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> D
 
 
 def resolve_http(
-    args: argparse.Namespace, restricted: dict[str, Restriction]
+    parser: argparse.ArgumentParser, args: argparse.Namespace, restricted: dict[str, Restriction]
 ) -> HttpOptions | None:
     """The triton door's HTTP options (`--frontend triton`), None for Dynamo's frontend, which
-    has no HTTP/REST API (the flags are then unused)."""
+    has no HTTP/REST API (its port and address flags are then unused; TLS is refused)."""
     if args.frontend == "dynamo":
+        if args.http_use_ssl or args.http_use_ssl_mutual:
+            parser.error("--http-use-ssl and --http-use-ssl-mutual need --frontend triton")
         return None
     from .frontends.triton import HttpOptions
 
@@ -472,6 +489,11 @@ def resolve_http(
         port=args.http_port,
         address=args.http_address,
         restricted=restricted,
+        use_ssl=args.http_use_ssl,
+        use_ssl_mutual=args.http_use_ssl_mutual,
+        server_cert=args.http_server_cert,
+        server_key=args.http_server_key,
+        root_cert=args.http_root_cert,
     )
 
 
@@ -532,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         exit_timeout=args.exit_timeout_secs,
         timings=timings,
         door=door,
-        http=resolve_http(args, restricted),
+        http=resolve_http(parser, args, restricted),
         loader=ConfigOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             model_config_name=args.model_config_name,
