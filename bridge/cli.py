@@ -157,13 +157,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--http-use-ssl",
-        action="store_true",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="BOOL",
         help="triton door: serve HTTP over TLS (needs --http-server-cert and --http-server-key; "
         "tritonserver has no such flag, the name follows --grpc-use-ssl)",
     )
     p.add_argument(
         "--http-use-ssl-mutual",
-        action="store_true",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="BOOL",
         help="triton door: HTTP over TLS that requires a client certificate signed by "
         "--http-root-cert",
     )
