@@ -18,6 +18,11 @@ same request; by default each is stopped here:
 `--log-verbose 1` brings Dynamo's and the loader's lines back (not the tracebacks: the bridge's
 own line says the same).
 
+Triton's LogSettings (`log_info`, `log_warning`, `log_error`, `log_verbose_level`, `log_format`)
+change at run time here too (`check_log_settings`, `apply_log_settings`): the triton door applies
+them to its process and sends them to every worker over the control endpoint. Dynamo's Rust lines
+keep the filter they started with (Dynamo reads DYN_LOG once).
+
 Text a client chose (request ids, input names, anything a model echoes) is escaped: the failure
 line escapes every non-printable character, newlines included, and cuts long strings
 (`printable`); every other line has its control characters but newline and tab escaped, so no
@@ -33,11 +38,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from model_repository_loader.errors import FAILED_REQUESTS_PREFIX
+from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.pb_utils.logger import LOGGER_NAME
 
 # Control characters other than newline and tab, DEL, and the C1 controls: as \xNN.
@@ -102,6 +109,7 @@ def redirect_output(path: str) -> None:
     everything lands in tritonserver's log file. Raises OSError if the file cannot be opened.
     """
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    _state.log_file = path
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)
@@ -178,19 +186,128 @@ def _native_caller() -> bool:
     return False
 
 
+@dataclass(slots=True)
+class LogState:
+    """The process's log settings, under Triton's LogSettings names (see `apply_log_settings`)."""
+
+    log_file: str = ""
+    log_info: bool = True
+    log_warning: bool = True
+    log_error: bool = True
+    log_verbose_level: int = 0
+    log_format: str = "default"
+
+
+_state = LogState()
+_handler: logging.Handler | None = None
+
+
+class _LevelSwitch(logging.Filter):
+    """Triton's per-severity switches (`log_info`, `log_warning`, `log_error`), and, at
+    `log_verbose_level` 0, the loader's duplicate failure line (`_DuplicateFailureFilter`).
+    Verbose (debug) lines are governed by the root level alone, as Triton's by the level."""
+
+    _duplicate = _DuplicateFailureFilter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        level = record.levelno
+        if level >= logging.ERROR:
+            shown = _state.log_error
+        elif level >= logging.WARNING:
+            shown = _state.log_warning
+        elif level >= logging.INFO:
+            shown = _state.log_info
+        else:
+            shown = True
+        if shown and _state.log_verbose_level <= 0:
+            shown = self._duplicate.filter(record)
+        return shown
+
+
 def configure_logging(verbose: int, log_format: str = "default") -> None:
     """Our lines at INFO (DEBUG with --log-verbose ≥ 1) on stderr, in Triton's shape."""
+    global _handler
     stream = sys.stderr
     if isinstance(stream, StderrGuard):
         stream = stream._stream
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(TritonFormatter(log_format))
-    if verbose <= 0:
-        handler.addFilter(_DuplicateFailureFilter())
+    handler.addFilter(_LevelSwitch())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if verbose > 0 else logging.INFO)
+    _handler = handler
+    apply_log_settings({"log_verbose_level": verbose, "log_format": log_format})
     sys.stderr = StderrGuard(stream)  # type: ignore[assignment]
+
+
+# Triton's LogSettings keys, in the order Triton checks and applies them [V]: a request with a
+# bad value keeps the changes of the keys before it. log_file is never changed at run time.
+LOG_SETTING_TYPES: dict[str, type] = {
+    "log_file": str,
+    "log_info": bool,
+    "log_warning": bool,
+    "log_error": bool,
+    "log_verbose_level": int,
+    "log_format": str,
+}
+_TYPE_WORDS = {bool: "boolean", int: "int32", str: "string"}
+LOG_FILE_FIXED = "log file location can not be updated through network protocol"
+
+
+def log_settings() -> dict[str, bool | int | str]:
+    """This process's settings, by Triton's LogSettings names."""
+    return {key: getattr(_state, key) for key in LOG_SETTING_TYPES}
+
+
+def check_log_settings(
+    changes: Mapping[str, Any],
+) -> tuple[dict[str, bool | int | str], tuple[ErrorCode, str] | None]:
+    """The changes Triton would apply, in its order, and its error at the first bad one.
+
+    Unknown keys are ignored, as Triton ignores them [V]. A value of the wrong type (None for
+    none given) is INVALID_ARG with Triton's text; `log_file` is UNSUPPORTED (Triton cannot
+    move its log file at run time either). Verbose levels are uint32 on Triton's wire: wider
+    numbers keep their low 32 bits, as Triton's HTTP endpoint does [V].
+    """
+    valid: dict[str, bool | int | str] = {}
+    for key, kind in LOG_SETTING_TYPES.items():
+        if key not in changes:
+            continue
+        value = changes[key]
+        if key == "log_file":
+            return valid, (ErrorCode.UNSUPPORTED, LOG_FILE_FIXED)
+        # bool is an int in Python; Triton keeps the two apart.
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return valid, (ErrorCode.INVALID_ARG, f"expect {_TYPE_WORDS[kind]} for '{key}'")
+        if key == "log_verbose_level":
+            if value < 0:
+                return valid, (ErrorCode.INVALID_ARG, f"expect int32 for '{key}'")
+            value = value & 0xFFFFFFFF
+        if key == "log_format" and value not in LOG_FORMATS:
+            return valid, (ErrorCode.INVALID_ARG, f"invalid argument for log_format, got: {value}")
+        valid[key] = value
+    return valid, None
+
+
+def apply_log_settings(changes: Mapping[str, bool | int | str]) -> dict[str, bool | int | str]:
+    """Apply checked settings (`check_log_settings`) to this process; returns them all.
+
+    The verbose level moves the root logger (and so `pb_utils.Logger.log_verbose`) between
+    DEBUG and INFO, here and in the process's isolated model instances; the format swaps the
+    formatter. Dynamo's own lines keep the filter they started with: Dynamo reads DYN_LOG once.
+    """
+    for key, value in changes.items():
+        if key in LOG_SETTING_TYPES and key != "log_file":
+            setattr(_state, key, value)
+    if _handler is not None:
+        _handler.setFormatter(TritonFormatter(_state.log_format))
+    level = logging.DEBUG if _state.log_verbose_level > 0 else logging.INFO
+    if logging.getLogger().level != level:
+        logging.getLogger().setLevel(level)
+        # Instance processes exist only once their module is imported (not at start-up).
+        isolation = sys.modules.get("model_repository_loader.isolation.instance")
+        if isolation is not None:
+            isolation.set_isolated_log_level(level)
+    return log_settings()
 
 
 # Dynamo's per-request lines, off unless --log-verbose ≥ 1 or DYN_LOG names the target.

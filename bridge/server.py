@@ -135,7 +135,9 @@ async def serve(options: ServerOptions) -> None:
         clean = await worker.close(runtime, options.exit_timeout)
     else:
         log.info("shutting down")
-        _arm_exit_watchdog(RUNTIME_STOP_S)
+        _arm_exit_watchdog(options.exit_timeout + RUNTIME_STOP_S)
+        if frontend is not None:  # the triton door's calls in flight finish first
+            await frontend.drained(options.exit_timeout)
     if metrics_server is not None:
         await metrics_server.stop()
     if worker is not None:

@@ -24,6 +24,10 @@ Ops:
 - `{"op": "load", "name": str, "config": str, "files": {"file:<path>": bytes}}` and
   `{"op": "unload", "name": str}` → `{}` once done, or an error with Triton's code and text
   (the worker's `--model-control-mode` rules: load/unload only in explicit mode).
+- `{"op": "log_settings", "settings": {<Triton LogSettings name>: value}}` → the process's
+  settings after the change (`{"settings": {...}}`), or an error with Triton's code and text
+  (bridge/logs.py `check_log_settings`); `"settings": {}` only reads them. The triton door
+  sends a client's LogSettings change to every worker this way.
 - anything else → `{"error": {"code": "INVALID_ARG", "message": ...}}`.
 
 More ops (`ready`) can join `ControlEndpoint.ops`, in the same style.
@@ -41,6 +45,8 @@ from typing import TYPE_CHECKING, Any
 from model_repository_loader import repository
 from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.scheduling.stats import ModelStats
+
+from ..logs import apply_log_settings, check_log_settings
 
 if TYPE_CHECKING:
     from dynamo.runtime import DistributedRuntime
@@ -111,6 +117,7 @@ class ControlEndpoint:
             "folders": self._folders,
             "load": self._load,
             "unload": self._unload,
+            "log_settings": self._log_settings,
         }
         self.serving: asyncio.Future[Any] | None = None
 
@@ -146,6 +153,14 @@ class ControlEndpoint:
         names = {source.name for source in sources} | set(manager.repository.models)
         return {"worker": self.worker, "names": sorted(names)}
 
+    async def _log_settings(self, request: dict[str, Any]) -> dict[str, Any]:
+        changes = request.get("settings") or {}
+        if not isinstance(changes, dict):
+            return _error(ErrorCode.INVALID_ARG, "malformed log_settings request")
+        valid, error = check_log_settings(changes)
+        settings = apply_log_settings(valid)
+        return _error(*error) if error is not None else {"settings": settings}
+
     async def _load(self, request: dict[str, Any]) -> dict[str, Any]:
         return await self._change(request, unload=False)
 
@@ -180,7 +195,7 @@ def _duration(duration: Any) -> list[int]:
 
 
 def stats_entries(manager: ModelManager) -> list[dict[str, Any]]:
-    """One entry per served model version that keeps statistics (ensembles keep none)."""
+    """One entry per served model version that keeps statistics (ensembles included)."""
     entries = []
     for name, model in sorted(manager.repository.models.items()):
         for version, served in sorted(getattr(model, "versions", {}).items()):

@@ -161,8 +161,8 @@ class TritonMetrics:
     """Renders the `nv_inference_*` families of the models `models()` returns at each call.
 
     `models` gives name -> served model (`model_repository_loader.model.Model` or anything
-    with `versions: {int: obj with .stats: ModelStats}`); models without statistics (ensembles)
-    are skipped.
+    with `versions: {int: obj with .stats: ModelStats}`, ensembles included, as Triton shows them);
+    models without statistics are skipped.
     """
 
     def __init__(self, models: Models, config: MetricsConfig = MetricsConfig()) -> None:

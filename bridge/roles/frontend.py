@@ -67,6 +67,9 @@ class FrontendRole:
     def stopping(self) -> None:
         self._stopping = True
 
+    async def drained(self, timeout: float) -> None:
+        """Nothing to wait for: Dynamo's frontend has no draining state (the workers drain)."""
+
     async def _until_up(self) -> None:
         while self.task is not None and not self.task.done():
             try:

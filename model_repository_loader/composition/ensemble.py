@@ -19,12 +19,19 @@ replaces entries of that dict in place), then among the models other processes s
 `RemoteModels` is installed (remote.py): a remote step streams and fails exactly as a local one.
 
 Once `close` begins, a new request is answered UNAVAILABLE at once (as a closing Model does).
+
+Statistics (`stats`, Triton's ModelStatistics and metrics), as Triton 2.51 keeps an ensemble's
+[V]: a request that completes counts as one success and one execution of its batch size, the
+whole run as its compute_infer time; a failed run counts twice in `fail` (as Triton counts it)
+and leaves `last_inference` alone; a request refused by the checks before the run (shape,
+datatype) is not counted.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +40,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from .. import pb_utils
 from ..inference import InferRequest, Respond, answer_of
 from ..model import unavailable_text
+from ..scheduling.stats import ModelStats
 from ..validation import RequestError, RequestValidator, triton_input_order, unknown_model_error
 from .scope import Scope
 from .tensors import handed_over
@@ -62,6 +70,7 @@ class EnsembleModel:
         self._runs: set[EnsembleRun] = set()
         self._idle = threading.Condition()
         self._closing = False
+        self.stats = ModelStats()
 
     @property
     def ready(self) -> bool:
@@ -83,11 +92,13 @@ class EnsembleModel:
             respond(_error(message, pb_utils.TritonError.NOT_FOUND), True)
             return None
         try:
-            self.validator.validate(request.request_id, request.inputs, request.requested_outputs)
+            batch_size = self.validator.validate(
+                request.request_id, request.inputs, request.requested_outputs
+            )
         except RequestError as exc:
             respond(_error(str(exc), exc.code), True)
             return None
-        run = EnsembleRun(self, request, respond)
+        run = EnsembleRun(self, request, respond, batch_size)
         with self._idle:
             self._runs.add(run)
         run.start()
@@ -116,9 +127,13 @@ class EnsembleModel:
 class EnsembleRun:
     """One request through an ensemble: its tensors, the steps in flight, what was sent."""
 
-    def __init__(self, ensemble: EnsembleModel, request: InferRequest, respond: Respond) -> None:
+    def __init__(
+        self, ensemble: EnsembleModel, request: InferRequest, respond: Respond, batch_size: int = 1
+    ) -> None:
         self.ensemble = ensemble
         self.request = request
+        self._batch_size = batch_size
+        self._started_ns = time.monotonic_ns()
         self._respond = respond
         self._lock = threading.Lock()
         self._tensors: dict[str, pb_utils.Tensor] = {t.name(): t for t in request.inputs}
@@ -282,12 +297,27 @@ class EnsembleRun:
                 return
             self._closed = True
             handles = [h for h in self._in_flight.values() if h is not None]
-        if response is not None and response.has_error():
+        failed = response is not None and response.has_error()
+        if failed:
             for handle in handles:  # the rest of the graph is not needed any more
                 if hasattr(handle, "cancel"):
                     handle.cancel()
+        self._record(failed)
         self._respond(response, True)
         self.ensemble._finished(self)
+
+    def _record(self, failed: bool) -> None:
+        elapsed = time.monotonic_ns() - self._started_ns
+        stats = self.ensemble.stats
+        if failed:
+            reason = "CANCELED" if self._cancelled else "BACKEND"
+            # Triton 2.51 counts a run that fails in a step twice in `fail` [V: one failed
+            # request through raising_ens is fail count 2, three are 6]; every failure here.
+            for _ in range(1 if self._cancelled else 2):
+                stats.record_request(False, self._batch_size, elapsed, reason, touch_last=False)
+        else:
+            stats.record_execution(self._batch_size, 1, 0, 0, elapsed, 0)
+            stats.record_request(True, self._batch_size, elapsed)
 
     def _outputs(self) -> pb_utils.InferenceResponse:
         # Triton collects the outputs in a std::unordered_map filled in config order, and

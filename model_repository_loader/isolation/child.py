@@ -52,6 +52,7 @@ from .messages import (
     Metric,
     MetricReply,
     Respond,
+    SetLogLevel,
     Started,
     ToChild,
     ToParent,
@@ -131,6 +132,8 @@ class InstanceProcess:
                 self._bls_respond(message)
             case MetricReply(call, error, value):
                 self.metrics.answer(call, error, value)
+            case SetLogLevel(level):
+                logging.getLogger().setLevel(level)
             case Finalize():
                 instance = self.instance
                 assert instance is not None

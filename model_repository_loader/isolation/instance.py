@@ -46,6 +46,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -78,6 +79,7 @@ from .messages import (
     MetricReply,
     Reply,
     Respond,
+    SetLogLevel,
     Started,
     ToChild,
     ToParent,
@@ -120,6 +122,19 @@ class Child:
     # The custom metric families and metrics the model in this process holds (reader thread).
     metrics: LinkedMetrics = field(default_factory=LinkedMetrics)
     reap_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+# Every instance of this process, so a log level change reaches their processes.
+_INSTANCES: weakref.WeakSet[IsolatedInstance] = weakref.WeakSet()
+
+
+def set_isolated_log_level(level: int) -> None:
+    """The server's log level changed at run time: tell every instance process. A process
+    started later gets the level with its Load."""
+    for instance in list(_INSTANCES):
+        child = instance._child
+        if child is not None and not child.exited:
+            instance._outgoing.put((child, SetLogLevel(level)))
 
 
 class IsolatedInstance:
@@ -168,6 +183,7 @@ class IsolatedInstance:
         ]
         for thread in self._threads:
             thread.start()
+        _INSTANCES.add(self)
 
     @property
     def alive(self) -> bool:

@@ -11,6 +11,7 @@ Parent → child                              Child → parent
                                                 (failure: a failed request's reason, or None)
   Cancel(key)                                 Executed(batch_id)
   Finalize                                    Finalized
+  SetLogLevel(level)  (the server's log level changed at run time)
                                               Log(attributes)
 BLS calls and custom-metric operations the model makes go the other way round, since the models
 it calls and the metrics registry live in the parent:
@@ -79,6 +80,11 @@ class Cancel:
 @dataclass(frozen=True, slots=True)
 class Finalize:
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class SetLogLevel:
+    level: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +166,7 @@ class Exited:
     """Not a message: what the parent's reader queues when the process's stream ended."""
 
 
-ToChild = Load | Execute | Cancel | Finalize | BlsRespond | MetricReply
+ToChild = Load | Execute | Cancel | Finalize | SetLogLevel | BlsRespond | MetricReply
 ToParent = (
     Started | Loaded | LoadFailed | Respond | Executed | Finalized | Log | Bls | BlsCancel | Metric
 )

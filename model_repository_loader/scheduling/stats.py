@@ -95,15 +95,22 @@ class ModelStats:
         }
 
     def record_request(
-        self, ok: bool, batch_size: int, duration_ns: int, reason: str = "BACKEND"
+        self,
+        ok: bool,
+        batch_size: int,
+        duration_ns: int,
+        reason: str = "BACKEND",
+        touch_last: bool = True,
     ) -> None:
         """A request got its final response: `duration_ns` from arrival to that response.
 
-        A failed request counts under `reason`, one of FAILURE_REASONS.
+        A failed request counts under `reason`, one of FAILURE_REASONS. `touch_last` False
+        leaves `last_inference` as it was (an ensemble's failure does not set it [V]).
         """
         now = time.monotonic_ns()
         with self._lock:
-            self._last_inference_ms = time.time_ns() // 1_000_000
+            if touch_last:
+                self._last_inference_ms = time.time_ns() // 1_000_000
             if ok:
                 self._success.add(duration_ns)
                 self._inference_count += batch_size

@@ -12,7 +12,11 @@ ask for a fresh one, so a model unloaded or reloaded on a worker is seen at once
 flow, the index is also asked again every REFRESH_S: a reload serves the model on a new endpoint
 (a new generation) and the worker withdraws the old one only once no request has reached it for
 a moment, so the door must move on by itself. Concurrent refreshes share one round of questions,
-but a caller never gets an index that was asked for before it called."""
+but a caller never gets an index that was asked for before it called.
+
+Workers that are not bridge workers have no control endpoint: their TensorBased models come
+from Dynamo's model cards (model_cards.py) in the same round, as entries with
+`bridge_form=False`."""
 
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import no_available_versions_error, unknown_model_error
 
+from .model_cards import FOREIGN_VERSION, ModelCards
 from .status import DoorError
 
 log = logging.getLogger(__name__)
@@ -101,9 +106,12 @@ def _parse_config(data: Any, name: str) -> mc.ModelConfig:
 class Directory:
     """The door's view of the models served in its namespace."""
 
-    def __init__(self, runtime: DistributedRuntime, namespace: str) -> None:
+    def __init__(
+        self, runtime: DistributedRuntime, namespace: str, cards: ModelCards | None = None
+    ) -> None:
         self._runtime = runtime
         self._namespace = namespace
+        self._cards = cards  # foreign TensorBased workers' models (model_cards.py)
         self._control: Any = None
         self._models: dict[str, ModelEntry] = {}
         self._instances: frozenset[int] = frozenset()
@@ -153,6 +161,10 @@ class Directory:
         client = self._clients.get(entry.endpoints[-1]) if entry.endpoints else None
         return client is None or bool(client.instance_ids())
 
+    def known_names(self) -> set[str]:
+        """The model names of the last index (no question asked)."""
+        return set(self._models)
+
     async def fresh(self, name: str | None = None) -> dict[str, ModelEntry]:
         """An index asked for after this call (state RPCs must not report the past)."""
         await self.refresh()
@@ -188,7 +200,29 @@ class Directory:
                     entry.config = _parse_config(model.get("config"), name)
                 entry.merge(model)
                 entry.owners.append(instance_id)
+        if self._cards is not None:
+            await self._merge_cards(models)
         return models, frozenset(ids), complete
+
+    async def _merge_cards(self, models: dict[str, ModelEntry]) -> None:
+        """Add the models of foreign workers (no control endpoint, `bridge_form=False`); a
+        name a bridge worker knows stays the bridge worker's."""
+        assert self._cards is not None
+        try:
+            cards = await self._cards.read()
+        except Exception as exc:  # the bridge workers' models still count
+            log.warning("reading Dynamo's model cards failed: %s", exc)
+            return
+        for name, endpoint, config in cards:
+            entry = models.get(name)
+            if entry is None:
+                entry = models[name] = ModelEntry(name, config, ready=True)
+                entry.versions.add(FOREIGN_VERSION)
+                entry.known_versions.add(FOREIGN_VERSION)
+            elif entry.bridge_form:
+                continue
+            if endpoint not in entry.endpoints:
+                entry.endpoints.append(endpoint)
 
     async def change(self, name: str, request: dict[str, Any]) -> dict[str, Any] | None:
         """Send a load/unload to the workers that know `name` (every worker, for a name none
@@ -222,6 +256,21 @@ class Directory:
         ids = list(self._control.instance_ids())
         answers = await asyncio.gather(*(self._index_of(i, "stats") for i in ids))
         return [model for answer in answers if answer for model in answer.get("models", ())]
+
+    async def tell_every_worker(
+        self, request: dict[str, Any], timeout: float = INDEX_TIMEOUT_S
+    ) -> list[dict[str, Any] | None]:
+        """One control request to every bridge worker; their answers (None: none in time)."""
+
+        async def ask(instance_id: int) -> dict[str, Any] | None:
+            try:
+                async with asyncio.timeout(timeout):
+                    return await self._index_of(instance_id, request)
+            except TimeoutError:
+                log.info("worker %x did not answer %s in time", instance_id, request.get("op"))
+                return None
+
+        return await asyncio.gather(*(ask(i) for i in self._control.instance_ids()))
 
     async def _index_of(
         self, instance_id: int, op: str | dict[str, Any] = "index"

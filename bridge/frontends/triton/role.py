@@ -3,9 +3,10 @@
 It has the shape of bridge/roles/frontend.py's `FrontendRole`, so the composition root picks
 one or the other and runs it the same way. Differences: no private HTTP port (the door has no
 Dynamo HTTP server behind the metrics port), TLS files are read when the role is made (a bad
-path fails start-up before any model loads), and at shutdown the gRPC and HTTP servers stop
-taking new calls while the ones in flight finish, as tritonserver does, within
-`--exit-timeout-secs`. Both wires share one TritonService.
+path fails start-up before any model loads), and at shutdown the door answers as tritonserver
+does while it exits (grpc/server.py `stop`) until the calls in flight have finished, within
+`--exit-timeout-secs`; the HTTP server stops taking new calls likewise. Both wires share one
+TritonService.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ...options import ServerOptions, StartupError
 from .directory import Directory
 from .grpc.server import DoorConfigError, DoorOptions, GrpcServer, credentials
 from .http.server import HttpConfigError, HttpServer, check_address
+from .model_cards import ModelCards
 from .service import TritonService
 
 log = logging.getLogger("dynamo_bridge")
@@ -50,10 +52,12 @@ class TritonDoorRole:
         self.task: asyncio.Future[None] | None = None
         self._up = False
         self._stopping = False
+        self._drain: asyncio.Future[None] | None = None
 
     def start(self, runtime: DistributedRuntime) -> asyncio.Future[None]:
         """Start serving; the returned future ends when the door stops (or fails to start)."""
-        directory = Directory(runtime, self.options.namespace)
+        cards = ModelCards(self.options.discovery_backend, self.options.namespace)
+        directory = Directory(runtime, self.options.namespace, cards)
         self.service = TritonService(directory, ready=self.ready)
         self.grpc = GrpcServer(self.service, self.door_options)
         if self.options.http is not None:
@@ -83,6 +87,12 @@ class TritonDoorRole:
         """Shutdown began: refuse new calls, let the ones in flight finish (bounded)."""
         self._stopping = True
         if self.grpc is not None:
-            asyncio.ensure_future(self.grpc.stop(grace=self.options.exit_timeout))
+            self._drain = asyncio.ensure_future(self.grpc.stop(grace=self.options.exit_timeout))
         if self.http is not None:
             asyncio.ensure_future(self.http.stop(grace=self.options.exit_timeout))
+
+    async def drained(self, timeout: float) -> None:
+        """Wait (at most `timeout` s) until the calls in flight at `stopping()` have finished:
+        a process with no worker of its own must not end its runtime under them."""
+        if self._drain is not None:
+            await asyncio.wait({self._drain}, timeout=timeout)

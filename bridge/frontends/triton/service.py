@@ -18,6 +18,7 @@ none (`python`); inference on a decoupled model through a unary call is UNSUPPOR
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,11 +30,15 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import (
     RequestError,
     config_datatype_name,
+    no_available_versions_error,
     parse_model_version,
     unknown_model_error,
 )
 
 from .directory import Directory, ModelEntry
+from .foreign import bridge_items, to_standard_request
+from .model_cards import FOREIGN_VERSION
+from .settings import LogSettings, TraceSettings
 from .shm import SharedMemory
 from .status import DoorError
 
@@ -51,6 +56,11 @@ EXTENSIONS = (
     "parameters",
 )
 DECOUPLED_UNARY = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+# Triton's answers while it shuts down [V]: health "Server exiting"; ModelReady, the repository
+# and statistics "Server not ready"; a model's metadata, config and inference "has no available
+# versions" (its models are being unloaded).
+SERVER_EXITING = "Server exiting"
+SERVER_NOT_READY = "Server not ready"
 
 
 def version_number(text: str) -> int:
@@ -89,6 +99,32 @@ def _tensor_metadata(tensors: Any, batching: bool) -> list[pb.ModelMetadataRespo
     ]
 
 
+class InFlight:
+    """Counts the inference calls in flight; `wait_idle` returns once there are none."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def __enter__(self) -> None:
+        self.count += 1
+        self._idle.clear()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self._idle.set()
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """True once no call is in flight; False if some still are after `timeout` s."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where one inference request goes: the model's entry, the version it asks for ("" = the
@@ -110,17 +146,42 @@ class TritonService:
         self.directory = directory
         self._ready = ready  # the composition root's own readiness (starting, stopping)
         self.shm = SharedMemory()
+        self.logging = LogSettings(directory)
+        self.trace = TraceSettings(directory)
+        self.exiting = False  # shutdown began: answer as Triton does while it exits
+        self.calls = InFlight()  # inference calls in flight, which the shutdown waits for
+
+    def begin_exit(self) -> None:
+        """Shutdown began: from now on answer as an exiting Triton (in-flight calls go on)."""
+        self.exiting = True
+
+    def _refuse_while_exiting(self, name: str | None = None) -> None:
+        if not self.exiting:
+            return
+        if name is None:
+            raise DoorError(ErrorCode.UNAVAILABLE, SERVER_NOT_READY)
+        known = name in self.directory.known_names()
+        text = no_available_versions_error(name) if known else unknown_model_error(name)
+        raise DoorError(ErrorCode.NOT_FOUND, text)
 
     # -- health and metadata ----------------------------------------------------------------
 
+    def server_live(self) -> bool:
+        if self.exiting:
+            raise DoorError(ErrorCode.UNAVAILABLE, SERVER_EXITING)
+        return True
+
     async def server_ready(self) -> bool:
         """Strict readiness, as Triton's default: every model it knows is ready."""
+        if self.exiting:
+            raise DoorError(ErrorCode.UNAVAILABLE, SERVER_EXITING)
         if not self._ready():
             return False
         models = await self.directory.fresh()
         return self.directory.complete and all(e.ready for e in models.values())
 
     async def model_ready(self, name: str, version_text: str) -> bool:
+        self._refuse_while_exiting()
         version = version_number(version_text)
         entry = (await self.directory.fresh()).get(name)
         if entry is None or not entry.versions:
@@ -133,6 +194,7 @@ class TritonService:
         )
 
     async def model_metadata(self, name: str, version_text: str) -> pb.ModelMetadataResponse:
+        self._refuse_while_exiting(name)
         entry = _require_model((await self.directory.fresh()).get(name), name)
         version = _require_version(entry, version_text)
         config = entry.config
@@ -147,6 +209,7 @@ class TritonService:
         )
 
     async def model_config(self, name: str, version_text: str) -> pb.ModelConfigResponse:
+        self._refuse_while_exiting(name)
         entry = _require_model((await self.directory.fresh()).get(name), name)
         _require_version(entry, version_text)
         return pb.ModelConfigResponse(config=entry.config)
@@ -156,6 +219,7 @@ class TritonService:
     async def statistics(self, name: str, version_text: str) -> pb.ModelStatisticsResponse:
         """Triton's fields, summed over the workers serving each version. No name: every
         model (the version is then ignored, as Triton does [V])."""
+        self._refuse_while_exiting()
         version = version_number(version_text) if name else -1
         rows = await self.directory.stats()
         if name:
@@ -178,6 +242,7 @@ class TritonService:
         with the reason it failed (`ready_only`: the READY rows only). As Triton 2.51 [V]: a
         model whose config did not load, and a model folder never loaded (explicit mode), is
         a row with its name only, and one whose version policy selects nothing is not listed."""
+        self._refuse_while_exiting()
         response = pb.RepositoryIndexResponse()
         models = await self.directory.fresh()
         folders = set() if ready_only else await self.directory.folders()
@@ -203,12 +268,14 @@ class TritonService:
     ) -> None:
         """Forwarded to the worker(s) that know the model, which apply their control mode's
         rules (explicit only) and answer with Triton's texts. `files` are keyed `file:<path>`."""
+        self._refuse_while_exiting()
         change = {"op": "load", "name": name, "config": config, "files": dict(files or {})}
         error = await self.directory.change(name, change)
         if error is not None:
             raise DoorError.from_item(error)
 
     async def unload(self, name: str) -> None:
+        self._refuse_while_exiting()
         error = await self.directory.change(name, {"op": "unload", "name": name})
         if error is not None:
             raise DoorError.from_item(error)
@@ -218,6 +285,7 @@ class TritonService:
     async def target(self, name: str, version_text: str, stream: bool) -> Target:
         """Where a request for `name` goes, or Triton's error for a model that cannot take it
         (unknown, no ready version, decoupled through a unary call)."""
+        self._refuse_while_exiting(name)
         entry = _require_model(await self.directory.lookup(name), name)
         version = version_number(version_text)
         if not entry.endpoints or not entry.versions:
@@ -229,9 +297,18 @@ class TritonService:
     async def items(self, target: Target, body: dict, context: Context) -> AsyncIterator[dict]:
         """The worker's bridge-form response items for one request, up to and including the
         final one. The caller stops `context` when its client goes away."""
+        foreign = not target.entry.bridge_form  # a worker of Dynamo's standard form only
+        if foreign:
+            if target.version not in ("", FOREIGN_VERSION):
+                raise DoorError(
+                    ErrorCode.NOT_FOUND, unknown_model_error(target.entry.name, int(target.version))
+                )
+            body = to_standard_request(body)
         client = await self.directory.client(target.endpoint)
         try:
             stream = await client.round_robin(body, annotated=False, context=context)
+            if foreign:
+                stream = bridge_items(stream, target.entry.name)
             async for item in stream:
                 yield item
                 if item.get("final", False):

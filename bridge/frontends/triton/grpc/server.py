@@ -32,6 +32,7 @@ log = logging.getLogger("dynamo_bridge")
 
 SERVICE = "inference.GRPCInferenceService"
 MAX_MESSAGE_SIZE = 2**31 - 1  # Triton's MAX_GRPC_MESSAGE_SIZE (INT32_MAX), both directions
+LAST_ANSWERS_S = 0.5  # at the end of a shutdown: for answers already on their way out
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,9 +147,18 @@ class GrpcServer:
         )
 
     async def stop(self, grace: float = 1.0) -> None:
-        if self._server is not None:
-            await self._server.stop(grace)
-            self._server = None
+        """Shut down as tritonserver does: calls go on being answered (health with UNAVAILABLE
+        "Server exiting", new inference refused with Triton's texts, service.py) while the
+        inference calls in flight finish, for at most `grace` s; then the server stops."""
+        if self._server is None:
+            return
+        service = self._servicer.service
+        service.begin_exit()
+        await service.calls.wait_idle(grace)
+        # What is left: idle streams, calls past the grace, answers of refused calls on their
+        # way out (given a moment).
+        await self._server.stop(LAST_ANSWERS_S)
+        self._server = None
 
     async def wait(self) -> None:
         if self._server is not None:

@@ -47,10 +47,16 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     # -- health and metadata ------------------------------------------------------------------
 
     async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
-        return pb.ServerLiveResponse(live=True)
+        async def live(r: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
+            return pb.ServerLiveResponse(live=self.service.server_live())
+
+        return await _answer(context, live, request)
 
     async def ServerReady(self, request: Any, context: Any) -> pb.ServerReadyResponse:
-        return pb.ServerReadyResponse(ready=await self.service.server_ready())
+        async def ready(r: pb.ServerReadyRequest) -> pb.ServerReadyResponse:
+            return pb.ServerReadyResponse(ready=await self.service.server_ready())
+
+        return await _answer(context, ready, request)
 
     async def ModelReady(self, request: Any, context: Any) -> pb.ModelReadyResponse:
         async def ready(r: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
@@ -132,20 +138,37 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         return await _answer(context, unregister, request)
 
-    # -- not served ---------------------------------------------------------------------------
+    # -- log and trace settings (../settings.py) ----------------------------------------------
 
-    async def LogSettings(self, request: Any, context: Any) -> Any:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED,
-            "LogSettings is not supported by dynamo-bridge: set logging with --log-verbose, "
-            "--log-format and --log-file at start-up",
-        )
+    async def LogSettings(self, request: Any, context: Any) -> pb.LogSettingsResponse:
+        async def settings(r: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
+            changes = {key: _setting(value) for key, value in r.settings.items()}
+            current = await self.service.logging.update(changes)
+            response = pb.LogSettingsResponse()
+            for key, value in current.items():
+                # bool before int: a bool is an int in Python
+                field = (
+                    "bool_param"
+                    if isinstance(value, bool)
+                    else "uint32_param"
+                    if isinstance(value, int)
+                    else "string_param"
+                )
+                setattr(response.settings[key], field, value)
+            return response
 
-    async def TraceSetting(self, request: Any, context: Any) -> Any:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED,
-            "TraceSetting is not supported by dynamo-bridge: it records no Triton traces",
-        )
+        return await _answer(context, settings, request)
+
+    async def TraceSetting(self, request: Any, context: Any) -> pb.TraceSettingResponse:
+        async def settings(r: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
+            changes = {key: list(value.value) for key, value in r.settings.items()}
+            current = await self.service.trace.update(r.model_name, changes)
+            response = pb.TraceSettingResponse()
+            for key, values in current.items():
+                response.settings[key].value.extend(values)
+            return response
+
+        return await _answer(context, settings, request)
 
     # -- repository ---------------------------------------------------------------------------
 
@@ -179,7 +202,8 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     # -- inference ------------------------------------------------------------------------------
 
     async def ModelInfer(self, request: Any, context: Any) -> pb.ModelInferResponse:
-        return await _answer(context, self._model_infer, request)
+        with self.service.calls:  # a shutdown waits for it
+            return await _answer(context, self._model_infer, request)
 
     async def _model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
         service = self.service
@@ -231,6 +255,10 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 task.cancel()
 
     async def _stream_one(self, request: Any, out: asyncio.Queue) -> None:
+        with self.service.calls:  # a shutdown waits for it
+            await self._stream_request(request, out)
+
+    async def _stream_request(self, request: Any, out: asyncio.Queue) -> None:
         service = self.service
         dynamo_context = Context()
         try:
@@ -268,6 +296,12 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         except Exception as exc:  # never let one request end the stream of the others
             log.exception("stream request failed")
             out.put_nowait(pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
+
+
+def _setting(value: pb.LogSettingsRequest.SettingValue) -> bool | int | str | None:
+    """A LogSettings value as Python (None: the client set none, Triton's type error)."""
+    kind = value.WhichOneof("parameter_choice")
+    return getattr(value, kind) if kind else None
 
 
 async def _answer(context: Any, handler: Callable[[Any], Awaitable[Any]], request: Any) -> Any:
