@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ..status import DoorError
-from . import generate, health, infer, models, repository, security, shared_memory
+from . import generate, health, infer, models, repository, security, settings, shared_memory
 from .status import error_body, error_response, error_response_body, plain
 
 if TYPE_CHECKING:
@@ -120,6 +120,9 @@ def routes() -> list[BaseRoute]:
         *model_routes("/generate_stream", generate.generate_stream, ["POST"]),
         *repository_routes(),
         *shared_memory_routes(),
+        Route("/v2/logging", settings.logging, methods=["GET", "POST"]),
+        Route("/v2/trace/setting", settings.trace, methods=["GET", "POST"]),
+        Route(MODEL + "/trace/setting", settings.trace, methods=["GET", "POST"]),
     ]
 
 
@@ -143,6 +146,8 @@ _JSON_ENDPOINTS = frozenset(
         shared_memory.cuda_status,
         shared_memory.cuda_register,
         shared_memory.cuda_unregister,
+        settings.logging,
+        settings.trace,
     }
 )
 

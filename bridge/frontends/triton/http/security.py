@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ....restrictions import Restriction
-from . import generate, health, infer, models, repository, shared_memory
+from . import generate, health, infer, models, repository, settings, shared_memory
 
 MAX_BODY_BYTES = 256 * 1024 * 1024  # a model's files travel in the body of a load
 READ_TIMEOUT_S = 5.0  # longest silence while a guarded request's body is awaited
@@ -61,6 +61,8 @@ GROUP_OF: dict[Callable[..., Any], str] = {
     shared_memory.cuda_status: "shared-memory",
     shared_memory.cuda_register: "shared-memory",
     shared_memory.cuda_unregister: "shared-memory",
+    settings.logging: "logging",
+    settings.trace: "trace",
 }
 # The routes that run code on the workers.
 WRITES = frozenset({repository.load, repository.unload})
