@@ -17,8 +17,8 @@ pytestmark = pytest.mark.oracle
 
 REPO = REPOSITORIES / "http_generate"
 RESTRICTED = (
-    "--http-restricted-api=health,inference:infer-key=yes",
-    "--http-restricted-api=model-repository,shared-memory,statistics,model-config:admin-key=s3",
+    "--http-restricted-api=health,inference,logging:infer-key=yes",
+    "--http-restricted-api=model-repository,shared-memory,statistics,model-config,trace:admin-key=s3",
 )
 INFER = json.dumps({"inputs": [{"name": "A", "shape": [1, 1], "datatype": "INT32", "data": [1]}]})
 ROUTES = [
@@ -39,6 +39,9 @@ ROUTES = [
     ("GET", "/v2/systemsharedmemory/status", ""),
     ("GET", "/v2/cudasharedmemory/status", ""),
     ("POST", "/v2/systemsharedmemory/unregister", ""),
+    ("GET", "/v2/logging", ""),
+    ("GET", "/v2/trace/setting", ""),
+    ("GET", "/v2/models/shapes/trace/setting", ""),
     ("GET", "/v2/no/such/route", ""),
 ]
 HEADERS = [
