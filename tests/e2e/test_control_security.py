@@ -6,8 +6,10 @@
   a failed load, an unload and malformed keys.
 - Nobody unasked loads code: a foreign Origin, a non-loopback Host, a non-JSON body and (with
   `--http-restricted-api`) a request without the key are refused before any model code runs.
-- The HTTP layer holds: a stalled client is dropped while others are served, an oversized body
-  is a 413, a chunked body loads, a malformed request is a 400 and a fault of ours a 500.
+- The HTTP layer holds: a stalled client (silent, inside a request head, or inside a body) is
+  dropped while others are served, an oversized body is a 413, a chunked body loads, a
+  malformed request is a 400 and a fault of ours a 500. The control port is the HTTP wire's
+  repository and health routes (bridge/control/port.py); the guards are http/security.py's.
 """
 
 from __future__ import annotations
@@ -285,13 +287,17 @@ def test_http_robustness(setup) -> None:
         b"\r\nContent-Length: 100\r\n\r\n{"
     )
     silent = socket.create_connection(("127.0.0.1", port))
+    half_head = socket.create_connection(("127.0.0.1", port))
+    half_head.sendall(b"POST /v2/repository/index HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-")
     assert control(port, "/v2/repository/index")[0] == 200
     started = time.monotonic()
     assert read_until_closed(stalled).startswith(b"HTTP/1.1 408 ")
     assert read_until_closed(silent) == b""
+    assert read_until_closed(half_head) == b""
     assert time.monotonic() - started < WAIT_S  # dropped, not kept forever
     stalled.close()
     silent.close()
+    half_head.close()
 
     # Over the limit: refused from the header, before the body is sent.
     with socket.create_connection(("127.0.0.1", port)) as sock:

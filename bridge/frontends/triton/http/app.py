@@ -77,7 +77,7 @@ def repository_routes() -> list[BaseRoute]:
 def shared_memory_routes() -> list[BaseRoute]:
     """`/v2/<kind>/status|unregister` and `/v2/<kind>/region/<r>/status|register|unregister`,
     for kind systemsharedmemory and cudasharedmemory."""
-    table = []
+    table: list[BaseRoute] = []
     for kind, status, register, unregister in (
         (
             "systemsharedmemory",
