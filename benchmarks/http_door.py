@@ -5,8 +5,9 @@ started side by side with the test harness: Triton from the oracle environment
 (DYNAMO_BRIDGE_ORACLE_PYTHON), the bridge as `python -m bridge --frontend triton`. One
 `tritonclient.http` client sends FP32 × n with the binary tensor data extension both ways, as
 Triton users do; the servers take turns in rounds, so that a noisy moment of the machine lands
-on both. The run is bounded (`--max-seconds`, default 300, plus start-up); it refuses to
-measure when the 1-minute load average is 3 or more.
+on both. The run is bounded: `--max-seconds` (default 240) of measuring plus at most 2 × 60 s
+of start-up. It refuses to measure when the 1-minute load average is 3 or more
+(`--ignore-load` measures anyway).
 
     python -m benchmarks.http_door [--sizes 4,100000,1000000] [--requests 200] [--rounds 4]
 
@@ -35,7 +36,7 @@ from tests.harness import BridgeServer, TritonOracle, oracle_unavailable_reason 
 
 REPOSITORY = ROOT / "benchmarks" / "repository"
 MODEL = "identity_fp32"
-STARTUP_TIMEOUT = 120.0
+STARTUP_TIMEOUT = 60.0
 # Fewer requests for the biggest tensors: each takes tens of milliseconds.
 _BIG = 500_000
 
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="4,100000,1000000")
     parser.add_argument("--requests", type=int, default=200, help="per server and size")
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--max-seconds", type=float, default=300.0)
+    parser.add_argument("--max-seconds", type=float, default=240.0)
     parser.add_argument(
         "--ignore-load", action="store_true", help="measure on a busy machine too (noisy)"
     )

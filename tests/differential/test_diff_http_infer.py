@@ -337,6 +337,34 @@ REFUSED = {
         },
         struct.pack("<I", 1) + b"a" + struct.pack("<I", 0),
     ),
+    "bytes-too-many": (
+        "identity_bytes",
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [1, 1],
+                    "datatype": "BYTES",
+                    "parameters": {"binary_data_size": 10},
+                }
+            ]
+        },
+        struct.pack("<I", 1) + b"a" + struct.pack("<I", 1) + b"b",
+    ),
+    "bytes-element-cut-short": (
+        "identity_bytes",
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [1, 2],
+                    "datatype": "BYTES",
+                    "parameters": {"binary_data_size": 6},
+                }
+            ]
+        },
+        struct.pack("<I", 3) + b"ab",
+    ),
     "fp16-as-json": (
         "identity_fp16",
         {"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "FP16", "data": [1]}]},
@@ -382,14 +410,12 @@ REFUSED = {
 
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_refused_requests(http_dtypes: HttpPair, case: str):
-    """Status and `{"error": text}` as Triton's (the media type too, but where Triton labels an
-    error text/plain: only the early ones, before the request is parsed, are compared)."""
+    """Status, `{"error": text}` and media type as Triton's (Triton labels some errors
+    text/plain: before the request is parsed, and past the model)."""
     model, header, binary = REFUSED[case]
     triton, bridge = infer_both(http_dtypes, model, header, binary)
     assert triton.status in (400, 404), triton
-    assert (bridge.status, bridge.document) == (triton.status, triton.document)
-    if case == "unknown-model":
-        assert bridge.media_type == triton.media_type == "text/plain"
+    assert bridge == triton
 
 
 def test_header_length_beyond_the_body(http_dtypes: HttpPair):
@@ -593,3 +619,76 @@ def test_gzip_answer_is_compressed(http_dtypes: HttpPair):
         )
     assert answers[1] == answers[0]
     assert answers[0][1] == "gzip"
+
+
+# -- versions, model errors, decoupled models -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "version", ["", "/versions/2", "/versions/3", "/versions/1", "/versions/9"]
+)
+def test_versions(http_introspect: HttpPair, version: str):
+    """The version a request names answers (1 exists on disk but the policy serves 2 and 3)."""
+    header = {"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "INT32", "data": [5]}]}
+    triton, bridge = infer_both(http_introspect, f"versioned{version}", header)
+    assert bridge == triton
+
+
+def _int32(value: int = 7) -> dict:
+    return {"name": "INPUT0", "shape": [1], "datatype": "INT32", "data": [value]}
+
+
+ERROR_MODELS = [
+    "raise_in_execute",
+    "raise_model_exception",
+    "return_response_not_list",
+    "return_tuple",
+    "return_dict",
+    "return_too_few",
+    "return_too_many",
+    "return_non_response",
+    "no_execute",
+]
+
+
+@pytest.mark.parametrize("model", ERROR_MODELS)
+def test_model_errors(http_errors: HttpPair, model: str):
+    """A model that fails: Triton's status, text (tracebacks included) and text/plain label."""
+    triton, bridge = infer_both(http_errors, model, {"inputs": [_int32()]})
+    assert triton.status == 500, triton
+    assert triton.media_type == "text/plain"
+    assert bridge == triton
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "NOT_FOUND",
+        "UNSUPPORTED",
+        "ALREADY_EXISTS",
+        "CANCELLED",
+        "INTERNAL",
+        "INVALID_ARG",
+        "UNKNOWN",
+        "UNAVAILABLE",
+        "DEFAULT",
+    ],
+)
+def test_model_error_codes_become_triton_s_statuses(http_errors: HttpPair, code: str):
+    """TritonError(code) from the model: 404, 501, 400, 400, 500, 400, 400, 503, 500."""
+    header = {"parameters": {"code": code}, "inputs": [_int32()]}
+    triton, bridge = infer_both(http_errors, "error_code", header)
+    assert triton.status >= 400
+    assert bridge == triton
+
+
+def test_decoupled_model_through_infer(http_pair_for):
+    """Triton's HTTP infer refuses a decoupled model: 501 and its text (generate_stream is
+    the HTTP way to such models)."""
+    from tests.differential.support import REPOSITORIES
+
+    pair = http_pair_for(REPOSITORIES / "streaming")
+    header = {"inputs": [{"name": "IN", "shape": [1], "datatype": "INT32", "data": [2]}]}
+    triton, bridge = infer_both(pair, "repeat", header)
+    assert triton.status == 501
+    assert bridge == triton

@@ -220,3 +220,13 @@ def test_dynamo_frontend_serves_no_http_api(bridge_server):
     server = bridge_server(REPOSITORY, "--frontend", "dynamo")
     with httpx.Client(timeout=10) as client, pytest.raises(httpx.ConnectError):
         client.get(f"http://{server.http_url}/v2/health/live")
+
+
+def test_stops_cleanly_after_serving_http(bridge_server):
+    """SIGTERM with an idle keep-alive HTTP connection open: the door stops and the process
+    exits 0 (the connection does not hold the shutdown)."""
+    server = bridge_server(REPOSITORY, *DOOR)
+    server.wait_model_ready("identity_fp32")
+    with httpx.Client(base_url=f"http://{server.http_url}", timeout=30) as client:
+        _good(client)  # the connection stays open (keep-alive) while the server stops
+        assert server.stop() == 0

@@ -32,11 +32,13 @@ def check_bytes_framing(
     model: str, request_id: str, name: str, shape: Sequence[int], data: bytes
 ) -> None:
     """BYTES: every element a 4-byte little-endian length then its bytes, as many elements as
-    the shape says. One pass over the length prefixes (Triton's walk, Triton's texts)."""
+    the shape says. One pass over the length prefixes, in Triton's order [V]: a cut length
+    prefix first; then the count (an element cut short still counts); then the cut element."""
     expected = math.prod(shape)
     size = len(data)
     offset = 0
     count = 0
+    cut: tuple[int, int] | None = None  # (length, bytes available) of an element cut short
     unpack = struct.Struct("<I").unpack_from
     while offset < size:
         if size - offset < 4:
@@ -48,17 +50,25 @@ def check_bytes_framing(
             )
         (length,) = unpack(data, offset)
         offset += 4
-        if length > size - offset:
-            raise invalid(
-                f"incomplete string data for inference input '{name}', expecting string "
-                f"of length {length} but only {size - offset} bytes available"
-            )
-        offset += length
         count += 1
-    if count != expected:
+        if length > size - offset:
+            cut = (length, size - offset)
+            break
+        offset += length
+    if count < expected:
         raise invalid(
             f"{request_prefix(request_id)}expected {expected} string elements for inference "
             f"input '{name}' for model '{model}', got {count}"
+        )
+    if count > expected:
+        raise invalid(
+            f"{request_prefix(request_id)}unexpected number of string elements {count} for "
+            f"inference input '{name}' for model '{model}', expecting {expected}"
+        )
+    if cut is not None:
+        raise invalid(
+            f"incomplete string data for inference input '{name}', expecting string of length "
+            f"{cut[0]} but only {cut[1]} bytes available"
         )
 
 

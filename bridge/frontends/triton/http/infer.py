@@ -3,9 +3,9 @@
 The model is looked up before the body is read as JSON, as Triton does (an unknown model is
 404 whatever the body). The body may be compressed (`Content-Encoding: gzip` or `deflate`), and
 the answer is compressed when `Accept-Encoding` asks for one of them, as Triton's HTTP server
-does [V]. A decoupled model cannot answer here (UNSUPPORTED, the service's text); a default
-model must answer exactly once. The request plane's context is stopped when the client goes
-away before the answer, so the worker stops too.
+does [V]. A decoupled model cannot answer here (UNSUPPORTED, Triton's HTTP text; it has
+generate_stream); a default model must answer exactly once. The request plane's context is
+stopped when the client goes away before the answer, so the worker stops too.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from .status import error_response
 from .tensors import HEADER_LENGTH, parse_json, split_body, to_bridge_request, to_response
 
 _COMPRESSIONS = ("gzip", "deflate")
+DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
 
 
 def _decompress(body: bytes, encoding: str | None) -> bytes:
@@ -70,7 +71,9 @@ async def infer(request: Request) -> Response:
     model = params["model"]
     headers = request.headers
     try:
-        target = await service.target(model, params.get("version", ""), stream=False)
+        target = await service.target(model, params.get("version", ""), stream=True)
+        if target.decoupled:
+            raise DoorError(ErrorCode.UNSUPPORTED, DECOUPLED)
         body = _decompress(await request.body(), headers.get("content-encoding"))
         header, binary = split_body(body, headers.get(HEADER_LENGTH))
     except DoorError as exc:  # refused before the request is parsed: Triton's label [V]
@@ -90,11 +93,19 @@ async def infer(request: Request) -> Response:
     finally:
         watcher.cancel()
     if len(answers) != 1:
-        raise DoorError(ErrorCode.INTERNAL, f"expected a single response, got {len(answers)}")
+        error = DoorError(ErrorCode.INTERNAL, f"expected a single response, got {len(answers)}")
+        return error_response(error, "text/plain")
     answer = answers[0]
     if "error" in answer:
-        raise DoorError.from_item(answer["error"])
-    head, chunks = to_response(model, answer, plan, config, service.shm)
+        # Triton labels a request check's refusal JSON, and what failed past it (the model, a
+        # version lookup) text/plain [V].
+        error = DoorError.from_item(answer["error"])
+        checked = answer.get("rejected") and error.code != ErrorCode.NOT_FOUND
+        return error_response(error, "application/json" if checked else "text/plain")
+    try:
+        head, chunks = to_response(model, answer, plan, config, service.shm)
+    except DoorError as exc:  # e.g. FP16 asked for as JSON: found past the model, text/plain [V]
+        return error_response(exc, "text/plain")
     encoding = _response_encoding(headers.get("accept-encoding"))
     if chunks:
         out_headers = {

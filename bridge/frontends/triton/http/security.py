@@ -17,8 +17,8 @@ matches is a 404, as on Triton.
   from Content-Length or while reading a chunked body), a body that stalls for READ_TIMEOUT_S
   or takes over REQUEST_TIMEOUT_S in all (408). Such a refusal closes the connection.
 - `Protocol` (uvicorn's httptools protocol): a connection that sends nothing, or stalls inside
-  a request head, is closed after the keep-alive timeout too (uvicorn only times out idle
-  connections between requests).
+  a request head, is closed after READ_TIMEOUT_S (uvicorn only times out idle connections
+  between requests, after its keep-alive timeout).
 """
 
 from __future__ import annotations
@@ -247,9 +247,11 @@ def guard(
 
 
 class Protocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, with a deadline for a request head as for idleness: a
-    connection that sends nothing, or part of a head and then nothing, is closed after
-    `timeout_keep_alive` (uvicorn's timer only runs between requests)."""
+    """uvicorn's httptools protocol, with a deadline for a request head: a connection that
+    sends nothing, or part of a head and then nothing, is closed after `head_timeout` (uvicorn's
+    own timer only runs between requests)."""
+
+    head_timeout = READ_TIMEOUT_S
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -264,5 +266,5 @@ class Protocol(HttpToolsProtocol):
         if self.timeout_keep_alive_task is not None:
             self.timeout_keep_alive_task.cancel()
         self.timeout_keep_alive_task = self.loop.call_later(
-            self.timeout_keep_alive, self.timeout_keep_alive_handler
+            self.head_timeout, self.timeout_keep_alive_handler
         )
