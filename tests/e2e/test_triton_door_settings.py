@@ -47,12 +47,26 @@ def set_log(stub, **settings) -> dict:
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    env = {
+def env(tmp_path) -> dict[str, str]:
+    return {
         "DYN_FILE_KV": str(tmp_path / "kv"),
         "DYN_DISCOVERY_BACKEND": "file",
         "DYN_REQUEST_PLANE": "tcp",
     }
+
+
+@pytest.fixture
+def late_repo(tmp_path) -> Path:
+    """chatty as `chatty_late`, for a worker that starts after the changes."""
+    root = tmp_path / "late"
+    shutil.copytree(SERVING / "chatty", root / "chatty_late")
+    config = root / "chatty_late" / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "chatty"', 'name: "chatty_late"'))
+    return root
+
+
+@pytest.fixture
+def cluster(tmp_path, env):
     repo = chatty_repository(tmp_path / "repo")
     worker = Worker(repo, env=env, log_path=tmp_path / "worker.log")
     frontend = Frontend(*DOOR, env=env, log_path=tmp_path / "frontend.log")
@@ -65,7 +79,9 @@ def cluster(tmp_path):
         worker.stop()
 
 
-def test_log_settings_reach_the_worker_and_its_instance_processes(cluster):
+def test_log_settings_reach_the_worker_and_its_instance_processes(
+    cluster, env, late_repo, tmp_path
+):
     worker, frontend = cluster
     client = frontend.client()
     models = ("chatty", "chatty_process")
@@ -104,3 +120,17 @@ def test_log_settings_reach_the_worker_and_its_instance_processes(cluster):
     set_log(stub, log_info=True)
     for model in models:
         assert run(model) == 3
+
+    # A worker that joins after a change gets it too (once the door sees it in the index).
+    set_log(stub, log_verbose_level=1)
+    late = Worker(late_repo, env=env, log_path=tmp_path / "late.log").start()
+    try:
+        wait_until(lambda: client.is_model_ready("chatty_late"), "chatty_late")
+
+        def late_verbose() -> bool:
+            client.infer("chatty_late", [fp32_input([1.0])])
+            return '"chatty-execute-verbose"' in late.log_text
+
+        wait_until(late_verbose, "a verbose line from the late worker")
+    finally:
+        late.stop()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,6 +123,8 @@ class Directory:
         self.complete = False  # the last index heard from every control instance
         self._looked_up = False  # a lookup used the cache since the last refresh
         self._refresher: asyncio.Task | None = None
+        # Called with the control instances that appeared since the last index (not waited on).
+        self.on_new_workers: list[Callable[[list[int]], None]] = []
 
     async def start(self) -> None:
         path = f"{self._namespace}.{CONTROL_COMPONENT}.{CONTROL_ENDPOINT}"
@@ -177,7 +180,12 @@ class Directory:
             if self._answered >= ticket:
                 return  # a round that started after our call has answered meanwhile
             started = self._asked
+            before = self._instances
             self._models, self._instances, self.complete = await self._ask_every_worker()
+            joined = self._instances - before
+            if joined:  # new workers (the first index too: they get what changed before)
+                for hook in self.on_new_workers:
+                    hook(sorted(joined))
             self._answered = started
 
     async def _ask_every_worker(self) -> tuple[dict[str, ModelEntry], frozenset[int], bool]:
@@ -258,9 +266,13 @@ class Directory:
         return [model for answer in answers if answer for model in answer.get("models", ())]
 
     async def tell_every_worker(
-        self, request: dict[str, Any], timeout: float = INDEX_TIMEOUT_S
+        self,
+        request: dict[str, Any],
+        timeout: float = INDEX_TIMEOUT_S,
+        instance_ids: list[int] | None = None,
     ) -> list[dict[str, Any] | None]:
-        """One control request to every bridge worker; their answers (None: none in time)."""
+        """One control request to every bridge worker (or those of `instance_ids`); their
+        answers (None: none in time)."""
 
         async def ask(instance_id: int) -> dict[str, Any] | None:
             try:
@@ -270,7 +282,8 @@ class Directory:
                 log.info("worker %x did not answer %s in time", instance_id, request.get("op"))
                 return None
 
-        return await asyncio.gather(*(ask(i) for i in self._control.instance_ids()))
+        ids = self._control.instance_ids() if instance_ids is None else instance_ids
+        return await asyncio.gather(*(ask(i) for i in ids))
 
     async def _index_of(
         self, instance_id: int, op: str | dict[str, Any] = "index"

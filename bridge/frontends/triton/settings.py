@@ -5,7 +5,8 @@ over the control endpoint (`{"op": "log_settings"}`, docs/worker_protocol.md §1
 `--role frontend` door and its workers change together. What each key does here is in
 bridge/logs.py; the keys, types, order and texts are Triton 2.51's [V]: unknown keys are ignored,
 a bad value is INVALID_ARG and keeps the changes of the keys Triton checks before it, `log_file`
-cannot change (UNSUPPORTED, Triton's text). A worker that joins later keeps its own flags.
+cannot change (UNSUPPORTED, Triton's text). A worker that joins later (the directory sees a new
+control instance) gets every change made through the door so far.
 
 Trace settings: the bridge records no Triton traces, so it answers as Triton does with tracing
 off (`trace_level` OFF, no trace file) [V]: the numbers (`trace_rate`, `trace_count`,
@@ -17,6 +18,7 @@ Triton ignores them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from typing import TYPE_CHECKING
@@ -39,6 +41,10 @@ class LogSettings:
 
     def __init__(self, directory: Directory | None = None) -> None:
         self._directory = directory
+        self._changed: dict[str, LogValue] = {}  # every change a client made, for new workers
+        self._catching_up: set[asyncio.Task] = set()
+        if directory is not None:
+            directory.on_new_workers.append(self._catch_up)
 
     def current(self) -> dict[str, LogValue]:
         """Triton's six keys: `log_file`, `log_info`, `log_warning`, `log_error`,
@@ -54,16 +60,26 @@ class LogSettings:
         valid, error = check_log_settings(changes)
         if valid:
             apply_log_settings(valid)
+            self._changed.update(valid)
             await self._tell_workers(valid)
         if error is not None:
             raise DoorError(*error)
         return self.current()
 
-    async def _tell_workers(self, changes: dict[str, LogValue]) -> None:
+    def _catch_up(self, instance_ids: list[int]) -> None:
+        """Workers that joined after a change get every change made so far."""
+        if self._changed:
+            task = asyncio.ensure_future(self._tell_workers(dict(self._changed), instance_ids))
+            self._catching_up.add(task)
+            task.add_done_callback(self._catching_up.discard)
+
+    async def _tell_workers(
+        self, changes: dict[str, LogValue], instance_ids: list[int] | None = None
+    ) -> None:
         if self._directory is None:
             return
         answers = await self._directory.tell_every_worker(
-            {"op": "log_settings", "settings": changes}
+            {"op": "log_settings", "settings": changes}, instance_ids=instance_ids
         )
         for answer in answers:
             if answer is None or "error" in answer:
