@@ -269,7 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="PORT",
         help="serve Triton's HTTP model repository API (index, load, unload) and health on "
-        "127.0.0.1:PORT, with either --frontend; load/unload are accepted in explicit mode only",
+        "127.0.0.1:PORT, in any role and with either --frontend, for the workers of the "
+        "namespace; load/unload are accepted in explicit mode only",
     )
     p.add_argument(
         "--http-restricted-api",
