@@ -25,11 +25,13 @@ What was checked against Triton 2.51 [V]:
   `data: {"error": ...}`; a later error is an event and the stream goes on. A refusal before
   any response (unknown model or version, bad body, missing inputs) is a plain `{"error"}`.
 
-A client that goes away mid-stream stops its request (the Dynamo context), as Triton cancels it.
+A client that goes away stops its request (the Dynamo context), mid-stream or while `generate`
+waits for its answer, as Triton cancels it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import struct
@@ -314,18 +316,43 @@ async def _prepare(request: Request) -> tuple[TritonService, Target, dict[str, A
     return service, target, bridge_request(target, name, document)
 
 
+async def _collect(
+    service: TritonService, target: Target, body: dict[str, Any], context: Context
+) -> list[dict[str, Any]]:
+    """The responses of one request, up to the second (the answer is decided then)."""
+    answers: list[dict[str, Any]] = []
+    async for item in service.items(target, body, context):
+        if item.get("empty"):
+            continue  # a flag-only FINAL is no response
+        answers.append(item)
+        if len(answers) > 1:
+            break
+    return answers
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has gone (its body was read: the next message says so)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 async def generate(request: Request) -> Response:
     service, target, body = await _prepare(request)
     context = Context()
-    answers: list[dict[str, Any]] = []
+    collecting = asyncio.ensure_future(_collect(service, target, body, context))
+    gone = asyncio.ensure_future(_disconnected(request))
     try:
-        async for item in service.items(target, body, context):
-            if item.get("empty"):
-                continue  # a flag-only FINAL is no response
-            answers.append(item)
-            if len(answers) > 1:
-                break  # the answer is decided
-    except BaseException:  # the client went away (cancelled), or the request plane failed
+        await asyncio.wait({collecting, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not collecting.done():  # the client went away, or this call was cancelled
+            context.stop_generating()
+            collecting.cancel()
+    if not collecting.done():
+        return Response(b"", status_code=499)  # nobody reads it
+    try:
+        answers = collecting.result()
+    except BaseException:  # the request plane failed: answered as its error
         context.stop_generating()
         raise
     if len(answers) != 1:
