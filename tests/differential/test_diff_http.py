@@ -159,6 +159,11 @@ def test_statistics_errors(http_dtypes: HttpPair, path: str):
         ("GET", "/v2/models/identity_fp32/infer"),
         ("POST", "/v2/health/live"),
         ("PUT", "/v2/models/identity_fp32/config"),
+        ("HEAD", "/v2/health/live"),
+        ("GET", "/v2/health/live/"),
+        ("GET", "/v2/models/identity_fp32/"),
+        ("GET", "/v2/models/identity%5Ffp32"),
+        ("POST", "/v2/models/identity%5Ffp32/infer"),
     ],
 )
 def test_paths_and_methods_triton_does_not_serve(http_dtypes: HttpPair, method: str, path: str):

@@ -170,7 +170,8 @@ def test_a_client_that_goes_away_mid_body(door: BridgeServer):
             + b"{" * 1000
         )
     with httpx.Client(base_url=f"http://{door.http_url}", timeout=30) as client:
-        _good(client)
+        _good(client)  # answered after the other connection's end was handled
+    assert "ClientDisconnect" not in door.log_text  # an ordinary event, not an error
 
 
 def test_binary_round_trip_of_a_large_tensor(door: BridgeServer):
@@ -230,3 +231,121 @@ def test_stops_cleanly_after_serving_http(bridge_server):
     with httpx.Client(base_url=f"http://{server.http_url}", timeout=30) as client:
         _good(client)  # the connection stays open (keep-alive) while the server stops
         assert server.stop() == 0
+    assert "serving Triton HTTP on" in server.log_text
+    assert "Started server process" not in server.log_text  # uvicorn's lines stay out
+
+
+GATE_MODEL = """import os
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            folder = pb_utils.get_input_tensor_by_name(request, "DIR").as_numpy()[0].decode()
+            open(os.path.join(folder, "started"), "w").close()
+            deadline = time.monotonic() + 20
+            while not request.is_cancelled() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            seen = "cancelled" if request.is_cancelled() else "not-cancelled"
+            open(os.path.join(folder, seen), "w").close()
+            error = pb_utils.TritonError("stopped", pb_utils.TritonError.CANCELLED)
+            responses.append(pb_utils.InferenceResponse(error=error))
+        return responses
+"""
+GATE_CONFIG = """backend: "python"
+max_batch_size: 0
+input [ { name: "DIR" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+def _wait_for_file(folder: Path, names: tuple[str, ...], timeout: float = 60.0) -> str:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name in names:
+            if (folder / name).exists():
+                return name
+        time.sleep(0.02)
+    raise AssertionError(f"none of {names} appeared in {folder}")
+
+
+def test_a_client_that_goes_away_cancels_its_request(bridge_server, tmp_path: Path):
+    """The client closes its connection while the model runs: the request is cancelled, and
+    the model sees `is_cancelled()` (it would otherwise run on for 20 s)."""
+    repository = tmp_path / "repository"
+    (repository / "gate" / "1").mkdir(parents=True)
+    (repository / "gate" / "config.pbtxt").write_text(GATE_CONFIG)
+    (repository / "gate" / "1" / "model.py").write_text(GATE_MODEL)
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    server = bridge_server(repository, *DOOR)
+    server.wait_model_ready("gate")
+    body = json.dumps(
+        {"inputs": [{"name": "DIR", "shape": [1], "datatype": "BYTES", "data": [str(gates)]}]}
+    ).encode()
+    with socket.create_connection((LOCALHOST, server.http_port)) as sock:
+        sock.sendall(
+            b"POST /v2/models/gate/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+            % len(body)
+            + body
+        )
+        _wait_for_file(gates, ("started",))
+    assert _wait_for_file(gates, ("cancelled", "not-cancelled")) == "cancelled"
+
+
+def test_inputs_and_outputs_in_system_shared_memory(door: BridgeServer):
+    """An input read from a registered region and an output written into one, over HTTP (the
+    region registered over gRPC: both wires share the door's regions). As Triton 2.51 answers
+    it: the output is named with its datatype and shape, no data and no parameters; a region
+    too small and an unknown region are Triton's 500 and 404 texts."""
+    from multiprocessing import shared_memory
+
+    region = shared_memory.SharedMemory(create=True, size=64)
+    client = door.client()
+    written = None  # a view of the region: released before the region closes
+    try:
+        np.ndarray((3,), np.float32, buffer=region.buf)[:] = [1, 2, 3]
+        client.register_system_shared_memory("http_region", "/" + region.name.lstrip("/"), 64)
+        where = {"shared_memory_region": "http_region", "shared_memory_byte_size": 12}
+        body = {
+            "inputs": [{**_fp32([1, 3]), "parameters": where}],
+            "outputs": [
+                {
+                    "name": "OUTPUT0",
+                    "parameters": {
+                        **where,
+                        "shared_memory_byte_size": 16,
+                        "shared_memory_offset": 32,
+                    },
+                }
+            ],
+        }
+        with httpx.Client(base_url=f"http://{door.http_url}", timeout=30) as http:
+            response = http.post(INFER, json=body, headers={"accept-encoding": "identity"})
+            assert response.status_code == 200, response.text
+            assert response.json()["outputs"] == [
+                {"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 3]}
+            ]
+            written = np.ndarray((3,), np.float32, buffer=region.buf, offset=32)
+            assert written.tolist() == [1.0, 2.0, 3.0]
+            body["outputs"][0]["parameters"]["shared_memory_byte_size"] = 8
+            response = http.post(INFER, json=body)
+            assert response.status_code == 500
+            assert "should be at least 12 bytes to hold the results" in response.json()["error"]
+            body["inputs"][0]["parameters"]["shared_memory_region"] = "nope"
+            response = http.post(INFER, json=body)
+            assert (response.status_code, response.json()) == (
+                404,
+                {"error": "Unable to find shared memory region: 'nope'"},
+            )
+    finally:
+        client.unregister_system_shared_memory("http_region")
+        del written
+        region.close()
+        region.unlink()

@@ -322,10 +322,13 @@ def test_classification_top_k_per_batch_entry() -> None:
 
 
 class _Service:
-    """Only what the health routes ask of a TritonService."""
+    """Only what the health routes ask of a TritonService; model readiness fails."""
 
     async def server_ready(self) -> bool:
         return False
+
+    async def model_ready(self, name: str, version: str) -> bool:
+        raise RuntimeError("a bug")
 
 
 def test_server_runs_in_the_running_loop_and_stops() -> None:
@@ -338,6 +341,8 @@ def test_server_runs_in_the_running_loop_and_stops() -> None:
             assert (await client.get("/v2/health/ready")).status_code == 400
             missing = await client.get("/v2/none")
             assert (missing.status_code, missing.json()) == (404, {"error": "Not Found"})
+            broken = await client.get("/v2/models/m/ready")
+            assert (broken.status_code, broken.json()) == (500, {"error": "internal error: a bug"})
         with pytest.raises(HttpConfigError):  # the same port again
             await HttpServer(_Service(), HttpOptions(port=server.port)).start()  # type: ignore[arg-type]
         await server.stop(grace=1.0)
@@ -346,3 +351,17 @@ def test_server_runs_in_the_running_loop_and_stops() -> None:
                 await client.get(f"http://127.0.0.1:{server.port}/v2/health/live")
 
     asyncio.run(scenario())
+
+
+def test_response_parameters_follow_the_version_without_the_stream_flag() -> None:
+    _, plan = _request({"inputs": []})
+    item = _item("INT32", [1], np.array([1], np.int32).tobytes())
+    item["parameters"] = {
+        "triton_final_response": {"bool": True},
+        "count": {"int64": 3},
+        "tag": {"string": "x"},
+    }
+    head, _ = to_response("m", item, plan, None)
+    document = json.loads(head)
+    assert list(document) == ["model_name", "model_version", "parameters", "outputs"]
+    assert document["parameters"] == {"count": 3, "tag": "x"}

@@ -18,9 +18,13 @@ from typing import TYPE_CHECKING, Any
 from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ..status import DoorError
 from . import generate, health, infer, models, repository, security, settings, shared_memory
@@ -49,28 +53,32 @@ MODEL = "/v2/models/{model}"
 VERSION = "/v2/models/{model}/versions/{version:digits}"
 
 
+def route(path: str, endpoint: Callable[[Request], Any], methods: Iterable[str]) -> Route:
+    """A route answering exactly `methods` (Starlette would add HEAD to GET; Triton's 405)."""
+    made = Route(path, endpoint, methods=list(methods))
+    made.methods = set(methods)
+    return made
+
+
 def model_routes(
     suffix: str, endpoint: Callable[[Request], Any], methods: Iterable[str]
 ) -> list[Route]:
     """The route for `/v2/models/<m><suffix>` and its `/versions/<v>` form."""
-    return [
-        Route(MODEL + suffix, endpoint, methods=list(methods)),
-        Route(VERSION + suffix, endpoint, methods=list(methods)),
-    ]
+    return [route(MODEL + suffix, endpoint, methods), route(VERSION + suffix, endpoint, methods)]
 
 
 def health_routes() -> list[BaseRoute]:
     return [
-        Route("/v2/health/live", health.live, methods=["GET"]),
-        Route("/v2/health/ready", health.ready, methods=["GET"]),
+        route("/v2/health/live", health.live, ["GET"]),
+        route("/v2/health/ready", health.ready, ["GET"]),
     ]
 
 
 def repository_routes() -> list[BaseRoute]:
     return [
-        Route("/v2/repository/index", repository.index, methods=["POST"]),
-        Route("/v2/repository/models/{model}/load", repository.load, methods=["POST"]),
-        Route("/v2/repository/models/{model}/unload", repository.unload, methods=["POST"]),
+        route("/v2/repository/index", repository.index, ["POST"]),
+        route("/v2/repository/models/{model}/load", repository.load, ["POST"]),
+        route("/v2/repository/models/{model}/unload", repository.unload, ["POST"]),
     ]
 
 
@@ -93,9 +101,9 @@ def shared_memory_routes() -> list[BaseRoute]:
         ),
     ):
         for prefix in (f"/v2/{kind}", f"/v2/{kind}/region/{{region}}"):
-            table.append(Route(f"{prefix}/status", status, methods=["GET"]))
-            table.append(Route(f"{prefix}/unregister", unregister, methods=["POST"]))
-        table.append(Route(f"/v2/{kind}/region/{{region}}/register", register, methods=["POST"]))
+            table.append(route(f"{prefix}/status", status, ["GET"]))
+            table.append(route(f"{prefix}/unregister", unregister, ["POST"]))
+        table.append(route(f"/v2/{kind}/region/{{region}}/register", register, ["POST"]))
     return table
 
 
@@ -109,8 +117,8 @@ def routes() -> list[BaseRoute]:
     it would otherwise read as the metadata of a model named 'stats'."""
     return [
         *health_routes(),
-        Route("/v2", models.server_metadata, methods=["GET"]),
-        Route("/v2/models/stats", models.model_stats, methods=["GET"]),
+        route("/v2", models.server_metadata, ["GET"]),
+        route("/v2/models/stats", models.model_stats, ["GET"]),
         *model_routes("", models.model_metadata, ["GET"]),
         *model_routes("/ready", health.model_ready, ["GET"]),
         *model_routes("/config", models.model_config, ["GET"]),
@@ -120,15 +128,20 @@ def routes() -> list[BaseRoute]:
         *model_routes("/generate_stream", generate.generate_stream, ["POST"]),
         *repository_routes(),
         *shared_memory_routes(),
-        Route("/v2/logging", settings.logging, methods=["GET", "POST"]),
-        Route("/v2/trace/setting", settings.trace, methods=["GET", "POST"]),
-        Route(MODEL + "/trace/setting", settings.trace, methods=["GET", "POST"]),
+        route("/v2/logging", settings.logging, ["GET", "POST"]),
+        route("/v2/trace/setting", settings.trace, ["GET", "POST"]),
+        route(MODEL + "/trace/setting", settings.trace, ["GET", "POST"]),
     ]
 
 
 async def _door_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, DoorError)
     return error_response(exc)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    """A failure of the door itself: 500 in Triton's form (Starlette logs the traceback)."""
+    return error_response(DoorError(ErrorCode.INTERNAL, f"internal error: {exc}"))
 
 
 _HTTP_TEXTS = {404: "Not Found", 405: "Method Not Allowed"}
@@ -160,14 +173,34 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return plain(body, exc.status_code)
 
 
+class RawPath:
+    """Routes match the path as sent: Triton does not decode `%XX` in it (a model named
+    `a%20b` is not `a b`) [V]."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path")
+        if raw is not None:
+            scope["path"] = raw.decode("latin-1")
+        await self.app(scope, receive, send)
+
+
 def make_app(service: TritonService, options: HttpOptions) -> Starlette:
     """Triton's HTTP API over `service` (the control port's part of it: `options.control`),
     each route guarded as security.py says."""
     table = control_routes() if options.control else routes()
     app = Starlette(
         routes=security.guard(table, options.restricted, control=options.control),
-        exception_handlers={DoorError: _door_error, HTTPException: _http_error},
+        middleware=[Middleware(RawPath)],
+        exception_handlers={
+            DoorError: _door_error,
+            HTTPException: _http_error,
+            Exception: _unexpected,
+        },
     )
+    app.router.redirect_slashes = False  # `/v2/health/live/` is a 404 on Triton [V]
     app.state.service = service
     app.state.options = options
     return app

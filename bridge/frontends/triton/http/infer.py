@@ -15,7 +15,7 @@ import gzip
 import zlib
 
 from dynamo.runtime import Context
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -74,14 +74,18 @@ async def infer(request: Request) -> Response:
         target = await service.target(model, params.get("version", ""), stream=True)
         if target.decoupled:
             raise DoorError(ErrorCode.UNSUPPORTED, DECOUPLED)
-        body = _decompress(await request.body(), headers.get("content-encoding"))
+        try:
+            raw = await request.body()
+        except ClientDisconnect:  # gone before its body arrived: nobody to answer, nothing to log
+            return Response(b"", status_code=400)
+        body = _decompress(raw, headers.get("content-encoding"))
         header, binary = split_body(body, headers.get(HEADER_LENGTH))
     except DoorError as exc:  # refused before the request is parsed: Triton's label [V]
         return error_response(exc, "text/plain")
     document = parse_json(header)
     config = target.entry.config
     bridge, plan = to_bridge_request(document, binary, model, target.version, config, service.shm)
-    del body, header, binary, document  # the bridge form holds what is needed
+    del raw, body, header, binary, document  # the bridge form holds what is needed
     answers: list[dict] = []
     context = Context()
     watcher = asyncio.ensure_future(_watch_disconnect(request, context))

@@ -156,6 +156,9 @@ class HttpServer:
     async def start(self) -> None:
         """Listen and serve; returns once connections are accepted. HttpConfigError when the
         address cannot be bound."""
+        # uvicorn's own start and stop lines ("Started server process") would read as the
+        # bridge's; its warnings and errors still show.
+        logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
         sock = _bind(self.options.address, self.options.port)
         self.port = sock.getsockname()[1]
         server = self._server = _EmbeddedServer(self._config())

@@ -445,8 +445,7 @@ def to_response(
             )
         output: dict[str, Any] = {"name": name, "datatype": datatype, "shape": shape}
         if output_plan.region is not None and shm is not None:
-            region, offset, size = output_plan.region
-            shm.write(region, offset, size, name, values)  # Triton names no region back [V]
+            shm.write(*output_plan.region, name, values)  # named there, no data here [V]
         elif output_plan.binary:
             output["parameters"] = {BINARY_DATA_SIZE: len(values)}
             chunks.append(bytes(values))
