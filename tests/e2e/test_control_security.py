@@ -24,7 +24,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 
@@ -118,17 +117,20 @@ def test_model_names_that_are_not_one_folder_name_are_refused(setup, tmp_path) -
         "x" * 256,
         " ",
     ]
-    for name in names:
-        status, answer = post(
-            port, f"/v2/repository/models/{quote(name, safe='')}/load", load_body()
-        )
-        if "/" in name:  # no route takes a model name with a slash, however it is spelled
-            assert (status, answer) == (404, {"error": "Not Found"}), name
-            continue
-        assert status == 400, (name, answer)
-        assert "invalid model name" in answer["error"] or "cannot be empty" in answer["error"]
-    # Through pb_utils.load_model too (the same manager.load).
     client = server.client()
+    for name in names:  # through pb_utils.load_model (the same manager.load as the routes)
+        answer = loader_call(client, op="load", target=name, config=CONFIG, file_model_py=DOUBLER)
+        assert "invalid model name" in answer or "cannot be empty" in answer, (name, answer)
+    for name in ("..", ".", "a\\b", "x" * 256):  # over HTTP, as sent (the path is not decoded)
+        status, answer = post(port, f"/v2/repository/models/{name}/load", load_body())
+        assert status == 400, (name, answer)
+        assert "invalid model name" in answer["error"], (name, answer)
+    # The path is taken as sent, as Triton takes it [V]: `..%2Fescaped_dir` is that one folder
+    # name, loaded from its files like any other, inside the override folder.
+    escaped = "/v2/repository/models/..%2Fescaped_dir"
+    assert post(port, f"{escaped}/load", load_body()) == (200, None)
+    assert client.is_model_ready("..%2Fescaped_dir")
+    assert post(port, f"{escaped}/unload") == (200, None)
     assert loader_call(
         client, op="load", target="../escaped_dir", config=CONFIG, file_model_py=DOUBLER
     ) == api_error("load", TRAVERSAL.format("../escaped_dir"))
@@ -232,10 +234,10 @@ def test_restricted_api_requires_its_header(bridge_server, tmp_path) -> None:
     )
     refused = (403, {"error": "This API is restricted, expecting header 'admin-key'"})
     assert post(port, "/v2/repository/index") == refused
-    # Another spelling of the same route is the same route; a path no route takes is a 404,
-    # as on Triton [V].
-    assert post(port, "/v2/%72epository/index?x=1") == refused
-    assert post(port, "//v2/repository/index") == (404, {"error": "Not Found"})
+    # A path no route takes (routes match the path as sent) is a 404, as on Triton [V].
+    assert post(port, "/v2/repository/index?x=1") == refused
+    for path in ("/v2/%72epository/index", "//v2/repository/index"):
+        assert post(port, path) == (404, {"error": "Not Found"})
     assert post(port, "/v2/repository/models/plain/load") == refused
     assert post(port, "/v2/repository/models/plain/load", headers={"admin-key": "wrong"}) == refused
     assert not server.client().is_model_ready("plain")
