@@ -36,6 +36,7 @@ from .logs import (
 
 if TYPE_CHECKING:
     from .frontends.triton import DoorOptions, HttpOptions
+    from .restrictions import Restriction
 
 log = logging.getLogger("dynamo_bridge")
 
@@ -155,6 +156,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="triton door: port of Triton's HTTP/REST API (default 8000; 0 picks a free one)",
     )
     p.add_argument(
+        "--http-use-ssl",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="BOOL",
+        help="triton door: serve HTTP over TLS (needs --http-server-cert and --http-server-key; "
+        "tritonserver has no such flag, the name follows --grpc-use-ssl)",
+    )
+    p.add_argument(
+        "--http-use-ssl-mutual",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="BOOL",
+        help="triton door: HTTP over TLS that requires a client certificate signed by "
+        "--http-root-cert",
+    )
+    p.add_argument("--http-server-cert", type=Path, default=None, metavar="PATH")
+    p.add_argument("--http-server-key", type=Path, default=None, metavar="PATH")
+    p.add_argument("--http-root-cert", type=Path, default=None, metavar="PATH")
+    p.add_argument(
         "--http-address",
         default="127.0.0.1",
         metavar="ADDRESS",
@@ -244,8 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="PORT",
-        help="serve Triton's HTTP model repository API (index, load, unload) on "
-        "127.0.0.1:PORT; load/unload are accepted in explicit mode only",
+        help="serve Triton's HTTP model repository API (index, load, unload) and health on "
+        "127.0.0.1:PORT, in any role and with either --frontend, for the workers of the "
+        "namespace; load/unload are accepted in explicit mode only",
     )
     p.add_argument(
         "--http-restricted-api",
@@ -254,8 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="<apis>:<key>=<value>",
         help="as tritonserver: the comma-separated API groups answer only requests carrying the "
-        "header '<key>: <value>' (403 otherwise); repeat for several groups. The bridge's HTTP "
-        "port (--control-port) serves the 'model-repository' group",
+        "header '<key>: <value>' (403 otherwise); repeat for several groups. Honoured by the "
+        "triton door's HTTP port (--http-port) and by --control-port (its 'model-repository' "
+        "and 'health' groups)",
     )
     p.add_argument(
         "--reload-debounce-secs",
@@ -457,14 +483,27 @@ def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> D
     )
 
 
-def resolve_http(args: argparse.Namespace) -> HttpOptions | None:
+def resolve_http(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, restricted: dict[str, Restriction]
+) -> HttpOptions | None:
     """The triton door's HTTP options (`--frontend triton`), None for Dynamo's frontend, which
-    has no HTTP/REST API (the flags are then unused)."""
+    has no HTTP/REST API (its port and address flags are then unused; TLS is refused)."""
     if args.frontend == "dynamo":
+        if args.http_use_ssl or args.http_use_ssl_mutual:
+            parser.error("--http-use-ssl and --http-use-ssl-mutual need --frontend triton")
         return None
     from .frontends.triton import HttpOptions
 
-    return HttpOptions(port=args.http_port, address=args.http_address)
+    return HttpOptions(
+        port=args.http_port,
+        address=args.http_address,
+        restricted=restricted,
+        use_ssl=args.http_use_ssl,
+        use_ssl_mutual=args.http_use_ssl_mutual,
+        server_cert=args.http_server_cert,
+        server_key=args.http_server_key,
+        root_cert=args.http_root_cert,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -483,7 +522,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with hide_filter_banner(quiet_targets):  # Dynamo reads DYN_LOG when first imported
         from .metrics.triton import parse_metrics_config
         from .options import Timings
-        from .restrictions import MODEL_REPOSITORY, parse_restricted_api
+        from .restrictions import parse_restricted_api
         from .server import RuntimeSettingsError, ServerOptions, StartupError, serve
 
     try:
@@ -492,14 +531,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics_config = parse_metrics_config(args.metrics_config)
     except ValueError as exc:
         parser.error(str(exc))
-    if restricted and args.control_port is None:
-        log.warning("--http-restricted-api has no effect without --control-port")
-    if others := sorted(set(restricted) - {MODEL_REPOSITORY}):
-        log.warning(
-            "--http-restricted-api: %s not served over HTTP by dynamo-bridge; only '%s' is",
-            ", ".join(others),
-            MODEL_REPOSITORY,
-        )
+    if args.frontend == "dynamo":
+        if restricted and args.control_port is None:
+            log.warning(
+                "--http-restricted-api has no effect without --control-port or --frontend triton"
+            )
+        if others := sorted(set(restricted) - {"model-repository", "health"}):
+            log.warning(
+                "--http-restricted-api: %s not served over HTTP without --frontend triton",
+                ", ".join(others),
+            )
     door = resolve_door(parser, args)
     options = ServerOptions(
         model_repositories=args.model_repositories,
@@ -522,7 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         exit_timeout=args.exit_timeout_secs,
         timings=timings,
         door=door,
-        http=resolve_http(args),
+        http=resolve_http(parser, args, restricted),
         loader=ConfigOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             model_config_name=args.model_config_name,

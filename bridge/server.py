@@ -31,6 +31,8 @@ from collections.abc import Callable
 
 from . import heap
 from .allocator import keep_large_buffers
+from .control import ControlPort
+from .frontends.triton.http.server import HttpConfigError
 from .frontends.triton.role import TritonDoorRole
 from .metrics.server import MetricsServer
 from .options import ServerOptions, StartupError
@@ -110,6 +112,15 @@ async def serve(options: ServerOptions) -> None:
     runtime = start_runtime(options.discovery_backend, options.request_plane, options.role)
     if worker is not None:
         await worker.start(runtime, frontend.http_port if frontend is not None else None)
+    control: ControlPort | None = None
+    if options.control_port is not None:  # any role: it reaches the workers through Dynamo
+        control = ControlPort(
+            runtime, options.namespace, options.control_port, options.http_restricted_api
+        )
+        try:
+            await control.start()
+        except HttpConfigError as exc:
+            raise StartupError(f"--control-port: {exc}") from None
 
     stop = asyncio.Event()
     metrics_server: MetricsServer | None = None
@@ -142,6 +153,8 @@ async def serve(options: ServerOptions) -> None:
         loop.add_signal_handler(signum, _second_signal)
     if frontend is not None:
         frontend.stopping()
+    if control is not None:
+        await control.stop(grace=min(options.exit_timeout, 1.0))
     clean = True
     if worker is not None:
         log.info(

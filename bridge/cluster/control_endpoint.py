@@ -17,6 +17,10 @@ Ops:
   "batch_stats": [{"batch_size", <kind>: [count, ns], ...}]}, ...]}`: every served version's
   statistics (model_repository_loader/scheduling/stats.py), durations in ns as Triton keeps
   them. A front door sums them over the workers serving a model (Triton's ModelStatistics).
+- `{"op": "folders"}` → `{"worker": ..., "names": [...]}`: every model name of the repositories
+  (a scan of the folders, on a thread) and every model loaded from files, as Triton's
+  repository index lists them, loaded or not; an error (INTERNAL) when a repository cannot be
+  read.
 - `{"op": "load", "name": str, "config": str, "files": {"file:<path>": bytes}}` and
   `{"op": "unload", "name": str}` → `{}` once done, or an error with Triton's code and text
   (the worker's `--model-control-mode` rules: load/unload only in explicit mode).
@@ -38,6 +42,7 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from model_repository_loader import repository
 from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.scheduling.stats import ModelStats
 
@@ -109,6 +114,7 @@ class ControlEndpoint:
         self.ops: dict[str, Op] = {
             "index": self._index,
             "stats": self._stats,
+            "folders": self._folders,
             "load": self._load,
             "unload": self._unload,
             "log_settings": self._log_settings,
@@ -140,6 +146,12 @@ class ControlEndpoint:
 
     async def _stats(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"worker": self.worker, "models": stats_entries(self._manager)}
+
+    async def _folders(self, request: dict[str, Any]) -> dict[str, Any]:
+        manager = self._manager
+        sources = await asyncio.to_thread(repository.scan, manager.options.repositories)
+        names = {source.name for source in sources} | set(manager.repository.models)
+        return {"worker": self.worker, "names": sorted(names)}
 
     async def _log_settings(self, request: dict[str, Any]) -> dict[str, Any]:
         changes = request.get("settings") or {}

@@ -1,10 +1,10 @@
-"""The HTTP control port (`--control-port`): Triton's model repository API over HTTP.
+"""The control port (`--control-port`): Triton's model repository API over HTTP.
 
-`server.py` is the whole of it today (h11 connections, Triton's routes, texts and codes); the
-restricted groups it honours are bridge/restrictions.py's.
+`port.py` serves the triton door's HTTP wire restricted to its repository and health routes;
+the restricted groups it honours are bridge/restrictions.py's.
 """
 
 from ..restrictions import MODEL_REPOSITORY, Restriction, parse_restricted_api
-from .server import ControlServer
+from .port import ControlPort
 
-__all__ = ["MODEL_REPOSITORY", "ControlServer", "Restriction", "parse_restricted_api"]
+__all__ = ["MODEL_REPOSITORY", "ControlPort", "Restriction", "parse_restricted_api"]

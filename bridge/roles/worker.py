@@ -4,9 +4,9 @@ Start-up follows Triton: the models of the start-up set (all of them, or the `--
 in explicit mode) are loaded first and a status table is printed; a model that fails to load is
 reported and skipped unless `--exit-on-error`. Then, by `--model-control-mode`: `poll` watches the
 repositories and swaps changed models with no gap (reload.py, manager.py), `explicit` takes
-load/unload from `--control-port` and `pb_utils.load_model`, `none` serves what loaded. All of it
-works the same whether a frontend runs in this process (`--role all`) or elsewhere
-(`--role worker`).
+load/unload from the repository API (`--control-port`, the triton door; over the control
+endpoint) and `pb_utils.load_model`, `none` serves what loaded. All of it works the same whether
+a frontend runs in this process (`--role all`) or elsewhere (`--role worker`).
 
 Health: readiness is Triton's strict one (every model the server tried to load is ready, not
 while starting or stopping). It answers the metrics port's `/v2/health/ready`, and is mirrored to
@@ -31,7 +31,6 @@ from dynamo.runtime import DistributedRuntime
 from model_repository_loader import repository
 from model_repository_loader.loader import LoadedRepository, ModelStatus, load_repository
 
-from ..control import MODEL_REPOSITORY, ControlServer
 from ..metrics.triton import TritonMetrics
 from ..models import ManagerOptions, ModelControl, ModelManager, digests_of
 from ..options import ServerOptions, StartupError
@@ -58,7 +57,6 @@ class WorkerRole:
         self._loaded: LoadedRepository | None = None
         self._digests: dict[str, str] = {}
         self._watcher: RepositoryWatcher | None = None
-        self._control_server: ControlServer | None = None
         self._health: asyncio.Task[None] | None = None
         self._stopping = False
         self._sources: list[Callable[[], str]] = []
@@ -129,15 +127,7 @@ class WorkerRole:
                 names = set(self._digests)
                 names |= {s.name for s in repository.scan(options.model_repositories)}
                 asyncio.ensure_future(manager.refresh(names, retry_failed=False))
-        if options.control_port is not None:
-            self._control_server = ControlServer(
-                manager,
-                options.control_port,
-                explicit=mode == "explicit",
-                restriction=options.http_restricted_api.get(MODEL_REPOSITORY),
-            )
-            await self._control_server.start()
-        elif mode == "explicit":
+        if mode == "explicit" and options.control_port is None and options.door is None:
             log.warning(
                 "explicit model control without --control-port: models load at run time only "
                 "through pb_utils.load_model"
@@ -215,8 +205,6 @@ class WorkerRole:
         deadline = loop.time() + timeout
         if self._watcher is not None:
             await self._watcher.stop()
-        if self._control_server is not None:
-            await self._control_server.stop()
         clean = True
         if self.manager is not None:
             clean = await self.manager.close(timeout=max(0.0, deadline - loop.time()))

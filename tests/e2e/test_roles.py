@@ -268,3 +268,24 @@ def test_hot_reload_in_a_worker_through_a_separate_frontend(started, file_kv, tm
     for t in traffic:
         assert t.errors == []
         assert t.marks == sorted(t.marks)  # never back to an old version
+
+
+def test_control_port_on_a_frontend_reaches_the_worker(started, file_kv, tmp_path) -> None:
+    # `--control-port` is the HTTP wire's repository API over Dynamo: a `--role frontend`
+    # process (Dynamo's KServe frontend, no repository RPCs) serves it for its workers.
+    repo = copy_models(tmp_path, "plain")
+    port = free_port()
+    frontend = started(
+        Frontend(f"--control-port={port}", env=file_kv, log_path=tmp_path / "frontend.log")
+    )
+    started(Worker(repo, "--model-control-mode=explicit", env=file_kv, log_path=tmp_path / "w.log"))
+    wait_until(
+        lambda: control(port, "/v2/repository/index") == (200, [{"name": "plain"}]),
+        "the frontend's control port to list the worker's repository",
+    )
+    assert control(port, "/v2/repository/models/plain/load") == (200, None)
+    client = frontend.client()
+    wait_until(lambda: client.is_model_ready("plain"), "the loaded model to reach the frontend")
+    assert client.infer("plain", [fp32_input([4.0])]).as_numpy("OUTPUT0").tolist() == [4.0]
+    assert control(port, "/v2/repository/models/plain/unload") == (200, None)
+    wait_until(lambda: not client.is_model_ready("plain"), "the unloaded model to leave")

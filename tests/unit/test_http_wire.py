@@ -44,7 +44,7 @@ def _clean_environment(monkeypatch) -> None:
 def http_options(*argv: str):
     parser = build_parser()
     args = parse_with_environment(parser, ["--model-repository", "m", *argv], os.environ)
-    return resolve_http(args)
+    return resolve_http(parser, args, {})
 
 
 def test_http_flags_and_their_environment_forms(monkeypatch) -> None:

@@ -38,6 +38,7 @@ from model_repository_loader.validation import no_available_versions_error, unkn
 
 from .model_cards import FOREIGN_VERSION, ModelCards
 from .routes import LocalRoute, RequestPlaneRoute, Route, StandardFormRoute
+from .status import DoorError
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +259,18 @@ class Directory:
             return None
         errors = [answer["error"] for answer in answers if answer is not None]
         return errors[0] if errors else {"code": "UNAVAILABLE", "message": "no worker answered"}
+
+    async def folders(self) -> set[str]:
+        """Every model name in the workers' repositories, loaded or not (control op `folders`);
+        DoorError with a worker's error when one cannot read its repositories."""
+        ids = list(self._control.instance_ids())
+        answers = await asyncio.gather(*(self._index_of(i, {"op": "folders"}) for i in ids))
+        names: set[str] = set()
+        for answer in answers:
+            if answer is not None and "error" in answer:
+                raise DoorError.from_item(answer["error"])
+            names.update(answer.get("names", ()) if answer is not None else ())
+        return names
 
     async def stats(self) -> list[dict[str, Any]]:
         """Every worker's per-version statistics (control op `stats`), one list over all."""

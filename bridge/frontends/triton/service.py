@@ -240,13 +240,17 @@ class TritonService:
     async def repository_index(self, ready_only: bool) -> pb.RepositoryIndexResponse:
         """Every model the workers know, one row per version, by name: READY, or UNAVAILABLE
         with the reason it failed (`ready_only`: the READY rows only). As Triton 2.51 [V]: a
-        model whose config did not load is a row with its name only, and one whose version
-        policy selects nothing is not listed."""
+        model whose config did not load, and a model folder never loaded (explicit mode), is
+        a row with its name only, and one whose version policy selects nothing is not listed."""
         self._refuse_while_exiting()
         response = pb.RepositoryIndexResponse()
         models = await self.directory.fresh()
-        for name in sorted(models):
-            entry = models[name]
+        folders = set() if ready_only else await self.directory.folders()
+        for name in sorted(set(models) | folders):
+            entry = models.get(name)
+            if entry is None:
+                response.models.add(name=name)
+                continue
             state = "READY" if entry.versions else "UNAVAILABLE"
             if ready_only and state != "READY":
                 continue

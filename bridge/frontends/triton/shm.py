@@ -14,6 +14,7 @@ client must share a host with the frontend, not with the workers. Texts and code
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from dataclasses import dataclass
@@ -52,13 +53,26 @@ class SharedMemory:
             raise DoorError(
                 ErrorCode.ALREADY_EXISTS, f"shared memory region '{name}' already in manager"
             )
+        if any(region.key == key for region in self.regions.values()):
+            # Triton maps an object once: a second region on the same key is refused [V].
+            raise DoorError(ErrorCode.INTERNAL, f"Invalid shared memory region: '{key}'")
         try:
             fd = os.open(_path(key), os.O_RDWR)
         except OSError:
             raise DoorError(
                 ErrorCode.INTERNAL, f"Unable to open shared memory region: '{key}'"
             ) from None
+        failed = f"failed to register shared memory region '{name}': "
         try:
+            # Triton's checks [V]: the region lies within the object, and, as Triton maps the
+            # region itself, its offset is a multiple of the page size (EINVAL otherwise).
+            if offset + byte_size > os.fstat(fd).st_size:
+                raise DoorError(ErrorCode.INVALID_ARG, failed + "invalid args")
+            if offset % mmap.ALLOCATIONGRANULARITY:
+                raise DoorError(
+                    ErrorCode.INVALID_ARG,
+                    failed + "unable to process address space" + os.strerror(errno.EINVAL),
+                )
             mapping = mmap.mmap(fd, offset + byte_size)
         except (OSError, ValueError) as exc:
             raise DoorError(

@@ -23,7 +23,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from ....control import Restriction
+from ....restrictions import Restriction
 from ..service import TritonService
 from .restrictions import RestrictedProtocols
 from .servicer import MALFORMED, TritonServicer

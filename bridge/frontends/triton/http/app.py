@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ..status import DoorError
-from . import health, infer, models
+from . import generate, health, infer, models, repository, security, settings, shared_memory
 from .status import error_body, error_response, error_response_body, plain
 
 if TYPE_CHECKING:
@@ -67,12 +67,56 @@ def model_routes(
     return [route(MODEL + suffix, endpoint, methods), route(VERSION + suffix, endpoint, methods)]
 
 
+def health_routes() -> list[BaseRoute]:
+    return [
+        route("/v2/health/live", health.live, ["GET"]),
+        route("/v2/health/ready", health.ready, ["GET"]),
+    ]
+
+
+def repository_routes() -> list[BaseRoute]:
+    return [
+        route("/v2/repository/index", repository.index, ["POST"]),
+        route("/v2/repository/models/{model}/load", repository.load, ["POST"]),
+        route("/v2/repository/models/{model}/unload", repository.unload, ["POST"]),
+    ]
+
+
+def shared_memory_routes() -> list[BaseRoute]:
+    """`/v2/<kind>/status|unregister` and `/v2/<kind>/region/<r>/status|register|unregister`,
+    for kind systemsharedmemory and cudasharedmemory."""
+    table: list[BaseRoute] = []
+    for kind, status, register, unregister in (
+        (
+            "systemsharedmemory",
+            shared_memory.system_status,
+            shared_memory.system_register,
+            shared_memory.system_unregister,
+        ),
+        (
+            "cudasharedmemory",
+            shared_memory.cuda_status,
+            shared_memory.cuda_register,
+            shared_memory.cuda_unregister,
+        ),
+    ):
+        for prefix in (f"/v2/{kind}", f"/v2/{kind}/region/{{region}}"):
+            table.append(route(f"{prefix}/status", status, ["GET"]))
+            table.append(route(f"{prefix}/unregister", unregister, ["POST"]))
+        table.append(route(f"/v2/{kind}/region/{{region}}/register", register, ["POST"]))
+    return table
+
+
+def control_routes() -> list[BaseRoute]:
+    """The control port's routes (`--control-port`): Triton's repository API and health."""
+    return [*health_routes(), *repository_routes()]
+
+
 def routes() -> list[BaseRoute]:
     """The route table. `/v2/models/stats` (every model) comes before the model routes, where
     it would otherwise read as the metadata of a model named 'stats'."""
     return [
-        route("/v2/health/live", health.live, ["GET"]),
-        route("/v2/health/ready", health.ready, ["GET"]),
+        *health_routes(),
         route("/v2", models.server_metadata, ["GET"]),
         route("/v2/models/stats", models.model_stats, ["GET"]),
         *model_routes("", models.model_metadata, ["GET"]),
@@ -80,6 +124,13 @@ def routes() -> list[BaseRoute]:
         *model_routes("/config", models.model_config, ["GET"]),
         *model_routes("/stats", models.model_stats, ["GET"]),
         *model_routes("/infer", infer.infer, ["POST"]),
+        *model_routes("/generate", generate.generate, ["POST"]),
+        *model_routes("/generate_stream", generate.generate_stream, ["POST"]),
+        *repository_routes(),
+        *shared_memory_routes(),
+        route("/v2/logging", settings.logging, ["GET", "POST"]),
+        route("/v2/trace/setting", settings.trace, ["GET", "POST"]),
+        route(MODEL + "/trace/setting", settings.trace, ["GET", "POST"]),
     ]
 
 
@@ -96,7 +147,21 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 _HTTP_TEXTS = {404: "Not Found", 405: "Method Not Allowed"}
 # Triton labels its 405 `application/json` on the routes that answer JSON, else `text/plain` [V].
 _JSON_ENDPOINTS = frozenset(
-    {models.server_metadata, models.model_metadata, models.model_config, models.model_stats}
+    {
+        models.server_metadata,
+        models.model_metadata,
+        models.model_config,
+        models.model_stats,
+        repository.index,
+        shared_memory.system_status,
+        shared_memory.system_register,
+        shared_memory.system_unregister,
+        shared_memory.cuda_status,
+        shared_memory.cuda_register,
+        shared_memory.cuda_unregister,
+        settings.logging,
+        settings.trace,
+    }
 )
 
 
@@ -123,9 +188,11 @@ class RawPath:
 
 
 def make_app(service: TritonService, options: HttpOptions) -> Starlette:
-    """Triton's HTTP API over `service`."""
+    """Triton's HTTP API over `service` (the control port's part of it: `options.control`),
+    each route guarded as security.py says."""
+    table = control_routes() if options.control else routes()
     app = Starlette(
-        routes=routes(),
+        routes=security.guard(table, options.restricted, control=options.control),
         middleware=[Middleware(RawPath)],
         exception_handlers={
             DoorError: _door_error,

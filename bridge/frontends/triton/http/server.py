@@ -9,6 +9,10 @@ Why this stack (measured on this 2-core machine, busy: an echo of binary FP32 ×
 at concurrency 1, and × 4 at 32): Starlette's routing costs little over a raw ASGI app on
 uvicorn (p50 0.22 vs 0.19-0.27 ms at × 4; the large sizes were within the noise), and granian
 embedded in the loop was slower at concurrency 1 (0.49-0.62 ms at × 4) for no clear gain.
+
+TLS: tritonserver has no TLS on its HTTP port, so the flags are the bridge's, named as its gRPC
+ones: `--http-use-ssl` with `--http-server-cert` / `--http-server-key`, `--http-use-ssl-mutual`
+to require a client certificate signed by `--http-root-cert`. The files are read at start-up.
 """
 
 from __future__ import annotations
@@ -16,14 +20,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
+import ssl
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import uvicorn
 
+from ....restrictions import Restriction
 from ..service import TritonService
 from .app import make_app
+from .security import Protocol
 
 log = logging.getLogger("dynamo_bridge")
 KEEP_ALIVE_SECONDS = 75
@@ -33,6 +42,18 @@ KEEP_ALIVE_SECONDS = 75
 class HttpOptions:
     port: int = 8000
     address: str = "127.0.0.1"
+    # `--http-restricted-api`: {api group: header its requests must carry} (security.py)
+    restricted: dict[str, Restriction] = field(default_factory=dict)
+    # The control port (`--control-port`): the repository and health routes only, every one
+    # guarded as a load is (security.py).
+    control: bool = False
+    # TLS (`--http-use-ssl`, `--http-use-ssl-mutual`, `--http-server-cert`, `--http-server-key`,
+    # `--http-root-cert`: the bridge's names, in the style of tritonserver's gRPC ones).
+    use_ssl: bool = False
+    use_ssl_mutual: bool = False
+    server_cert: Path | None = None
+    server_key: Path | None = None
+    root_cert: Path | None = None
 
 
 class HttpConfigError(ValueError):
@@ -64,9 +85,41 @@ def _bind(address: str, port: int) -> socket.socket:
 
 
 def check_address(options: HttpOptions) -> None:
-    """Fail early (HttpConfigError) when the address cannot be bound: before any model loads,
-    as tritonserver fails its start-up. The real bind is `start()`'s."""
+    """Fail early (HttpConfigError) when the address cannot be bound or the TLS files do not
+    load: before any model loads, as tritonserver fails its start-up. The real bind is
+    `start()`'s."""
+    tls_context(options)
     _bind(options.address, options.port).close()
+
+
+def _readable(path: Path | None, flag: str) -> Path:
+    if path is None:
+        raise HttpConfigError(f"{flag} is required for TLS on the HTTP port")
+    if not path.is_file() or not os.access(path, os.R_OK):
+        raise HttpConfigError(f"{flag}: cannot read '{path}'")
+    return path
+
+
+def tls_context(options: HttpOptions) -> ssl.SSLContext | None:
+    """The TLS context the options ask for (None: plain HTTP); HttpConfigError when a file is
+    missing or does not load. Mutual TLS requires a client certificate signed by the root."""
+    if not (options.use_ssl or options.use_ssl_mutual):
+        return None
+    cert = _readable(options.server_cert, "--http-server-cert")
+    key = _readable(options.server_key, "--http-server-key")
+    root = _readable(options.root_cert, "--http-root-cert") if options.root_cert else None
+    if options.use_ssl_mutual and root is None:
+        raise HttpConfigError("--http-use-ssl-mutual needs --http-root-cert")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+        if root is not None:
+            context.load_verify_locations(root)
+    except ssl.SSLError as exc:
+        raise HttpConfigError(f"the HTTP port's TLS files do not load: {exc}") from None
+    if options.use_ssl_mutual:
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 class HttpServer:
@@ -80,12 +133,14 @@ class HttpServer:
         self._task: asyncio.Task[None] | None = None
 
     def _config(self) -> uvicorn.Config:
+        context = tls_context(self.options)
         return uvicorn.Config(
             self.app,
+            ssl_context_factory=(lambda config, default: context) if context else None,
             host=self.options.address,
             port=self.options.port,
             loop="none",  # the running loop (the runtime's)
-            http="httptools",
+            http=Protocol,  # httptools, with a deadline for request heads (security.py)
             ws="none",
             lifespan="off",
             interface="asgi3",

@@ -1,0 +1,61 @@
+"""`--control-port`: Triton's model repository API (and health) on 127.0.0.1, for any front door.
+
+It is the triton door's HTTP wire (bridge/frontends/triton/http/) with the control routes only:
+`POST /v2/repository/index`, `/v2/repository/models/<m>/load|unload`, `GET /v2/health/live|ready`,
+over a `TritonService` of its own that reaches the workers of the namespace through their
+control endpoints (docs/worker_protocol.md §1). So it works the same beside Dynamo's KServe
+frontend (`--frontend dynamo`, which has no repository RPCs) and beside the triton door, and a
+load reaches whichever worker knows the model. The workers apply their `--model-control-mode`
+(load/unload in explicit mode only) and answer with Triton's texts and codes.
+
+Loading runs code, so every request here is guarded as http/security.py says: loopback only,
+refused from web pages (Origin / Host), JSON bodies only, bounded body size and read time, and
+the `--http-restricted-api` groups (`model-repository`, `health`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from dynamo.runtime import DistributedRuntime
+
+from ..frontends.triton.directory import Directory
+from ..frontends.triton.http.server import HttpOptions, HttpServer
+from ..frontends.triton.service import TritonService
+from ..restrictions import Restriction
+
+log = logging.getLogger("dynamo_bridge")
+
+ADDRESS = "127.0.0.1"  # loading code is not something to expose
+
+
+class ControlPort:
+    """The control routes of the HTTP wire on `ADDRESS:port`."""
+
+    def __init__(
+        self,
+        runtime: DistributedRuntime,
+        namespace: str,
+        port: int,
+        restricted: Mapping[str, Restriction],
+    ) -> None:
+        self._directory = Directory(runtime, namespace)
+        self._service = TritonService(self._directory)
+        options = HttpOptions(port=port, address=ADDRESS, restricted=dict(restricted), control=True)
+        self._http = HttpServer(self._service, options)
+
+    @property
+    def port(self) -> int:
+        return self._http.port
+
+    async def start(self) -> None:
+        await self._directory.start()
+        await self._http.start()
+        log.info("model control (repository API) on http://%s:%d", ADDRESS, self.port)
+
+    async def stop(self, grace: float = 1.0) -> None:
+        """Stop listening; requests being handled get `grace` seconds to finish."""
+        await self._http.stop(grace)
+        self._directory.stop()
+        self._service.close()
