@@ -35,7 +35,7 @@ from .logs import (
 )
 
 if TYPE_CHECKING:
-    from .frontends.triton import DoorOptions
+    from .frontends.triton import DoorOptions, HttpOptions
 
 log = logging.getLogger("dynamo_bridge")
 
@@ -146,6 +146,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="triton door, as tritonserver: the comma-separated protocol groups (health, "
         "metadata, inference, shared-memory, model-config, model-repository, statistics, trace, "
         "logging) answer only calls carrying the gRPC header '<key>: <value>'; repeatable",
+    )
+    p.add_argument(
+        "--http-port",
+        type=int,
+        default=8000,
+        metavar="PORT",
+        help="triton door: port of Triton's HTTP/REST API (default 8000; 0 picks a free one)",
+    )
+    p.add_argument(
+        "--http-address",
+        default="127.0.0.1",
+        metavar="ADDRESS",
+        help="triton door: address of the HTTP/REST API (default 127.0.0.1)",
     )
     p.add_argument(
         "--metrics-port",
@@ -444,6 +457,16 @@ def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> D
     )
 
 
+def resolve_http(args: argparse.Namespace) -> HttpOptions | None:
+    """The triton door's HTTP options (`--frontend triton`), None for Dynamo's frontend, which
+    has no HTTP/REST API (the flags are then unused)."""
+    if args.frontend == "dynamo":
+        return None
+    from .frontends.triton import HttpOptions
+
+    return HttpOptions(port=args.http_port, address=args.http_address)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parse_with_environment(parser, argv, os.environ)
@@ -499,6 +522,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         exit_timeout=args.exit_timeout_secs,
         timings=timings,
         door=door,
+        http=resolve_http(args),
         loader=ConfigOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             model_config_name=args.model_config_name,

@@ -13,7 +13,7 @@ from .metrics.triton import MetricsConfig
 from .restrictions import Restriction
 
 if TYPE_CHECKING:
-    from .frontends.triton import DoorOptions
+    from .frontends.triton import DoorOptions, HttpOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +80,7 @@ class ServerOptions:
     http_restricted_api: dict[str, Restriction] = field(default_factory=dict)
     exit_timeout: float = 30.0  # tritonserver's --exit-timeout-secs
     door: DoorOptions | None = None  # `--frontend triton` and its TLS options; None = dynamo
+    http: HttpOptions | None = None  # the triton door's HTTP wire (`--http-port`, ...)
     timings: Timings = field(default_factory=Timings)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.differential.http_support import DOOR_ARGS, HttpPair
 from tests.differential.support import EXAMPLES, REPOSITORIES, Pair
 
 
@@ -51,3 +52,29 @@ def examples(pair_for) -> Pair:
 @pytest.fixture(scope="session")
 def load_failures(pair_for) -> Pair:
     return pair_for(REPOSITORIES / "load_failures", expect_failures=True)
+
+
+@pytest.fixture(scope="session")
+def http_pair_for(oracle_server, shared_bridge_server) -> Callable[..., HttpPair]:
+    """`http_pair_for(root)`: Triton and the bridge's triton door on `root`, over HTTP."""
+
+    def start(root: Path, *extra_args: str) -> HttpPair:
+        oracle = oracle_server(root, *extra_args)
+        return HttpPair(oracle, shared_bridge_server(root, *DOOR_ARGS, *extra_args), root)
+
+    return start
+
+
+@pytest.fixture(scope="session")
+def http_dtypes(http_pair_for) -> HttpPair:
+    return http_pair_for(REPOSITORIES / "dtypes")
+
+
+@pytest.fixture(scope="session")
+def http_introspect(http_pair_for) -> HttpPair:
+    return http_pair_for(REPOSITORIES / "introspect")
+
+
+@pytest.fixture(scope="session")
+def http_errors(http_pair_for) -> HttpPair:
+    return http_pair_for(REPOSITORIES / "errors")

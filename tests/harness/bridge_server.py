@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from .ports import free_ports
+from .ports import LOCALHOST, free_ports
 from .process import ServerProcess
 
 # The checkout holding bridge/ and model_repository_loader/: the subprocess imports them from
@@ -21,6 +21,10 @@ class BridgeServer(ServerProcess):
     Use as a context manager, or call start() / stop(). start() returns once ServerLive answers
     on the gRPC port; stop() sends SIGTERM (SIGKILL after `stop_timeout`) and records the exit
     code in `returncode`. Output (stdout and stderr) goes to `log_path`; `log_text` reads it.
+
+    The triton door's HTTP port (`http_port`, `http_url`) is given as DYN_BRIDGE_HTTP_PORT, so
+    that it is free whatever the front door (Dynamo's frontend ignores it) and whatever runs
+    as `module`; an `--http-port` among the extra arguments wins, as on the command line.
     """
 
     program = "dynamo-bridge"
@@ -40,6 +44,12 @@ class BridgeServer(ServerProcess):
     ) -> None:
         super().__init__(model_repository, extra_args, log_path, startup_timeout, env, cwd)
         self.stop_timeout = stop_timeout
+        self.http_port = 0
+
+    @property
+    def http_url(self) -> str:
+        """host:port, as tritonclient.http.InferenceServerClient(url=...) expects."""
+        return f"{LOCALHOST}:{self.http_port}"
 
     def command(self) -> list[str]:
         return [
@@ -60,8 +70,9 @@ class BridgeServer(ServerProcess):
         environ["DYN_LOG"] = "warn"
         path = [str(PROJECT_ROOT)] + [p for p in environ.get("PYTHONPATH", "").split(":") if p]
         environ["PYTHONPATH"] = os.pathsep.join(path)
+        environ["DYN_BRIDGE_HTTP_PORT"] = str(self.http_port)
         environ.update(self._extra_env)
         return environ
 
     def _pick_ports(self) -> None:
-        self.grpc_port, self.metrics_port = free_ports(2)
+        self.grpc_port, self.metrics_port, self.http_port = free_ports(3)

@@ -108,11 +108,11 @@ class ServerProcess:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self: _Server) -> _Server:
-        environ = self.environ()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         # A port picked as free can be taken before the server binds it; retry with new ports.
         for attempt in range(3):
             self._pick_ports()
+            environ = self.environ()  # after the ports: it may name one
             with open(self.log_path, "ab") as log:
                 self.process = subprocess.Popen(
                     self.command(),

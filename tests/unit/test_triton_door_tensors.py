@@ -133,6 +133,18 @@ def _bytes(*elements: bytes) -> bytes:
             "for model 'm', got 1",
         ),
         (
+            struct.pack("<I", 3) + b"ab",
+            (1, 2),
+            "[request id: <id_unknown>] expected 2 string elements for inference input 'INPUT0' "
+            "for model 'm', got 1",
+        ),
+        (
+            _bytes(b"a", b"b"),
+            (1, 1),
+            "[request id: <id_unknown>] unexpected number of string elements 2 for inference "
+            "input 'INPUT0' for model 'm', expecting 1",
+        ),
+        (
             _bytes(b"abc") + b"zz",
             (1, 1),
             "[request id: <id_unknown>] incomplete string length indicator for inference input "
@@ -140,7 +152,7 @@ def _bytes(*elements: bytes) -> bytes:
             "sure the string length indicator is in one buffer.",
         ),
     ],
-    ids=["length-past-end", "too-few-elements", "broken-prefix"],
+    ids=["length-past-end", "too-few-elements", "cut-short-too-few", "too-many", "broken-prefix"],
 )
 def test_bytes_framing(raw: bytes, shape, expected: str):
     assert error_of(request(datatype="BYTES", shape=shape, raw=raw)) == expected

@@ -5,7 +5,8 @@ one or the other and runs it the same way. Differences: no private HTTP port (th
 Dynamo HTTP server behind the metrics port), TLS files are read when the role is made (a bad
 path fails start-up before any model loads), and at shutdown the door answers as tritonserver
 does while it exits (grpc/server.py `stop`) until the calls in flight have finished, within
-`--exit-timeout-secs`.
+`--exit-timeout-secs`; the HTTP server stops taking new calls meanwhile. Both wires share one
+TritonService.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from ...options import ServerOptions, StartupError
 from .directory import Directory
 from .grpc.server import DoorConfigError, DoorOptions, GrpcServer, credentials
 from .model_cards import ModelCards
+from .http.server import HttpConfigError, HttpServer, check_address
 from .service import TritonService
 
 log = logging.getLogger("dynamo_bridge")
 
 
 class TritonDoorRole:
-    """Serves Triton's gRPC protocol for the models of the process's namespace."""
+    """Serves Triton's gRPC and HTTP protocols for the models of the process's namespace."""
 
     http_port: int | None = None  # no Dynamo HTTP server to pass through
 
@@ -48,14 +50,17 @@ class TritonDoorRole:
         )
         try:
             credentials(self.door_options)
-        except DoorConfigError as exc:
+            if options.http is not None:
+                check_address(options.http)
+        except (DoorConfigError, HttpConfigError) as exc:
             raise StartupError(str(exc)) from None
         self.service: TritonService | None = None
         self.grpc: GrpcServer | None = None
+        self.http: HttpServer | None = None
         self.task: asyncio.Future[None] | None = None
         self._up = False
         self._stopping = False
-        self._drain: asyncio.Future[None] | None = None
+        self._drain: asyncio.Future[Any] | None = None
 
     def start(self, runtime: DistributedRuntime) -> asyncio.Future[None]:
         """Start serving; the returned future ends when the door stops (or fails to start)."""
@@ -63,15 +68,21 @@ class TritonDoorRole:
         directory = Directory(runtime, self.options.namespace, cards, self.local_worker)
         self.service = TritonService(directory, ready=self.ready)
         self.grpc = GrpcServer(self.service, self.door_options)
-        self.task = asyncio.ensure_future(self._run(directory, self.grpc))
+        if self.options.http is not None:
+            self.http = HttpServer(self.service, self.options.http)
+        self.task = asyncio.ensure_future(self._run(directory, self.grpc, self.http))
         return self.task
 
-    async def _run(self, directory: Directory, grpc: GrpcServer) -> None:
+    async def _run(self, directory: Directory, grpc: GrpcServer, http: HttpServer | None) -> None:
         await directory.start()
         try:
             await grpc.start()
+            if http is not None:
+                await http.start()
             self._up = True
             await grpc.wait()
+            if http is not None:
+                await http.wait()
         finally:
             directory.stop()
             if self.service is not None:
@@ -83,8 +94,13 @@ class TritonDoorRole:
     def stopping(self) -> None:
         """Shutdown began: refuse new calls, let the ones in flight finish (bounded)."""
         self._stopping = True
+        stops = []
         if self.grpc is not None:
-            self._drain = asyncio.ensure_future(self.grpc.stop(grace=self.options.exit_timeout))
+            stops.append(self.grpc.stop(grace=self.options.exit_timeout))
+        if self.http is not None:
+            stops.append(self.http.stop(grace=self.options.exit_timeout))
+        if stops:
+            self._drain = asyncio.ensure_future(asyncio.gather(*stops))
 
     async def drained(self, timeout: float) -> None:
         """Wait (at most `timeout` s) until the calls in flight at `stopping()` have finished:

@@ -6,16 +6,15 @@ prefixed elements), which Dynamo's request plane carries as msgpack bin. Typed `
 packed into the same layout once. A response's output bytes go into `raw_output_contents`
 as they are: Triton's gRPC server always answers with raw outputs, whatever the inputs were [V].
 
-The checks here are the ones Triton's gRPC layer and core make on the transport before the
-model's config is consulted: where each input's data is, that it fits its declared shape and
-datatype, and the BYTES framing. Texts and codes are Triton 2.51's, captured from the real
-server (tests/e2e/test_triton_door.py and the differential suite check them). A declared shape
-is only multiplied out as Python integers, so a huge shape costs nothing.
+The checks here are the ones Triton's gRPC layer makes on the transport before the model's
+config is consulted: where each input's data is; that it fits its declared shape and datatype,
+and the BYTES framing, are the core's checks, shared with the HTTP wire (../tensor_checks.py).
+Texts and codes are Triton 2.51's, captured from the real server (tests/e2e/test_triton_door.py
+and the differential suite check them).
 """
 
 from __future__ import annotations
 
-import math
 import struct
 from typing import Any
 
@@ -23,14 +22,14 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
-from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY, ELEMENT_SIZES
+from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
 from model_repository_loader.pb_utils.errors import ErrorCode
-from model_repository_loader.validation import config_datatype_name
 
 from ....codec import TO_DYNAMO, TO_KSERVE
 from ..shm import PARAMETERS as SHM_PARAMETERS
 from ..shm import SharedMemory, placement
 from ..status import DoorError, invalid
+from ..tensor_checks import check_tensor
 
 FINAL_RESPONSE = "triton_final_response"
 EMPTY_FINAL_REQUESTED = "triton_enable_empty_final_response"
@@ -57,10 +56,6 @@ _PARAMETER_KINDS = {
     "uint64_param": "uint64",
 }
 _PARAMETER_FIELDS = {kind: field for field, kind in _PARAMETER_KINDS.items()}
-
-
-def _prefix(request_id: str) -> str:
-    return f"[request id: {request_id or '<id_unknown>'}] "
 
 
 # -- parameters -----------------------------------------------------------------------------------
@@ -123,83 +118,6 @@ def _typed_contents(
     return np.asarray(values, dtype=DATATYPE_TO_NUMPY[tensor.datatype]).tobytes()
 
 
-def _check_bytes_framing(
-    request: pb.ModelInferRequest, tensor: pb.ModelInferRequest.InferInputTensor, data: bytes
-) -> None:
-    """BYTES: every element a 4-byte little-endian length then its bytes, as many elements as
-    the shape says. One pass over the length prefixes (Triton's walk, Triton's texts)."""
-    expected = math.prod(tensor.shape)
-    size = len(data)
-    offset = 0
-    count = 0
-    unpack = struct.Struct("<I").unpack_from
-    while offset < size:
-        if size - offset < 4:
-            raise invalid(
-                f"{_prefix(request.id)}incomplete string length indicator for inference input "
-                f"'{tensor.name}' for model '{request.model_name}', expecting 4 bytes but only "
-                f"{size - offset} bytes available. Please make sure the string length indicator "
-                "is in one buffer."
-            )
-        (length,) = unpack(data, offset)
-        offset += 4
-        if length > size - offset:
-            raise invalid(
-                f"incomplete string data for inference input '{tensor.name}', expecting string "
-                f"of length {length} but only {size - offset} bytes available"
-            )
-        offset += length
-        count += 1
-    if count != expected:
-        raise invalid(
-            f"{_prefix(request.id)}expected {expected} string elements for inference input "
-            f"'{tensor.name}' for model '{request.model_name}', got {count}"
-        )
-
-
-def _config_datatype(config: mc.ModelConfig | None, name: str) -> str | None:
-    if config is not None:
-        for spec in config.input:
-            if spec.name == name:
-                return config_datatype_name(spec.data_type)
-    return None
-
-
-def _check_tensor(
-    request: pb.ModelInferRequest,
-    tensor: pb.ModelInferRequest.InferInputTensor,
-    data: bytes,
-    config: mc.ModelConfig | None,
-) -> None:
-    datatype = tensor.datatype
-    if datatype not in TO_DYNAMO:
-        expects = _config_datatype(config, tensor.name)
-        if expects is None:
-            raise invalid(
-                f"unexpected inference input '{tensor.name}' for model '{request.model_name}'"
-            )
-        raise invalid(
-            f"{_prefix(request.id)}inference input '{tensor.name}' data-type is '<invalid>', "
-            f"but model '{request.model_name}' expects '{expects}'"
-        )
-    shape = tensor.shape
-    if any(d < 0 for d in shape):
-        dims = ",".join(str(d) for d in shape)
-        raise invalid(
-            f"{_prefix(request.id)}All input dimensions should be specified for input "
-            f"'{tensor.name}' for model '{request.model_name}', got [{dims}]"
-        )
-    if datatype == "BYTES":
-        _check_bytes_framing(request, tensor, data)
-        return
-    expected = math.prod(shape) * ELEMENT_SIZES[datatype]
-    if expected != len(data):
-        raise invalid(
-            f"{_prefix(request.id)}input byte size mismatch for input '{tensor.name}' for model "
-            f"'{request.model_name}'. Expected {expected}, got {len(data)}"
-        )
-
-
 def to_bridge_request(
     request: pb.ModelInferRequest,
     model_version: str,
@@ -235,7 +153,9 @@ def to_bridge_request(
             index += 1
         else:
             data = _typed_contents(request, tensor)
-        _check_tensor(request, tensor, data, config)
+        check_tensor(
+            request.model_name, request.id, tensor.name, tensor.datatype, tensor.shape, data, config
+        )
         data_type = TO_DYNAMO[tensor.datatype]
         metadata: dict[str, Any] = {
             "name": tensor.name,

@@ -1,0 +1,144 @@
+"""`POST /v2/models/<m>[/versions/<v>]/infer`: one request, one answer.
+
+The model is looked up before the body is read as JSON, as Triton does (an unknown model is
+404 whatever the body). The body may be compressed (`Content-Encoding: gzip` or `deflate`), and
+the answer is compressed when `Accept-Encoding` asks for one of them, as Triton's HTTP server
+does [V]. A decoupled model cannot answer here (UNSUPPORTED, Triton's HTTP text; it has
+generate_stream); a default model must answer exactly once. The request plane's context is
+stopped when the client goes away before the answer, so the worker stops too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import zlib
+
+from dynamo.runtime import Context
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from model_repository_loader.pb_utils.errors import ErrorCode
+
+from ..status import DoorError
+from .status import error_response
+from .tensors import HEADER_LENGTH, parse_json, split_body, to_bridge_request, to_response
+
+_COMPRESSIONS = ("gzip", "deflate")
+DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
+
+
+def _decompress(body: bytes, encoding: str | None) -> bytes:
+    if not encoding or encoding == "identity":
+        return body
+    try:
+        if encoding == "gzip":
+            return gzip.decompress(body)
+        if encoding == "deflate":
+            return zlib.decompress(body)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DoorError(
+            ErrorCode.INVALID_ARG, f"failed to decompress the request body ({encoding}): {exc}"
+        ) from None
+    raise DoorError(ErrorCode.UNSUPPORTED, f"unsupported Content-Encoding '{encoding}'")
+
+
+def _response_encoding(accept: str | None) -> str | None:
+    """The first of gzip / deflate that `Accept-Encoding` lists, if any."""
+    if not accept:
+        return None
+    for item in accept.split(","):
+        name = item.split(";", 1)[0].strip().lower()
+        if name in _COMPRESSIONS:
+            return name
+    return None
+
+
+async def _watch_disconnect(request: Request, context: Context) -> None:
+    """Stop the request plane's context when the client goes away (the body is read: the
+    next message the server hands over is the disconnect)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            context.stop_generating()
+            return
+
+
+async def infer(request: Request) -> Response:
+    service = request.app.state.service
+    params = request.path_params
+    model = params["model"]
+    headers = request.headers
+    try:
+        target = await service.target(model, params.get("version", ""), stream=True)
+        if target.decoupled:
+            raise DoorError(ErrorCode.UNSUPPORTED, DECOUPLED)
+        body = _decompress(await request.body(), headers.get("content-encoding"))
+        header, binary = split_body(body, headers.get(HEADER_LENGTH))
+    except DoorError as exc:  # refused before the request is parsed: Triton's label [V]
+        return error_response(exc, "text/plain")
+    document = parse_json(header)
+    config = target.entry.config
+    bridge, plan = to_bridge_request(document, binary, model, target.version, config, service.shm)
+    del body, header, binary, document  # the bridge form holds what is needed
+    answers: list[dict] = []
+    context = Context()
+    watcher = asyncio.ensure_future(_watch_disconnect(request, context))
+    try:
+        async for item in service.items(target, bridge, context):
+            if item.get("empty"):
+                continue  # a flag-only FINAL: a unary call has nothing to show for it
+            answers.append(item)
+    finally:
+        watcher.cancel()
+    if len(answers) != 1:
+        error = DoorError(ErrorCode.INTERNAL, f"expected a single response, got {len(answers)}")
+        return error_response(error, "text/plain")
+    answer = answers[0]
+    if "error" in answer:
+        # Triton labels a request check's refusal JSON, and what failed past it (the model, a
+        # version lookup) text/plain [V].
+        error = DoorError.from_item(answer["error"])
+        checked = answer.get("rejected") and error.code != ErrorCode.NOT_FOUND
+        return error_response(error, "application/json" if checked else "text/plain")
+    try:
+        head, chunks = to_response(model, answer, plan, config, service.shm)
+    except DoorError as exc:  # e.g. FP16 asked for as JSON: found past the model, text/plain [V]
+        return error_response(exc, "text/plain")
+    encoding = _response_encoding(headers.get("accept-encoding"))
+    if chunks:
+        out_headers = {
+            "content-type": "application/octet-stream",
+            "inference-header-content-length": str(len(head)),
+        }
+        if encoding is None:
+            return PartsResponse([head, *chunks], out_headers)
+        content = b"".join([head, *chunks])
+    else:
+        out_headers = {"content-type": "application/json"}
+        content = head
+    if encoding is not None:
+        content = gzip.compress(content, 1) if encoding == "gzip" else zlib.compress(content, 1)
+        out_headers["content-encoding"] = encoding
+    return Response(content, headers=out_headers)
+
+
+class PartsResponse(Response):
+    """A 200 whose body is sent as its parts (the JSON header, then each output's bytes), so
+    that megabytes of output are not joined into one more copy first."""
+
+    def __init__(self, parts: list[bytes], headers: dict[str, str]) -> None:
+        self.parts = parts
+        self.status_code = 200
+        self.background = None
+        self.body = b""
+        self.init_headers({**headers, "content-length": str(sum(map(len, parts)))})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        last = len(self.parts) - 1
+        for index, part in enumerate(self.parts):
+            await send({"type": "http.response.body", "body": part, "more_body": index < last})

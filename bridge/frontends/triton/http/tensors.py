@@ -1,0 +1,462 @@
+"""Triton's HTTP inference JSON and binary tensor data extension ⇄ the bridge tensor form.
+
+A request body is a JSON header, optionally followed by binary tensor data: the header's length
+is then `Inference-Header-Content-Length`, and each input with a `binary_data_size` parameter
+takes that many bytes, in input order, from what follows it. An input given as JSON `data`
+(flat or nested lists, in row-major order) is packed once into the raw layout the bridge form
+carries (docs/worker_protocol.md §2): C order, little endian, BYTES as 4-byte length-prefixed
+elements. An input in a registered system shared memory region is read from it (shm.py).
+
+A response is JSON unless an output is asked for as binary (`binary_data` on a requested
+output, or `binary_data_output` on the request when it names no outputs): those outputs carry
+`binary_data_size` and their raw bytes follow the JSON, in output order, with the JSON's length
+in `Inference-Header-Content-Length`. `classification` on a requested output turns it into
+Triton's top-k BYTES (../classification.py).
+
+What Triton 2.51's HTTP server answers was captured from it [V]: JSON values are checked by
+kind as rapidjson reads them (a float is not an integer, a bool is not a number, a negative
+number is not unsigned), integers out of the datatype's range wrap as a C cast does (300 as
+INT8 is 44), floats round to FP32; FP16 / BF16 go only as binary, both ways. Texts are Triton's.
+One deliberate difference: a request that cannot be parsed (broken JSON, a value of the wrong
+kind) is 400 here; Triton answers those 500.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
+
+from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
+from model_repository_loader.pb_utils.errors import ErrorCode
+
+from ....codec import TO_DYNAMO, TO_KSERVE
+from ..classification import classify
+from ..shm import BYTE_SIZE, OFFSET, REGION, SharedMemory
+from ..status import DoorError, invalid
+from ..tensor_checks import check_tensor
+
+HEADER_LENGTH = "inference-header-content-length"
+BINARY_DATA_SIZE = "binary_data_size"
+BINARY_DATA = "binary_data"
+BINARY_DATA_OUTPUT = "binary_data_output"
+CLASSIFICATION = "classification"
+# Parameters the HTTP wire acts on; they do not reach the model.
+_INPUT_WIRE_PARAMETERS = frozenset({BINARY_DATA_SIZE, REGION, BYTE_SIZE, OFFSET})
+_OUTPUT_WIRE_PARAMETERS = frozenset({BINARY_DATA, CLASSIFICATION, REGION, BYTE_SIZE, OFFSET})
+_REQUEST_WIRE_PARAMETERS = frozenset({BINARY_DATA_OUTPUT})
+
+_INT64 = (-(2**63), 2**63 - 1)
+_UINT64 = (0, 2**64 - 1)
+_SIGNED = frozenset({"INT8", "INT16", "INT32", "INT64"})
+_UNSIGNED = frozenset({"UINT8", "UINT16", "UINT32", "UINT64"})
+_FLOATS = frozenset({"FP32", "FP64"})
+_BINARY_ONLY = frozenset({"FP16", "BF16"})
+_LENGTH = struct.Struct("<I")
+FINAL_RESPONSE = "triton_final_response"
+
+
+def malformed(message: str) -> DoorError:
+    """A request the wire cannot parse: 400 (Triton's text; Triton's status there is 500)."""
+    return invalid(message)
+
+
+def _kind_error(what: str, expected: str) -> DoorError:
+    return malformed(f"Unable to parse '{what}': attempt to access JSON {expected}")
+
+
+# -- the parsed request ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class OutputPlan:
+    """How one output goes back: binary or JSON, top-k classes, a shared memory region."""
+
+    binary: bool = False
+    classes: int = 0
+    region: tuple[str, int, int] | None = None
+
+
+@dataclass(slots=True)
+class InferPlan:
+    """What the response needs to know about its request."""
+
+    request_id: str = ""
+    outputs: dict[str, OutputPlan] = field(default_factory=dict)
+    binary_default: bool = False  # for outputs the request did not name
+
+    def output(self, name: str) -> OutputPlan:
+        plan = self.outputs.get(name)
+        return plan if plan is not None else OutputPlan(binary=self.binary_default)
+
+
+def split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryview]:
+    """(JSON header, binary part) of a request body, by `Inference-Header-Content-Length`."""
+    if header_length is None:
+        return body, memoryview(b"")
+    try:
+        length = int(header_length)
+    except ValueError:
+        length = -1
+    if not 0 < length <= len(body):
+        raise invalid(
+            f"inference header size should be in range (0, {len(body)}), got: {header_length}"
+        )
+    if length == len(body):
+        return body, memoryview(b"")
+    view = memoryview(body)
+    return bytes(view[:length]), view[length:]
+
+
+_DECODER = json.JSONDecoder()
+
+
+def parse_json(text: bytes) -> dict[str, Any]:
+    """The request's JSON header. As Triton's parser, what follows the first JSON value is
+    ignored (a header length that is too long is then caught by the binary data's sizes)."""
+    try:
+        document, _ = _DECODER.raw_decode(text.decode("utf-8", "surrogateescape").lstrip())
+    except ValueError as exc:  # JSONDecodeError
+        raise malformed(f"failed to parse the request JSON buffer: {exc}") from None
+    except RecursionError:
+        raise malformed("failed to parse the request JSON buffer: nested too deeply") from None
+    if not isinstance(document, dict):
+        raise malformed(
+            "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"
+        )
+    return document
+
+
+def _member(document: dict[str, Any], key: str) -> Any:
+    if key not in document:
+        raise malformed(
+            f"Unable to parse '{key}': attempt to access non-existing object member '{key}'"
+        )
+    return document[key]
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _kind_error(what, "non-object as object")
+    return value
+
+
+def _string(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise _kind_error(what, "non-string as string")
+    return value
+
+
+def _unsigned(value: Any, what: str) -> int:
+    if type(value) is not int or value < 0:
+        raise _kind_error(what, "non-unsigned-integer as unsigned-integer")
+    return value
+
+
+def _array(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise _kind_error(what, "non-array as array")
+    return value
+
+
+def parameters_dict(parameters: Any, skip: frozenset[str], what: str) -> dict[str, dict]:
+    """JSON parameters → the bridge form's `{name: {"int64": 3}}`, without the wire's own."""
+    out: dict[str, dict] = {}
+    for name, value in _object(parameters, what).items():
+        if name in skip:
+            continue
+        kind = type(value)
+        if kind is bool:
+            out[name] = {"bool": value}
+        elif kind is int:
+            out[name] = {"int64" if value <= _INT64[1] else "uint64": value}
+        elif kind is float:
+            out[name] = {"double": value}
+        elif kind is str:
+            out[name] = {"string": value}
+        else:
+            raise invalid(
+                f"parameter '{name}' has invalid type. It should be either 'int', 'bool', or "
+                "'string'."
+            )
+    return out
+
+
+def _flatten(data: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    stack = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if type(item) is list:
+                stack.append(iter(item))
+                break
+            out.append(item)
+        else:
+            stack.pop()
+    return out
+
+
+def _packed_json(name: str, datatype: str, data: Any, count: int) -> bytes:
+    """An input's JSON `data` as the raw bytes of `datatype` (Triton's kind checks)."""
+    if datatype in _BINARY_ONLY:
+        raise invalid(
+            f"receiving {datatype} data via JSON is not supported. Please use the binary data "
+            f"format for input {name}"
+        )
+    values = _array(data, "data")
+    kinds = set(map(type, values))
+    if list in kinds:
+        values = _flatten(values)
+        kinds = set(map(type, values))
+    if len(values) != count:
+        raise malformed("Unable to parse 'data': Shape does not match true shape of 'data' field")
+    if datatype == "BYTES":
+        if not kinds <= {str}:
+            raise malformed(
+                "Unable to parse JSON bytes array: attempt to access JSON non-string as string"
+            )
+        parts = []
+        for text in values:
+            encoded = text.encode("utf-8", "surrogatepass")
+            parts.append(_LENGTH.pack(len(encoded)))
+            parts.append(encoded)
+        return b"".join(parts)
+    if not values:
+        return b""
+    if datatype == "BOOL":
+        if kinds != {bool}:
+            raise _kind_error("data", "non-boolean as boolean")
+        return np.array(values, dtype=np.bool_).tobytes()
+    if datatype in _SIGNED or datatype in _UNSIGNED:
+        low, high = _INT64 if datatype in _SIGNED else _UINT64
+        if kinds != {int} or min(values) < low or max(values) > high:
+            if datatype in _SIGNED:
+                raise _kind_error("data", "non-signed-integer as signed-integer")
+            raise _kind_error("data", "non-unsigned-integer as unsigned-integer")
+        wide = np.array(values, dtype=np.int64 if datatype in _SIGNED else np.uint64)
+        return wide.astype(DATATYPE_TO_NUMPY[datatype]).tobytes()  # wraps, as a C cast
+    if datatype in _FLOATS:
+        if not kinds <= {int, float}:
+            raise _kind_error("data", "non-number as double")
+        try:
+            wide = np.array(values, dtype=np.float64)
+        except OverflowError:  # an integer beyond any double
+            raise _kind_error("data", "non-number as double") from None
+        with np.errstate(over="ignore"):  # beyond FP32's range is ±inf, as Triton's cast
+            return wide.astype(DATATYPE_TO_NUMPY[datatype]).tobytes()
+    raise invalid(f"invalid datatype for input {name}")
+
+
+def _placement(parameters: dict[str, Any]) -> tuple[str, int, int]:
+    region = _string(parameters[REGION], REGION)
+    offset = _unsigned(parameters.get(OFFSET, 0), OFFSET)
+    size = _unsigned(parameters.get(BYTE_SIZE, 0), BYTE_SIZE)
+    return region, offset, size
+
+
+def _sources_error(given: Iterable[str]) -> DoorError:
+    names = " ".join(f"'{name}'" for name in given) or "no field is set"
+    prefix = "But set " if given else "But "
+    return invalid(
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+        "'parameters', 'shared_memory_region' in 'parameters'. " + prefix + names
+    )
+
+
+def to_bridge_request(
+    document: dict[str, Any],
+    binary: memoryview,
+    model: str,
+    model_version: str,
+    config: mc.ModelConfig | None = None,
+    shm: SharedMemory | None = None,
+) -> tuple[dict[str, Any], InferPlan]:
+    """A parsed request header and its binary part → (the bridge form, the response's plan).
+
+    Raises DoorError (INVALID_ARG, Triton's texts) for whatever does not fit.
+    """
+    plan = InferPlan()
+    out: dict[str, Any] = {"model": model, "bridge_form": 1, "model_version": model_version}
+    if "id" in document:
+        plan.request_id = _string(document["id"], "id")
+        if plan.request_id:
+            out["id"] = plan.request_id
+    if "parameters" in document:
+        raw = _object(document["parameters"], "parameters")
+        binary_output = raw.get(BINARY_DATA_OUTPUT, False)
+        if type(binary_output) is not bool:
+            raise _kind_error(BINARY_DATA_OUTPUT, "non-boolean as boolean")
+        plan.binary_default = binary_output
+        parameters = parameters_dict(raw, _REQUEST_WIRE_PARAMETERS, "parameters")
+        if parameters:
+            out["parameters"] = parameters
+    tensors = []
+    unchecked: list[tuple[str, str, list[int], bytes]] = []  # raw bytes: the core's checks
+    offset = 0
+    for entry in _array(_member(document, "inputs"), "inputs"):
+        tensor = _object(entry, "inputs")
+        name = _string(_member(tensor, "name"), "name")
+        shape = [_unsigned(d, "shape") for d in _array(_member(tensor, "shape"), "shape")]
+        datatype = _string(_member(tensor, "datatype"), "datatype")
+        if datatype not in TO_DYNAMO:
+            raise invalid(f"invalid datatype for input {name}")
+        raw_parameters = _object(tensor.get("parameters", {}), "parameters")
+        given = [
+            key
+            for key, present in (
+                ("data", "data" in tensor),
+                (BINARY_DATA_SIZE, BINARY_DATA_SIZE in raw_parameters),
+                (REGION, REGION in raw_parameters),
+            )
+            if present
+        ]
+        if len(given) != 1:
+            raise _sources_error(given)
+        if given[0] == "data":
+            data = _packed_json(name, datatype, tensor["data"], math.prod(shape))
+        elif given[0] == BINARY_DATA_SIZE:
+            size = _unsigned(raw_parameters[BINARY_DATA_SIZE], BINARY_DATA_SIZE)
+            if offset + size > len(binary):
+                raise invalid(
+                    f"unexpected size for input '{name}', expecting "
+                    f"{offset + size - len(binary)} additional bytes for model '{model}'"
+                )
+            data = bytes(binary[offset : offset + size])
+            offset += size
+            unchecked.append((name, datatype, shape, data))
+        else:
+            if shm is None:
+                raise DoorError(ErrorCode.UNSUPPORTED, "shared memory is not served here")
+            data = shm.read(*_placement(raw_parameters))
+            unchecked.append((name, datatype, shape, data))
+        data_type = TO_DYNAMO[datatype]
+        metadata: dict[str, Any] = {"name": name, "data_type": data_type, "shape": shape}
+        parameters = parameters_dict(raw_parameters, _INPUT_WIRE_PARAMETERS, "parameters")
+        if parameters:
+            metadata["parameters"] = parameters
+        tensors.append({"metadata": metadata, "data": {"data_type": data_type, "values": data}})
+    if offset != len(binary):
+        raise invalid(f"unexpected additional input data for model '{model}'")
+    for name, datatype, shape, data in unchecked:  # once every input took its bytes [V]
+        check_tensor(model, plan.request_id, name, datatype, shape, data, config)
+    out["tensors"] = tensors
+    if "outputs" in document:
+        outputs = []
+        for entry in _array(document["outputs"], "outputs"):
+            requested = _object(entry, "outputs")
+            name = _string(_member(requested, "name"), "name")
+            raw_parameters = _object(requested.get("parameters", {}), "parameters")
+            output = plan.outputs[name] = OutputPlan()
+            if BINARY_DATA in raw_parameters:
+                output.binary = raw_parameters[BINARY_DATA]
+                if type(output.binary) is not bool:
+                    raise _kind_error(BINARY_DATA, "non-boolean as boolean")
+            if CLASSIFICATION in raw_parameters:
+                output.classes = _unsigned(raw_parameters[CLASSIFICATION], CLASSIFICATION)
+            if REGION in raw_parameters:
+                output.region = _placement(raw_parameters)
+            item: dict[str, Any] = {"name": name}
+            parameters = parameters_dict(raw_parameters, _OUTPUT_WIRE_PARAMETERS, "parameters")
+            if parameters:
+                item["parameters"] = parameters
+            outputs.append(item)
+        if outputs:
+            out["outputs"] = outputs
+    return out, plan
+
+
+# -- response -------------------------------------------------------------------------------------
+
+
+def _bytes_elements(values: bytes) -> list[str]:
+    """BYTES raw layout → its elements as JSON strings; bytes that are not UTF-8 go out as
+    they are (surrogateescape round trip), as Triton writes them."""
+    out = []
+    offset = 0
+    size = len(values)
+    while offset + 4 <= size:
+        (length,) = _LENGTH.unpack_from(values, offset)
+        offset += 4
+        out.append(bytes(values[offset : offset + length]).decode("utf-8", "surrogateescape"))
+        offset += length
+    return out
+
+
+def _json_values(name: str, datatype: str, values: bytes) -> list[Any]:
+    if datatype == "BYTES":
+        return _bytes_elements(values)
+    if datatype in _BINARY_ONLY:
+        raise invalid(
+            f"sending {datatype} data via JSON is not supported. Please use the binary data "
+            "format for output"
+        )
+    return np.frombuffer(values, dtype=DATATYPE_TO_NUMPY[datatype]).tolist()
+
+
+def dump_json(document: Any) -> bytes:
+    text = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", "surrogateescape")
+
+
+def to_response(
+    model: str,
+    item: dict[str, Any],
+    plan: InferPlan,
+    config: mc.ModelConfig | None,
+    shm: SharedMemory | None = None,
+) -> tuple[bytes, list[bytes]]:
+    """A bridge-form response item → (JSON header, binary chunks that follow it)."""
+    document: dict[str, Any] = {}
+    if plan.request_id:
+        document["id"] = plan.request_id
+    document["model_name"] = model
+    document["model_version"] = str(item.get("model_version", ""))
+    parameters = {
+        name: next(iter(value.values()))
+        for name, value in (item.get("parameters") or {}).items()
+        if value and name != FINAL_RESPONSE  # a stream's flag; a unary answer has none [V]
+    }
+    if parameters:
+        document["parameters"] = parameters
+    outputs = []
+    chunks: list[bytes] = []
+    batching = config is not None and config.max_batch_size > 0
+    for tensor in item.get("tensors", ()):
+        metadata = tensor["metadata"]
+        name = metadata["name"]
+        datatype = TO_KSERVE[metadata["data_type"]]
+        shape = list(metadata["shape"])
+        values = tensor["data"]["values"]
+        if not isinstance(values, bytes | bytearray):
+            raise DoorError(
+                ErrorCode.INTERNAL,
+                f"output '{name}' came back as a list from a bridge-form request",
+            )
+        output_plan = plan.output(name)
+        if output_plan.classes:
+            datatype, shape, values = classify(
+                datatype, shape, values, output_plan.classes, batching
+            )
+        output: dict[str, Any] = {"name": name, "datatype": datatype, "shape": shape}
+        if output_plan.region is not None and shm is not None:
+            region, offset, size = output_plan.region
+            shm.write(region, offset, size, name, values)
+            output["parameters"] = {
+                REGION: region,
+                BYTE_SIZE: len(values),
+                **({OFFSET: offset} if offset else {}),
+            }
+        elif output_plan.binary:
+            output["parameters"] = {BINARY_DATA_SIZE: len(values)}
+            chunks.append(bytes(values))
+        else:
+            output["data"] = _json_values(name, datatype, values)
+        outputs.append(output)
+    document["outputs"] = outputs
+    return dump_json(document), chunks

@@ -1,0 +1,296 @@
+"""The triton door's HTTP/REST API (`--frontend triton`, `--http-port`): bad input, flags, start-up.
+
+Bad input gets a clear 400 with `{"error": text}` and nothing else changes: the server stays
+up, and requests on other connections, before, during and after, are answered as usual. Real
+Triton is not needed here (it even crashes on some of these, e.g. a shape of 2^62 elements).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from tests.harness import BridgeServer
+from tests.harness.ports import LOCALHOST, free_port
+
+REPOSITORY = Path(__file__).resolve().parents[1] / "repositories" / "dtypes"
+DOOR = ("--frontend", "triton")
+INFER = "/v2/models/identity_fp32/infer"
+
+
+@pytest.fixture(scope="module")
+def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeServer]:
+    log = tmp_path_factory.mktemp("http-door") / "bridge.log"
+    with BridgeServer(REPOSITORY, *DOOR, log_path=log) as server:
+        server.wait_model_ready("identity_fp32")
+        yield server
+
+
+def _binary(header: dict, data: bytes, lie: int = 0) -> tuple[bytes, dict[str, str]]:
+    text = json.dumps(header).encode()
+    return text + data, {"Inference-Header-Content-Length": str(len(text) + lie)}
+
+
+def _fp32(shape: list[int], **parameters) -> dict:
+    tensor: dict = {"name": "INPUT0", "shape": shape, "datatype": "FP32"}
+    if parameters:
+        tensor["parameters"] = parameters
+    return tensor
+
+
+THREE = struct.pack("<3f", 1, 2, 3)
+HUGE = 2**62
+
+BAD_INPUT: dict[str, tuple[bytes, dict[str, str]]] = {
+    "broken-json": (b'{"inputs": [', {}),
+    "not-json": (b"\x00\x01\x02 binary garbage", {}),
+    "json-array": (b"[1, 2, 3]", {}),
+    "empty-body": (b"", {}),
+    "header-length-too-long": _binary({"inputs": [_fp32([1, 3], binary_data_size=12)]}, THREE, 5),
+    "header-length-too-short": _binary({"inputs": [_fp32([1, 3], binary_data_size=12)]}, THREE, -5),
+    "header-length-beyond-body": _binary(
+        {"inputs": [_fp32([1, 3], binary_data_size=12)]}, THREE, 1000
+    ),
+    "header-length-not-a-number": (
+        json.dumps({"inputs": [_fp32([1, 1])]}).encode(),
+        {"Inference-Header-Content-Length": "twelve"},
+    ),
+    "header-length-negative": (
+        json.dumps({"inputs": [_fp32([1, 1])]}).encode(),
+        {"Inference-Header-Content-Length": "-1"},
+    ),
+    "binary-short": _binary({"inputs": [_fp32([1, 3], binary_data_size=12)]}, THREE[:8]),
+    "binary-left-over": _binary({"inputs": [_fp32([1, 3], binary_data_size=12)]}, THREE + b"x"),
+    "binary-sizes-not-the-shape": _binary(
+        {"inputs": [_fp32([1, 2], binary_data_size=4), {**_fp32([1, 1], binary_data_size=8)}]},
+        THREE,
+    ),
+    "binary-size-negative": _binary({"inputs": [_fp32([1, 3], binary_data_size=-12)]}, THREE),
+    "huge-shape-json": (
+        json.dumps({"inputs": [{**_fp32([1, HUGE]), "data": [1, 2, 3]}]}).encode(),
+        {},
+    ),
+    "huge-shape-binary": _binary({"inputs": [_fp32([HUGE, HUGE], binary_data_size=12)]}, THREE),
+    "huge-shape-bytes": _binary(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [1, HUGE],
+                    "datatype": "BYTES",
+                    "parameters": {"binary_data_size": 5},
+                }
+            ]
+        },
+        struct.pack("<I", 1) + b"a",
+    ),
+    "shape-beyond-64-bits": (
+        json.dumps({"inputs": [{**_fp32([1, 2**70]), "data": [1]}]}).encode(),
+        {},
+    ),
+    "deep-nesting": (
+        b'{"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "FP32", "data": '
+        + b"[" * 100_000
+        + b"1"
+        + b"]" * 100_000
+        + b"}]}",
+        {},
+    ),
+    "gzip-that-is-not": (json.dumps({"inputs": []}).encode(), {"Content-Encoding": "gzip"}),
+}
+
+
+def _good(client: httpx.Client) -> None:
+    body = json.dumps({"inputs": [{**_fp32([1, 3]), "data": [1, 2, 3]}]}).encode()
+    response = client.post(INFER, content=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["outputs"][0]["data"] == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+def test_bad_input_is_a_clear_400(door: BridgeServer, case: str):
+    body, headers = BAD_INPUT[case]
+    with httpx.Client(base_url=f"http://{door.http_url}", timeout=30) as client:
+        response = client.post(INFER, content=body, headers=headers)
+        assert response.status_code == 400, response.text
+        error = json.loads(response.content)["error"]
+        assert isinstance(error, str) and len(error) > 10
+        _good(client)  # the same connection goes on
+
+
+def test_bad_input_leaves_other_requests_alone(door: BridgeServer):
+    """Every bad request, over and over, while another connection keeps inferring: every good
+    request is answered, and the server is live and ready afterwards."""
+    stop = threading.Event()
+    failures: list[str] = []
+    answered = [0]
+
+    def steady() -> None:
+        with httpx.Client(base_url=f"http://{door.http_url}", timeout=30) as client:
+            while not stop.is_set():
+                try:
+                    _good(client)
+                    answered[0] += 1
+                except Exception as exc:  # noqa: BLE001 - reported below
+                    failures.append(repr(exc))
+
+    thread = threading.Thread(target=steady)
+    thread.start()
+    try:
+        with httpx.Client(base_url=f"http://{door.http_url}", timeout=30) as client:
+            for _ in range(3):
+                for body, headers in BAD_INPUT.values():
+                    assert client.post(INFER, content=body, headers=headers).status_code == 400
+    finally:
+        stop.set()
+        thread.join(60)
+    assert failures == []
+    assert answered[0] > 0
+    assert door.running
+    client = httpclient.InferenceServerClient(door.http_url)
+    assert client.is_server_live() and client.is_server_ready()
+
+
+def test_a_client_that_goes_away_mid_body(door: BridgeServer):
+    """A request whose body never completes (the client closes the connection) costs nothing."""
+    with socket.create_connection((LOCALHOST, door.http_port)) as sock:
+        sock.sendall(
+            b"POST "
+            + INFER.encode()
+            + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n"
+            + b"{" * 1000
+        )
+    with httpx.Client(base_url=f"http://{door.http_url}", timeout=30) as client:
+        _good(client)
+
+
+def test_binary_round_trip_of_a_large_tensor(door: BridgeServer):
+    """1M FP32 in and out as binary tensor data, through tritonclient.http."""
+    array = np.random.default_rng(0).random((1, 1_000_000), dtype=np.float32)
+    tensor = httpclient.InferInput("INPUT0", list(array.shape), "FP32")
+    tensor.set_data_from_numpy(array, binary_data=True)
+    client = httpclient.InferenceServerClient(door.http_url, network_timeout=60)
+    result = client.infer(
+        "identity_fp32", [tensor], outputs=[httpclient.InferRequestedOutput("OUTPUT0")]
+    )
+    assert result.as_numpy("OUTPUT0").tobytes() == array.tobytes()
+
+
+# -- flags and start-up ---------------------------------------------------------------------------
+
+
+def test_http_port_and_address_flags(bridge_server):
+    """`--http-port` on the command line wins over DYN_BRIDGE_HTTP_PORT (which the harness sets),
+    and `--http-address` is where it listens."""
+    port = free_port()
+    server = bridge_server(REPOSITORY, *DOOR, "--http-port", str(port), "--http-address", LOCALHOST)
+    assert server.http_port != port  # the harness's variable ...
+    with httpx.Client(timeout=30) as client:  # ... lost to the flag
+        assert client.get(f"http://{LOCALHOST}:{port}/v2/health/live").status_code == 200
+        with pytest.raises(httpx.ConnectError):
+            client.get(f"http://{server.http_url}/v2/health/live")
+
+
+def test_http_port_taken_fails_start_up(tmp_path: Path):
+    """As tritonserver: the HTTP port cannot be bound, the server does not start (exit 1)."""
+    with socket.socket() as taken:
+        taken.bind((LOCALHOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = BridgeServer(
+            REPOSITORY, *DOOR, "--http-port", str(port), log_path=tmp_path / "bridge.log"
+        )
+        with pytest.raises(RuntimeError):
+            server.start()
+        assert server.returncode == 1
+        assert f"cannot serve HTTP on {LOCALHOST}:{port}" in server.log_text
+
+
+def test_dynamo_frontend_serves_no_http_api(bridge_server):
+    """`--frontend dynamo` has no HTTP/REST API: the harness's DYN_BRIDGE_HTTP_PORT is unused."""
+    server = bridge_server(REPOSITORY, "--frontend", "dynamo")
+    with httpx.Client(timeout=10) as client, pytest.raises(httpx.ConnectError):
+        client.get(f"http://{server.http_url}/v2/health/live")
+
+
+def test_stops_cleanly_after_serving_http(bridge_server):
+    """SIGTERM with an idle keep-alive HTTP connection open: the door stops and the process
+    exits 0 (the connection does not hold the shutdown)."""
+    server = bridge_server(REPOSITORY, *DOOR)
+    server.wait_model_ready("identity_fp32")
+    with httpx.Client(base_url=f"http://{server.http_url}", timeout=30) as client:
+        _good(client)  # the connection stays open (keep-alive) while the server stops
+        assert server.stop() == 0
+
+
+GATE_MODEL = """import os
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            folder = pb_utils.get_input_tensor_by_name(request, "DIR").as_numpy()[0].decode()
+            open(os.path.join(folder, "started"), "w").close()
+            deadline = time.monotonic() + 20
+            while not request.is_cancelled() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            seen = "cancelled" if request.is_cancelled() else "not-cancelled"
+            open(os.path.join(folder, seen), "w").close()
+            error = pb_utils.TritonError("stopped", pb_utils.TritonError.CANCELLED)
+            responses.append(pb_utils.InferenceResponse(error=error))
+        return responses
+"""
+GATE_CONFIG = """backend: "python"
+max_batch_size: 0
+input [ { name: "DIR" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+def _wait_for_file(folder: Path, names: tuple[str, ...], timeout: float = 60.0) -> str:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name in names:
+            if (folder / name).exists():
+                return name
+        time.sleep(0.02)
+    raise AssertionError(f"none of {names} appeared in {folder}")
+
+
+def test_a_client_that_goes_away_cancels_its_request(bridge_server, tmp_path: Path):
+    """The client closes its connection while the model runs: the request is cancelled, and
+    the model sees `is_cancelled()` (it would otherwise run on for 20 s)."""
+    repository = tmp_path / "repository"
+    (repository / "gate" / "1").mkdir(parents=True)
+    (repository / "gate" / "config.pbtxt").write_text(GATE_CONFIG)
+    (repository / "gate" / "1" / "model.py").write_text(GATE_MODEL)
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    server = bridge_server(repository, *DOOR)
+    server.wait_model_ready("gate")
+    body = json.dumps(
+        {"inputs": [{"name": "DIR", "shape": [1], "datatype": "BYTES", "data": [str(gates)]}]}
+    ).encode()
+    with socket.create_connection((LOCALHOST, server.http_port)) as sock:
+        sock.sendall(
+            b"POST /v2/models/gate/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+            % len(body)
+            + body
+        )
+        _wait_for_file(gates, ("started",))
+    assert _wait_for_file(gates, ("cancelled", "not-cancelled")) == "cancelled"
