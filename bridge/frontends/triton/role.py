@@ -22,8 +22,8 @@ from dynamo.runtime import DistributedRuntime
 from ...options import ServerOptions, StartupError
 from .directory import Directory
 from .grpc.server import DoorConfigError, DoorOptions, GrpcServer, credentials
-from .model_cards import ModelCards
 from .http.server import HttpConfigError, HttpServer, check_address
+from .model_cards import ModelCards
 from .service import TritonService
 
 log = logging.getLogger("dynamo_bridge")
