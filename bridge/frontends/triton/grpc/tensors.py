@@ -131,48 +131,49 @@ def to_bridge_request(
     Inputs placed in a registered shared memory region (shm.py) are read from it; they take no
     entry of `raw_input_contents`.
     """
+    # Each protobuf field read builds a Python object: read every one once (a per-request cost).
     raw = request.raw_input_contents
+    raw_count = len(raw)
+    model = request.model_name
+    request_id = request.id
     tensors = []
     index = 0
     for tensor in request.inputs:
-        where = placement(tensor.parameters) if tensor.parameters else None
+        name = tensor.name
+        datatype = tensor.datatype
+        shape = list(tensor.shape)
+        parameters = tensor.parameters if tensor.parameters else None
+        where = placement(parameters) if parameters is not None else None
         if where is not None and shm is not None:
             data = shm.read(*where)
-        elif raw:
+        elif raw_count:
             if tensor.HasField("contents"):
                 raise invalid(
                     "contents field must not be specified when using raw_input_contents for "
-                    f"'{tensor.name}' for model '{request.model_name}'"
+                    f"'{name}' for model '{model}'"
                 )
-            if index >= len(raw):
+            if index >= raw_count:
                 raise invalid(
-                    f"unable to find data for input tensor '{tensor.name}' for model "
-                    f"'{request.model_name}' in request."
+                    f"unable to find data for input tensor '{name}' for model '{model}' in request."
                 )
             data = raw[index]
             index += 1
         else:
             data = _typed_contents(request, tensor)
-        check_tensor(
-            request.model_name, request.id, tensor.name, tensor.datatype, tensor.shape, data, config
-        )
-        data_type = TO_DYNAMO[tensor.datatype]
-        metadata: dict[str, Any] = {
-            "name": tensor.name,
-            "data_type": data_type,
-            "shape": list(tensor.shape),
-        }
-        if tensor.parameters:
-            metadata["parameters"] = parameters_to_dict(tensor.parameters)
+        check_tensor(model, request_id, name, datatype, shape, data, config)
+        data_type = TO_DYNAMO[datatype]
+        metadata: dict[str, Any] = {"name": name, "data_type": data_type, "shape": shape}
+        if parameters is not None:
+            metadata["parameters"] = parameters_to_dict(parameters)
         tensors.append({"metadata": metadata, "data": {"data_type": data_type, "values": data}})
     out: dict[str, Any] = {
-        "model": request.model_name,
+        "model": model,
         "tensors": tensors,
         "bridge_form": 1,
         "model_version": model_version,
     }
-    if request.id:
-        out["id"] = request.id
+    if request_id:
+        out["id"] = request_id
     if request.parameters:
         out["parameters"] = parameters_to_dict(request.parameters)
     if request.outputs:
