@@ -30,7 +30,6 @@ import threading
 from collections.abc import Callable
 
 from . import heap
-from .allocator import keep_large_buffers
 from .control import ControlPort
 from .frontends.triton.http.server import HttpConfigError
 from .frontends.triton.role import TritonDoorRole
@@ -39,6 +38,7 @@ from .options import ServerOptions, StartupError
 from .roles.frontend import FrontendRole
 from .roles.runtime import RuntimeSettingsError, check_services, start_runtime
 from .roles.worker import WorkerRole
+from .tuning import batch_scheduling, keep_large_buffers
 from .worker import ModelWorker
 
 __all__ = ["RuntimeSettingsError", "ServerOptions", "StartupError", "serve"]
@@ -92,7 +92,9 @@ def _local_worker_of(worker: WorkerRole | None) -> Callable[[str], ModelWorker |
 async def serve(options: ServerOptions) -> None:
     """Run this process's role(s) until SIGINT/SIGTERM (or the frontend stops)."""
     loop = asyncio.get_running_loop()
-    keep_large_buffers()  # big tensors reuse the heap, not fresh pages (allocator.py)
+    keep_large_buffers()  # big tensors reuse the heap, not fresh pages (tuning.py)
+    if options.door is not None and options.role != "worker":
+        batch_scheduling()  # the door's threads stop preempting the GIL holder (tuning.py)
     # A worker with DYN_SYSTEM_PORT serves Dynamo's system status server; a frontend must not
     # (spec dynamo_runtime.md §5): it reads the variable when the runtime starts.
     if options.role == "frontend":

@@ -1,4 +1,4 @@
-"""bridge/allocator.py: after keep_large_buffers(), a request-sized buffer freed and allocated
+"""bridge/tuning.py: after keep_large_buffers(), a request-sized buffer freed and allocated
 again reuses the heap instead of fresh pages (which the kernel must fault in and zero)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ SCRIPT = textwrap.dedent(
     """
     import resource, sys
     import numpy as np
-    from bridge.allocator import keep_large_buffers
+    from bridge.tuning import keep_large_buffers
     if not keep_large_buffers():
         print("unsupported")
         sys.exit(0)

@@ -1,4 +1,4 @@
-"""The triton door puts its process's threads in SCHED_BATCH (grpc/server.py `batch_scheduling`).
+"""The triton door puts its process's threads in SCHED_BATCH (bridge/tuning.py `batch_scheduling`).
 
 Run in a subprocess: the policy must not leak into the test process.
 """
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BA
 SCRIPT = textwrap.dedent(
     """
     import os, threading
-    from bridge.frontends.triton.grpc.server import batch_scheduling
+    from bridge.tuning import batch_scheduling
 
     release = threading.Event()
     before = threading.Thread(target=release.wait)

@@ -9,16 +9,11 @@ The method table is built from the service descriptor in tritonclient's generate
 one change: a request that is not a valid protobuf deserializes to a marker, so the RPC answers
 Triton's INTERNAL "Unable to parse request" (and a stream carries it in-band and goes on)
 instead of gRPC's own failure.
-
-At start the process's threads are put in the SCHED_BATCH policy (`batch_scheduling`): a thread
-that gRPC, the model or Dynamo wakes then no longer preempts the thread running Python, which
-could do nothing but wait for the GIL (docs/benchmarks.md, the triton door section).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,33 +81,6 @@ def _handlers(servicer: TritonServicer) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(SERVICE, methods)
 
 
-def batch_scheduling() -> int:
-    """Put every thread of this process in SCHED_BATCH; returns how many it changed.
-
-    Same share of the CPU as SCHED_OTHER, but a woken thread waits for the running one to
-    block instead of preempting it. Every RPC wakes gRPC's completion-queue poller and event
-    engine threads and the model's instance thread several times; each of those preempted the
-    event loop's thread while it held the GIL (8 involuntary switches per add_sub request at
-    c=32), only to block on the GIL at once. Threads started later inherit the policy. Best
-    effort: where the policy cannot be set nothing changes.
-    """
-    policy = getattr(os, "SCHED_BATCH", None)
-    if policy is None or not hasattr(os, "sched_setscheduler"):
-        return 0
-    changed = 0
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return 0
-    for task in tasks:
-        try:
-            os.sched_setscheduler(int(task), policy, os.sched_param(0))
-            changed += 1
-        except OSError:  # a thread that ended meanwhile, or not allowed
-            pass
-    return changed
-
-
 def _read(path: Path | None, flag: str) -> bytes:
     if path is None:
         raise DoorConfigError(f"--grpc-use-ssl needs {flag}")
@@ -167,7 +135,6 @@ class GrpcServer:
             self.port = server.add_secure_port(address, creds)
         await server.start()
         self._server = server
-        batch_scheduling()
         log.info(
             "serving Triton gRPC on %s:%d%s",
             self.options.address,
