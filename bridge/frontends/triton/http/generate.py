@@ -45,12 +45,12 @@ from starlette.responses import Response, StreamingResponse
 from tritonclient.grpc import model_config_pb2 as mc
 
 from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
-from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import config_datatype_name
 
 from ....codec import TO_DYNAMO, TO_KSERVE
 from ..service import Target, TritonService
 from ..status import DoorError, invalid
+from .bodies import internal, json_document
 from .status import http_status, json_response
 
 EXACTLY_ONE = (
@@ -67,10 +67,6 @@ _NO_JSON = {"FP16", "BF16"}
 _INT64_MAX = 2**63 - 1
 
 
-def _internal(message: str) -> DoorError:
-    return DoorError(ErrorCode.INTERNAL, message)
-
-
 class _Members(dict):
     """A JSON object that also remembers its members in order, repeats included (Triton reads
     a repeated input as two inputs and refuses the second)."""
@@ -85,14 +81,9 @@ def _object(pairs: list[tuple[str, Any]]) -> _Members:
 
 
 def _parse_body(raw: bytes) -> _Members:
-    try:
-        document = json.loads(raw, object_pairs_hook=_object) if raw.strip() else None
-    except (ValueError, RecursionError) as exc:
-        raise _internal(f"failed to parse the request JSON buffer: {exc}") from None
-    if document is None:
-        raise _internal("failed to parse the request JSON buffer: The document is empty. at 0")
+    document = json_document(raw, object_pairs_hook=_object)
     if not isinstance(document, _Members):
-        raise _internal("attempt to get members for non-object")
+        raise internal("attempt to get members for non-object")
     return document
 
 
@@ -121,7 +112,7 @@ def _parameter(key: str, value: Any, prefix: str) -> dict[str, Any]:
 def _parameters(given: Any) -> dict[str, dict[str, Any]]:
     """The `parameters` member."""
     if not isinstance(given, dict):
-        raise _internal(
+        raise internal(
             "Expected JSON object for keyword: 'parameters': attempt to access JSON non-object "
             "as object"
         )
@@ -162,7 +153,7 @@ def _values_bytes(name: str, datatype: str, values: list[Any]) -> bytes:
         parts = []
         for value in values:
             if not isinstance(value, str):
-                raise _internal(
+                raise internal(
                     "Unable to parse JSON bytes array: attempt to access JSON non-string as string"
                 )
             data = value.encode()
@@ -170,12 +161,12 @@ def _values_bytes(name: str, datatype: str, values: list[Any]) -> bytes:
         return b"".join(parts)
     if datatype == "BOOL":
         if not all(isinstance(v, bool) for v in values):
-            raise _internal("Unable to parse 'data': attempt to access JSON non-boolean as boolean")
+            raise internal("Unable to parse 'data': attempt to access JSON non-boolean as boolean")
         return np.asarray(values, dtype=np.bool_).tobytes()
     dtype = DATATYPE_TO_NUMPY[datatype]
     if datatype in _SIGNED:
         if not all(type(v) is int and -(2**63) <= v <= _INT64_MAX for v in values):
-            raise _internal(
+            raise internal(
                 "Unable to parse 'data': attempt to access JSON non-signed-integer as "
                 "signed-integer"
             )
@@ -183,14 +174,14 @@ def _values_bytes(name: str, datatype: str, values: list[Any]) -> bytes:
         return np.asarray(values, dtype=np.int64).astype(dtype).tobytes()
     if datatype in _UNSIGNED:
         if not all(type(v) is int and 0 <= v < 2**64 for v in values):
-            raise _internal(
+            raise internal(
                 "Unable to parse 'data': attempt to access JSON non-unsigned-integer as "
                 "unsigned-integer"
             )
         return np.asarray(values, dtype=np.uint64).astype(dtype).tobytes()
     if datatype in _FLOATS:
         if not all(type(v) in (int, float) for v in values):
-            raise _internal("Unable to parse 'data': attempt to access JSON non-number as double")
+            raise internal("Unable to parse 'data': attempt to access JSON non-number as double")
         return np.asarray(values, dtype=np.float64).astype(dtype).tobytes()
     raise invalid(f"input '{name}' has a datatype JSON cannot carry: {datatype}")
 
@@ -201,7 +192,7 @@ def bridge_request(target: Target, name: str, document: _Members) -> dict[str, A
     other member as a request parameter of its own."""
     request_id = document.get("id")
     if request_id is not None and not isinstance(request_id, str):
-        raise _internal("Unable to parse 'id': attempt to access JSON non-string as string")
+        raise internal("Unable to parse 'id': attempt to access JSON non-string as string")
     config = target.entry.config
     specs = {spec.name: spec for spec in config.input}
     tensors: list[dict[str, Any]] = []
@@ -222,7 +213,7 @@ def bridge_request(target: Target, name: str, document: _Members) -> dict[str, A
         shape = _shape(config, spec, count)
         values = _flatten(value, [])
         if len(values) != count:
-            raise _internal(
+            raise internal(
                 "Unable to parse 'data': Shape does not match true shape of 'data' field"
             )
         data = _values_bytes(key, datatype, values)

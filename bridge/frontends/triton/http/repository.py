@@ -25,16 +25,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from model_repository_loader.pb_utils.errors import ErrorCode
-
 from ..service import TritonService
-from ..status import DoorError
+from .bodies import internal, json_document
 from .status import json_response
 
 NON_OBJECT = "attempt to get members for non-object"
@@ -42,19 +39,9 @@ NON_STRING = "attempt to access JSON non-string as string"
 NON_BOOLEAN = "attempt to access JSON non-boolean as boolean"
 
 
-def _internal(message: str) -> DoorError:
-    return DoorError(ErrorCode.INTERNAL, message)
-
-
 async def _document(request: Request) -> dict[str, Any]:
     """The body as a JSON object ({} for an empty body or one that is no object)."""
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        document = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise _internal(f"failed to parse the request JSON buffer: {exc}") from None
+    document = json_document(await request.body(), required=False)
     return document if isinstance(document, dict) else {}
 
 
@@ -67,7 +54,7 @@ async def index(request: Request) -> Response:
     document = await _document(request)
     ready = document.get("ready", False)
     if not isinstance(ready, bool):
-        raise _internal(NON_BOOLEAN)
+        raise internal(NON_BOOLEAN)
     rows = []
     for model in (await service.repository_index(ready)).models:
         row = {"name": model.name}
@@ -82,7 +69,7 @@ async def index(request: Request) -> Response:
 def _parameters(document: dict[str, Any]) -> dict[str, Any]:
     parameters = document.get("parameters", {})
     if not isinstance(parameters, dict):
-        raise _internal(NON_OBJECT)
+        raise internal(NON_OBJECT)
     return parameters
 
 
@@ -92,17 +79,17 @@ async def load(request: Request) -> Response:
     parameters = _parameters(await _document(request))
     config = parameters.get("config", "")
     if not isinstance(config, str):
-        raise _internal(NON_STRING)
+        raise internal(NON_STRING)
     files: dict[str, bytes] = {}
     for key, value in parameters.items():
         if not key.startswith("file:"):
             continue
         if not isinstance(value, str):
-            raise _internal(NON_STRING)
+            raise internal(NON_STRING)
         try:
             files[key] = base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
-            raise _internal(
+            raise internal(
                 f"failed to load '{name}', failed to poll from model repository"
             ) from None
     await service.load(name, config, files)

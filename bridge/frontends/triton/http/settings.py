@@ -18,7 +18,6 @@ server has it [V]:
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.requests import Request
@@ -30,6 +29,7 @@ from ....logs import LOG_FORMATS, LOG_SETTING_TYPES
 from ..service import TritonService
 from ..settings import TRACE_DEFAULTS
 from ..status import DoorError
+from .bodies import internal, json_document
 from .status import json_response
 
 _JSON_TYPE_ERRORS = {
@@ -37,20 +37,6 @@ _JSON_TYPE_ERRORS = {
     int: "attempt to access JSON non-unsigned-integer as unsigned-integer",
     str: "attempt to access JSON non-string as string",
 }
-
-
-def _internal(message: str) -> DoorError:
-    return DoorError(ErrorCode.INTERNAL, message)
-
-
-async def _document(request: Request) -> Any:
-    raw = await request.body()
-    if not raw.strip():
-        raise _internal("failed to parse the request JSON buffer: The document is empty. at 0")
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise _internal(f"failed to parse the request JSON buffer: {exc}") from None
 
 
 def _json_type_ok(kind: type, value: Any) -> bool:
@@ -65,7 +51,7 @@ async def logging(request: Request) -> Response:
     service: TritonService = request.app.state.service
     if request.method == "GET":
         return json_response(service.logging.current())
-    document = await _document(request)
+    document = json_document(await request.body())
     changes: dict[str, Any] = {}
     refused: DoorError | None = None
     if isinstance(document, dict):
@@ -74,7 +60,7 @@ async def logging(request: Request) -> Response:
             if value is None:
                 continue  # absent or null: Triton reads no change
             if not _json_type_ok(kind, value):
-                refused = _internal(_JSON_TYPE_ERRORS[kind])
+                refused = internal(_JSON_TYPE_ERRORS[kind])
                 break
             if key == "log_format" and value not in LOG_FORMATS:
                 # Triton's HTTP server words and codes this one itself [V].
@@ -100,12 +86,12 @@ def _trace_changes(document: Any) -> dict[str, list[str] | None]:
             changes[key] = None
         elif key == "trace_level":
             if not isinstance(value, list):
-                raise _internal("attempt to access JSON non-array as array")
+                raise internal("attempt to access JSON non-array as array")
             if not all(isinstance(v, str) for v in value):
-                raise _internal(_JSON_TYPE_ERRORS[str])
+                raise internal(_JSON_TYPE_ERRORS[str])
             changes[key] = list(value)
         elif not isinstance(value, str):
-            raise _internal(_JSON_TYPE_ERRORS[str])
+            raise internal(_JSON_TYPE_ERRORS[str])
         else:
             changes[key] = [value]
     return changes
@@ -121,6 +107,8 @@ def _trace_document(settings: dict[str, list[str]]) -> dict[str, Any]:
 async def trace(request: Request) -> Response:
     service: TritonService = request.app.state.service
     model = request.path_params.get("model", "")
-    changes = _trace_changes(await _document(request)) if request.method == "POST" else {}
+    changes = {}
+    if request.method == "POST":
+        changes = _trace_changes(json_document(await request.body()))
     # An empty update reads, with the unknown-model check a read has too.
     return json_response(_trace_document(await service.trace.update(model, changes)))

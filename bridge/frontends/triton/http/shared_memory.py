@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from typing import Any
 
 from starlette.requests import Request
@@ -29,27 +28,14 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ..service import TritonService
 from ..status import DoorError, invalid
+from .bodies import internal, json_document
 from .status import json_response
 
 CUDA_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
 
 
-def _internal(message: str) -> DoorError:
-    return DoorError(ErrorCode.INTERNAL, message)
-
-
 def _empty_ok() -> Response:
     return Response(b"", status_code=200, media_type="application/json")
-
-
-async def _document(request: Request) -> Any:
-    raw = await request.body()
-    if not raw.strip():
-        raise _internal("failed to parse the request JSON buffer: The document is empty. at 0")
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise _internal(f"failed to parse the request JSON buffer: {exc}") from None
 
 
 def _required(document: Any, field: str) -> Any:
@@ -60,13 +46,13 @@ def _required(document: Any, field: str) -> Any:
 
 def _unsigned(value: Any) -> int:
     if type(value) is not int or value < 0:
-        raise _internal("attempt to access JSON non-unsigned-integer as unsigned-integer")
+        raise internal("attempt to access JSON non-unsigned-integer as unsigned-integer")
     return value
 
 
 def _member(document: Any, field: str) -> Any:
     if not isinstance(document, dict) or field not in document:
-        raise _internal(f"attempt to access non-existing object member '{field}'")
+        raise internal(f"attempt to access non-existing object member '{field}'")
     return document[field]
 
 
@@ -86,10 +72,10 @@ async def system_status(request: Request) -> Response:
 
 async def system_register(request: Request) -> Response:
     service: TritonService = request.app.state.service
-    document = await _document(request)
+    document = json_document(await request.body())
     key = _required(document, "key")
     if not isinstance(key, str):
-        raise _internal("attempt to access JSON non-string as string")
+        raise internal("attempt to access JSON non-string as string")
     offset = _unsigned(document.get("offset", 0))
     byte_size = _unsigned(_required(document, "byte_size"))
     service.shm.register(request.path_params["region"], key, offset, byte_size)
@@ -113,7 +99,7 @@ async def cuda_status(request: Request) -> Response:
 
 
 async def cuda_register(request: Request) -> Response:
-    document = await _document(request)
+    document = json_document(await request.body())
     handle = _member(_required(document, "raw_handle"), "b64")
     _member(document, "device_id")
     _member(document, "byte_size")

@@ -1,0 +1,43 @@
+"""Request bodies as Triton's HTTP server reads JSON (its control routes, generate, settings).
+
+Triton answers a body its JSON parser refuses with 500 "failed to parse the request JSON
+buffer: ..." [V], and a JSON value of the wrong kind with its parser's own 500 texts (e.g.
+"attempt to access JSON non-string as string"), so those are INTERNAL here, in one place.
+`/infer` reads its JSON header itself (tensors.py: the binary extension, 400 by design).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from model_repository_loader.pb_utils.errors import ErrorCode
+
+from ..status import DoorError
+
+PARSE_FAILED = "failed to parse the request JSON buffer"
+EMPTY_DOCUMENT = f"{PARSE_FAILED}: The document is empty. at 0"
+
+
+def internal(message: str) -> DoorError:
+    """One of Triton's 500 answers to a body it could not read."""
+    return DoorError(ErrorCode.INTERNAL, message)
+
+
+def json_document(
+    raw: bytes,
+    *,
+    required: bool = True,
+    object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None,
+) -> Any:
+    """The body's JSON value. An empty body is Triton's "document is empty" error when
+    `required`, else None; a body that does not parse is its "failed to parse" error."""
+    if not raw.strip():
+        if required:
+            raise internal(EMPTY_DOCUMENT)
+        return None
+    try:
+        return json.loads(raw, object_pairs_hook=object_pairs_hook)
+    except (ValueError, RecursionError) as exc:
+        raise internal(f"{PARSE_FAILED}: {exc}") from None
