@@ -56,6 +56,33 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
 
 
+def add_tls_flags(p: argparse.ArgumentParser, wire: str, what: str) -> None:
+    """`--<wire>-use-ssl`, `--<wire>-use-ssl-mutual` and the three certificate paths, as
+    tritonserver names them for gRPC; the triton door has them for both of its wires."""
+    for flag, help_text in (
+        (
+            "use-ssl",
+            f"triton door: serve {what} over TLS (needs --{wire}-server-cert and "
+            f"--{wire}-server-key)",
+        ),
+        (
+            "use-ssl-mutual",
+            f"triton door: TLS that requires a client certificate signed by --{wire}-root-cert",
+        ),
+    ):
+        p.add_argument(
+            f"--{wire}-{flag}",
+            type=_bool,
+            nargs="?",
+            const=True,
+            default=False,
+            metavar="BOOL",
+            help=help_text,
+        )
+    for name in ("server-cert", "server-key", "root-cert"):
+        p.add_argument(f"--{wire}-{name}", type=Path, default=None, metavar="PATH")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="dynamo-bridge",
@@ -118,27 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         "own Triton GRPCInferenceService on Dynamo's runtime: TLS, Triton's status codes, "
         "no 4 MiB cap); default $DYN_BRIDGE_FRONTEND, else dynamo",
     )
-    p.add_argument(
-        "--grpc-use-ssl",
-        type=_bool,
-        nargs="?",
-        const=True,
-        default=False,
-        metavar="BOOL",
-        help="triton door: serve gRPC over TLS (needs --grpc-server-cert and --grpc-server-key)",
-    )
-    p.add_argument(
-        "--grpc-use-ssl-mutual",
-        type=_bool,
-        nargs="?",
-        const=True,
-        default=False,
-        metavar="BOOL",
-        help="triton door: TLS that requires a client certificate signed by --grpc-root-cert",
-    )
-    p.add_argument("--grpc-server-cert", type=Path, default=None, metavar="PATH")
-    p.add_argument("--grpc-server-key", type=Path, default=None, metavar="PATH")
-    p.add_argument("--grpc-root-cert", type=Path, default=None, metavar="PATH")
+    add_tls_flags(p, "grpc", "gRPC")
     p.add_argument(
         "--grpc-restricted-protocol",
         action="append",
@@ -155,29 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PORT",
         help="triton door: port of Triton's HTTP/REST API (default 8000; 0 picks a free one)",
     )
-    p.add_argument(
-        "--http-use-ssl",
-        type=_bool,
-        nargs="?",
-        const=True,
-        default=False,
-        metavar="BOOL",
-        help="triton door: serve HTTP over TLS (needs --http-server-cert and --http-server-key; "
-        "tritonserver has no such flag, the name follows --grpc-use-ssl)",
-    )
-    p.add_argument(
-        "--http-use-ssl-mutual",
-        type=_bool,
-        nargs="?",
-        const=True,
-        default=False,
-        metavar="BOOL",
-        help="triton door: HTTP over TLS that requires a client certificate signed by "
-        "--http-root-cert",
-    )
-    p.add_argument("--http-server-cert", type=Path, default=None, metavar="PATH")
-    p.add_argument("--http-server-key", type=Path, default=None, metavar="PATH")
-    p.add_argument("--http-root-cert", type=Path, default=None, metavar="PATH")
+    add_tls_flags(p, "http", "HTTP (tritonserver has no such flags: the names follow gRPC's)")
     p.add_argument(
         "--http-address",
         default="127.0.0.1",
