@@ -25,6 +25,8 @@ endpoint.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import enum
 import itertools
 import json
@@ -32,6 +34,7 @@ import math
 import operator
 import re
 import threading
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from . import context, services
@@ -107,29 +110,41 @@ class _Family:
 class _Handle:
     """Per `MetricFamily` object: its metrics stop working when the object is deleted."""
 
-    __slots__ = ("family", "deleted", "owner", "registry")
+    __slots__ = ("family", "deleted", "released", "owner", "registry")
 
     def __init__(self, family: _Family, owner: int | None, registry: MetricRegistry) -> None:
         self.family = family
-        self.deleted = False
+        self.deleted = False  # the model deleted its MetricFamily (or its instance went)
+        self.released = False  # the registry has dropped the handle's reference to the family
         self.owner = owner  # id() of the ModelContext of the instance that made it
         self.registry = registry  # where the family lives
 
 
 class MetricRegistry:
     """Every live custom metric family of one repository's models (or of the process's models
-    outside any repository: `REGISTRY`)."""
+    outside any repository: `REGISTRY`).
+
+    Finalizers never wait for the lock. `MetricFamily.__del__` and `Metric.__del__` run whenever
+    the collector does, which may be on a thread that holds `_lock` already (in the middle of
+    `release_instance`, say): there a blocking acquire would wait for ever. So a finalizer queues
+    its release (`deque.append` is atomic) and applies the queue only if it gets the lock
+    without waiting; whoever takes the lock next applies the rest first (`_locked`), so
+    releases keep their order against later acquisitions.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._families: dict[str, _Family] = {}
         # id(ModelContext) -> the live handles acquired by that instance.
         self._owned: dict[int, dict[int, _Handle]] = {}
+        # Releases from finalizers not yet applied: a _Handle, or (family, labels) of a series.
+        self._deferred: collections.deque[_Handle | tuple[_Family, tuple[tuple[str, str], ...]]]
+        self._deferred = collections.deque()
 
     def render_prometheus(self) -> str:
         """The Prometheus text exposition of all families (empty string when there are none)."""
         lines: list[str] = []
-        with self._lock:
+        with self._locked():
             for family in self._families.values():
                 lines.append(f"# HELP {family.name} {_escape_help(family.description)}")
                 lines.append(f"# TYPE {family.name} {_KIND_NAMES[family.kind]}")
@@ -139,14 +154,44 @@ class MetricRegistry:
 
     def clear(self) -> None:
         """Forget every family (tests; a fresh process has none)."""
-        with self._lock:
+        with self._locked():
             self._families.clear()
             self._owned.clear()
+            self._deferred.clear()
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the lock, with every release queued by a finalizer applied first."""
+        with self._lock:
+            self._apply_deferred()
+            yield
+
+    def _apply_deferred(self) -> None:
+        # Called with the lock held. popleft is atomic, so a finalizer that runs meanwhile (and
+        # fails to take the lock) only appends to what this loop will still see.
+        while True:
+            try:
+                item = self._deferred.popleft()
+            except IndexError:
+                return
+            if isinstance(item, _Handle):
+                self._release_locked(item)
+            else:
+                self._release_series_locked(*item)
+
+    def _release_later(self, item: _Handle | tuple[_Family, tuple[tuple[str, str], ...]]) -> None:
+        """From a finalizer: queue the release, and apply the queue if the lock is free now."""
+        self._deferred.append(item)
+        if self._lock.acquire(blocking=False):
+            try:
+                self._apply_deferred()
+            finally:
+                self._lock.release()
 
     # -- used by MetricFamily / Metric ------------------------------------------------------
 
     def _acquire_family(self, name: str, description: str, kind: MetricKind) -> _Handle:
-        with self._lock:
+        with self._locked():
             family = self._families.get(name)
             if family is None:
                 family = self._families[name] = _Family(name, description, kind)
@@ -162,14 +207,11 @@ class MetricRegistry:
                 self._owned.setdefault(handle.owner, {})[id(handle)] = handle
             return handle
 
-    def _release_family(self, handle: _Handle) -> None:
-        with self._lock:
-            self._release_locked(handle)
-
     def _release_locked(self, handle: _Handle) -> None:
-        if handle.deleted:
-            return
         handle.deleted = True
+        if handle.released:
+            return
+        handle.released = True
         if handle.owner is not None:
             owned = self._owned.get(handle.owner)
             if owned is not None:
@@ -181,27 +223,26 @@ class MetricRegistry:
 
     def release_instance(self, instance: context.ModelContext) -> None:
         """Release every family `instance` acquired and still holds (the instance is gone)."""
-        with self._lock:
+        with self._locked():
             for handle in list(self._owned.pop(id(instance), {}).values()):
                 self._release_locked(handle)
 
     def _acquire_series(
         self, family: _Family, labels: tuple[tuple[str, str], ...], bounds: tuple[float, ...] | None
     ) -> _Series:
-        with self._lock:
+        with self._locked():
             series = family.series.get(labels)
             if series is None:
                 series = family.series[labels] = _Series(bounds)
             series.references += 1
             return series
 
-    def _release_series(self, family: _Family, labels: tuple[tuple[str, str], ...]) -> None:
-        with self._lock:
-            series = family.series.get(labels)
-            if series is not None:
-                series.references -= 1
-                if series.references <= 0:
-                    del family.series[labels]
+    def _release_series_locked(self, family: _Family, labels: tuple[tuple[str, str], ...]) -> None:
+        series = family.series.get(labels)
+        if series is not None:
+            series.references -= 1
+            if series.references <= 0:
+                del family.series[labels]
 
 
 # The families made outside any loaded repository (a model object used on its own, tests).
@@ -301,8 +342,9 @@ class MetricFamily:
         if isinstance(handle, _Remote):
             _release_remote(handle)
         elif handle is not None and not handle.deleted:
+            handle.deleted = True  # its metrics stop working now, whatever the lock
             try:
-                handle.registry._release_family(handle)
+                handle.registry._release_later(handle)
             except Exception:  # interpreter shutdown
                 pass
 
@@ -421,7 +463,7 @@ class Metric:
             _release_remote(handle)
         elif handle is not None:
             try:
-                handle.registry._release_series(handle.family, self._labels)
+                handle.registry._release_later((handle.family, self._labels))
             except Exception:  # interpreter shutdown
                 pass
 

@@ -300,3 +300,63 @@ def test_families_go_with_the_instance_that_made_them() -> None:
     with pytest.raises(TritonModelException, match="Invalid metric operation"):
         metric.increment(1)
     del kept, shared, metric, ours
+
+
+@pytest.fixture
+def _collect_with_the_lock_held() -> Iterator[list[object]]:
+    """A collector that runs at every allocation and, whenever it finds the registry's lock held,
+    drops one object of the returned list there: its finalizer runs inside the locked section,
+    on the thread holding the lock, as a collection during `release_instance` does in production.
+    """
+    victims: list[object] = []
+    dropped: list[int] = []
+
+    def on_collect(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and victims and REGISTRY._lock.locked():
+            victims.pop()  # the last reference: __del__ runs now, the lock still held
+            dropped.append(1)
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(on_collect)
+    gc.set_threshold(1)
+    try:
+        yield victims
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(on_collect)
+    assert dropped, "the collector never ran inside the locked section"
+
+
+def test_a_finalizer_inside_the_locked_section_does_not_deadlock(
+    _collect_with_the_lock_held: list[object],
+) -> None:
+    """Issue 29: a Metric finalized while its registry's lock is held (here by
+    `release_instance` during an instance's unbinding) used to wait for that lock on the same
+    thread for ever. Many rounds in one process, each with a metric and a family dropped there."""
+    victims = _collect_with_the_lock_held
+    for round_ in range(200):
+        with context.model_context(model_name="m", instance_name=f"m_{round_}", version_dir="/m/1"):
+            family = MetricFamily("unload_total", "made by the instance", MetricFamily.COUNTER)
+            metric = family.Metric(labels={"round": str(round_)})
+            metric.increment(1)
+            other = MetricFamily("dropped_total", "dropped under the lock", MetricFamily.GAUGE)
+            victims[:] = [other, other.Metric(labels={"x": "y"}), metric]
+            del family, metric, other
+        # The instance is gone (its families released under the lock, the victims with them).
+        assert victims == []
+        text = render_prometheus()
+        assert "unload_total" not in text and "dropped_total" not in text
+
+
+def test_a_series_dropped_during_a_scrape_is_gone_from_the_next(
+    _collect_with_the_lock_held: list[object],
+) -> None:
+    family = MetricFamily("scraped", "a gauge", MetricFamily.GAUGE)
+    family.Metric(labels={"keep": "1"}).set(1)  # dropped at once: its series goes
+    kept = family.Metric(labels={"keep": "yes"})
+    kept.set(2)
+    _collect_with_the_lock_held[:] = [family.Metric(labels={"keep": "no"})]
+    first = render_prometheus()  # finalizes the victim while rendering
+    assert 'scraped{keep="yes"} 2' in first and _collect_with_the_lock_held == []
+    second = render_prometheus()
+    assert 'keep="no"' not in second and 'scraped{keep="yes"} 2' in second
