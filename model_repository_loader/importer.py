@@ -80,13 +80,34 @@ def _forget_modules_loaded_from(
     for name, module in list(sys.modules.items()):
         if saved_modules.get(name) is module:
             continue
-        origin = getattr(module, "__file__", None) or ""
-        paths = getattr(module, "__path__", None) or []
-        if origin.startswith(prefix) or any(str(p).startswith(prefix) for p in paths):
+        if any(place.startswith(prefix) for place in _module_places(module)):
             del sys.modules[name]
     for name, module in saved_modules.items():
         if name not in sys.modules:
             sys.modules[name] = module
+
+
+def _module_places(module: object) -> list[str]:
+    """Where `module` was loaded from: its file and its package folders.
+
+    Read from the module's own namespace, never through attribute access: some modules answer
+    any attribute (`torch.classes` returns a `_ClassNamespace` for `__path__`), and anything can
+    sit in `sys.modules`. Whatever is not a plain string or a list of them is no place.
+    """
+    namespace = getattr(module, "__dict__", None)
+    if not isinstance(namespace, dict):
+        return []
+    places: list[str] = []
+    origin = namespace.get("__file__")
+    if isinstance(origin, str):
+        places.append(origin)
+    paths = namespace.get("__path__")
+    if paths is not None and not isinstance(paths, (str, bytes)):
+        try:
+            places.extend(p for p in list(paths) if isinstance(p, str))
+        except Exception:  # a __path__ that is no iterable of folders names none
+            pass
+    return places
 
 
 def bind_model_folders(model_file: Path) -> None:
