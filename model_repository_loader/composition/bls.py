@@ -76,7 +76,13 @@ class BlsExecutor:
         self, request: pb_utils.InferenceRequest, decoupled: bool
     ) -> pb_utils.InferenceResponse | pb_utils.ResponseIterator:
         if decoupled:
-            return self.stream(request)
+            iterator = self.stream(request)
+            # As Triton's stub: a decoupled call returns once the first response (or the final
+            # flag) is in, so `await async_exec(decoupled=True)` waits in the executor, off the
+            # model's event loop, and the model's `for r in iterator` starts with something to
+            # read rather than blocking that loop [S].
+            iterator._wait_for_first()
+            return iterator
         return self.call(request)
 
     # -- the two ways of calling ----------------------------------------------------------------

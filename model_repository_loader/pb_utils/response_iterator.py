@@ -49,6 +49,12 @@ class ResponseIterator:
                 self._items.append(_END)
             self._ready.notify_all()
 
+    def _wait_for_first(self) -> None:
+        """Block until the callee's first response (or its final flag) has arrived."""
+        with self._ready:
+            while not self._items and not self._finished:
+                self._ready.wait()
+
     def __iter__(self) -> ResponseIterator:
         return self
 

@@ -347,3 +347,108 @@ def test_inputs_are_passed_without_a_copy(repo):
     finally:
         del model.submit
     assert seen[0] is tensor and seen[0].as_numpy() is array
+
+
+# -- async decoupled BLS runs concurrently (issue 24) ---------------------------------------------
+
+_GATE_MODEL = '''
+import itertools
+import os
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+ARRIVALS = itertools.count()
+# Every request waits here until all four are in the callee at once; a caller that made them one
+# after another breaks the barrier, and the request gets an error response.
+BARRIER = threading.Barrier(4, timeout=10)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.folder = args["model_repository"]
+
+    def execute(self, requests):
+        for request in requests:
+            threading.Thread(target=self._answer, args=(request,), daemon=True).start()
+        return None
+
+    def _answer(self, request):
+        sender = request.get_response_sender()
+        open(os.path.join(self.folder, f"arrived.{next(ARRIVALS)}"), "w").close()
+        try:
+            BARRIER.wait()
+            out = pb_utils.Tensor("OUT", np.array([1], dtype=np.int32))
+            sender.send(pb_utils.InferenceResponse([out]))
+        except threading.BrokenBarrierError:
+            error = pb_utils.TritonError("the four requests were never in the callee at once")
+            sender.send(pb_utils.InferenceResponse([], error=error))
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+'''
+
+_ASYNC_CALLER = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        responses = []
+        for request in requests:
+            call = pb_utils.InferenceRequest(
+                model_name="gate", inputs=[], requested_output_names=["OUT"]
+            )
+            iterator = await call.async_exec(decoupled=True)
+            errors = [r.error().message() for r in iterator if r.has_error()]
+            text = np.array([";".join(errors).encode()], dtype=object)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("ERRORS", text)]))
+        return responses
+'''
+
+
+def test_async_decoupled_bls_calls_overlap(tmp_path: Path) -> None:
+    """`await async_exec(decoupled=True)` returns with the first response in (as Triton's stub
+    does), so four concurrent requests of an async model are in the decoupled callee at once.
+    It returned at once before, and the model's `for r in iterator` then blocked the instance's
+    event loop while it waited, so requests that came after the first could not start (Triton's
+    concurrency_test test_concurrent_execute_multi_request_bls)."""
+    gate = tmp_path / "gate"
+    (gate / "1").mkdir(parents=True)
+    (gate / "1" / "model.py").write_text(_GATE_MODEL)
+    (gate / "config.pbtxt").write_text(
+        'backend: "python"\nmodel_transaction_policy { decoupled: true }\n'
+        'output [{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }]\n'
+    )
+    caller = tmp_path / "caller"
+    (caller / "1").mkdir(parents=True)
+    (caller / "1" / "model.py").write_text(_ASYNC_CALLER)
+    (caller / "config.pbtxt").write_text(
+        'backend: "python"\noutput [{ name: "ERRORS" data_type: TYPE_STRING dims: [ 1 ] }]\n'
+    )
+    loaded = load_repository([tmp_path])
+    try:
+        assert not loaded.failures, loaded.failures
+        answers: list[Any] = [None] * 4
+
+        def call(i: int) -> None:
+            answers[i] = loaded.models["caller"].infer(InferRequest([]), timeout=30)
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+        threads[0].start()
+        # The others come once the first is waiting in the callee, as on a client's stream.
+        arrived = gate / "arrived.0"
+        for _ in range(300):
+            if arrived.exists():
+                break
+            threading.Event().wait(0.05)
+        assert arrived.exists()
+        for thread in threads[1:]:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        for response in answers:
+            assert response is not None and not response.has_error()
+            assert response.output_tensors()[0].as_numpy()[0] == b""
+    finally:
+        loaded.close()
