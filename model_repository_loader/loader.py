@@ -19,6 +19,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from . import composition, pb_utils, repository
 from .composition import Scope
 from .config import (
+    PYTHON_BACKEND,
     ConfigError,
     ConfigOptions,
     config_file_exists,
@@ -140,7 +141,21 @@ def load_model(
     except ConfigError as exc:
         raise PollError(str(exc)) from None
     provided = config_file_exists(source, options)
+    _refuse_other_backends(source, config)
     return _load_versions(source, config, options, provided, _services(within))
+
+
+def _refuse_other_backends(source: ModelSource, config: mc.ModelConfig) -> None:
+    """A model of another backend (TensorRT, ONNX Runtime, ...) gets a load error that says so,
+    rather than "Python model file not found" about its `model.plan`."""
+    if config.backend != PYTHON_BACKEND:
+        kind = f"backend '{config.backend}'" + (
+            f", platform '{config.platform}'" if config.platform else ""
+        )
+        raise ModelLoadError(
+            f"not served: this server runs Python-backend models (and ensembles of them); "
+            f"'{source.name}' is a model of {kind}"
+        )
 
 
 def _scope(within: LoadedRepository | None) -> Scope | None:

@@ -16,11 +16,17 @@ from .load import (
     polled_config,
     read_model_config,
 )
-from .normalize import autofill_backend_fields, normalize_instance_groups, normalize_model_config
+from .normalize import (
+    PYTHON_BACKEND,
+    autofill_backend_fields,
+    normalize_instance_groups,
+    normalize_model_config,
+)
 from .parse import parse_config_text, read_config_file
 from .validate import validate_instance_groups, validate_io_config, validate_model_config
 
 __all__ = [
+    "PYTHON_BACKEND",
     "ConfigError",
     "ConfigOptions",
     "ModelClassLoader",

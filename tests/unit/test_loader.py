@@ -310,3 +310,32 @@ def test_readme_example_runs() -> None:
         np.testing.assert_array_equal(got["OUTPUT1"], x - x)
     finally:
         repo.close()
+
+
+@pytest.mark.parametrize(
+    ("config", "kind"),
+    [
+        ('platform: "tensorrt_plan"', "backend 'tensorrt', platform 'tensorrt_plan'"),
+        ('backend: "onnxruntime"', "backend 'onnxruntime', platform 'onnxruntime_onnx'"),
+    ],
+)
+def test_a_model_of_another_backend_says_it_is_not_served(
+    tmp_path: Path, config: str, kind: str
+) -> None:
+    """Issue 24: such a model was reported as "Python model file not found in '.../model.plan'"."""
+    model = tmp_path / "other"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.plan").write_bytes(b"\0")
+    (model / "config.pbtxt").write_text(
+        f'{config}\nmax_batch_size: 0\n'
+        'input [{ name: "I" data_type: TYPE_FP32 dims: [ 1 ] }]\n'
+        'output [{ name: "O" data_type: TYPE_FP32 dims: [ 1 ] }]\n'
+    )
+    repo = load_repository([tmp_path])
+    try:
+        assert repo.failures == {
+            "other": "not served: this server runs Python-backend models (and ensembles of "
+            f"them); 'other' is a model of {kind}"
+        }
+    finally:
+        repo.close()
