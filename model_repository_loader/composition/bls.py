@@ -310,18 +310,26 @@ def _is_decoupled(version: Any) -> bool:
     return bool(version.config.model_transaction_policy.decoupled)
 
 
-def _error(message: str) -> pb_utils.InferenceResponse:
-    return pb_utils.InferenceResponse._create([], pb_utils.TritonError(message, BLS_ERROR_CODE))
+def _error(message: str, code: int = BLS_ERROR_CODE) -> pb_utils.InferenceResponse:
+    return pb_utils.InferenceResponse._create([], pb_utils.TritonError(message, code))
 
 
 def _as_bls_response(
     response: pb_utils.InferenceResponse, model_name: str, *, rejected: bool
 ) -> pb_utils.InferenceResponse:
-    """Triton's form of a BLS error: prefixed when the callee never ran; code INTERNAL."""
+    """Triton's form of a BLS error: prefixed when the callee never ran; code INTERNAL.
+
+    Except CANCELLED: `ResponseIterator.cancel()` comes from the Triton releases that hand the
+    callee's code back (25.05+ [S]), and a caller that cancels checks for CANCELLED
+    (decoupled_test.py test_decoupled_bls_cancel [T]); 2.51's INTERNAL would make cancel()
+    unusable. Every other code stays INTERNAL, as 2.51 answers [V].
+    """
     error = response.error()
     if error is None:
         return response_handed_over(response)
     message = error.message()
     if rejected:
         message = error_prefix(model_name) + message
+    if error.code() == pb_utils.TritonError.CANCELLED:
+        return _error(message, pb_utils.TritonError.CANCELLED)
     return _error(message)

@@ -452,3 +452,79 @@ def test_async_decoupled_bls_calls_overlap(tmp_path: Path) -> None:
             assert response.output_tensors()[0].as_numpy()[0] == b""
     finally:
         loaded.close()
+
+
+_UNTIL_CANCELLED = '''
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        sender = requests[0].get_response_sender()
+        for _ in range(200):  # bounded: 200 responses at most
+            if requests[0].is_cancelled():
+                error = pb_utils.TritonError("stopped", pb_utils.TritonError.CANCELLED)
+                final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+                sender.send(pb_utils.InferenceResponse(error=error), flags=final)
+                return None
+            out = pb_utils.Tensor("OUT", np.array([1], dtype=np.int32))
+            sender.send(pb_utils.InferenceResponse([out]))
+            time.sleep(0.01)
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+'''
+
+_CANCELLING_CALLER = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        call = pb_utils.InferenceRequest(
+            model_name="until_cancelled", inputs=[], requested_output_names=["OUT"]
+        )
+        stream = call.exec(decoupled=True)
+        total, code = 0, None
+        for response in stream:
+            if response.has_error():
+                code = response.error().code()
+                break
+            total += int(response.output_tensors()[0].as_numpy()[0])
+            if total == 3:
+                stream.cancel()
+        answer = np.array([total, -1 if code is None else int(code)], dtype=np.int32)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("ANSWER", answer)])]
+'''
+
+
+def test_a_cancelled_decoupled_call_reports_cancelled(tmp_path: Path) -> None:
+    """`ResponseIterator.cancel()` and the callee's TritonError(CANCELLED) reach the caller with
+    that code, as in the Triton releases that have cancel() (decoupled_test.py
+    test_decoupled_bls_cancel); 2.51's rule (every BLS error INTERNAL) would hide it."""
+    callee = tmp_path / "until_cancelled"
+    (callee / "1").mkdir(parents=True)
+    (callee / "1" / "model.py").write_text(_UNTIL_CANCELLED)
+    (callee / "config.pbtxt").write_text(
+        'backend: "python"\nmodel_transaction_policy { decoupled: true }\n'
+        'output [{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }]\n'
+    )
+    caller = tmp_path / "caller"
+    (caller / "1").mkdir(parents=True)
+    (caller / "1" / "model.py").write_text(_CANCELLING_CALLER)
+    (caller / "config.pbtxt").write_text(
+        'backend: "python"\noutput [{ name: "ANSWER" data_type: TYPE_INT32 dims: [ 2 ] }]\n'
+    )
+    loaded = load_repository([tmp_path])
+    try:
+        assert not loaded.failures, loaded.failures
+        response = loaded.models["caller"].infer(InferRequest([]), timeout=30)
+        assert not response.has_error()
+        total, code = response.output_tensors()[0].as_numpy().tolist()
+        assert code == pb_utils.TritonError.CANCELLED
+        assert 3 <= total < 200
+    finally:
+        loaded.close()
