@@ -22,6 +22,7 @@ batcher answers what it still holds, and every later request, UNAVAILABLE.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -74,6 +75,8 @@ class SequenceBatcher:
         self._batching = config.max_batch_size > 0
         self._direct = not batching.HasField("oldest")
         self._iterative = batching.iterative_sequence
+        # Triton's IterativeSequencer numbers the sequences it starts itself from 1 [S].
+        self._own_sequence_ids = itertools.count(1)
         self._in_flight: dict[int, Entry] = {}  # id(pending) -> entry, while executing
         self._idle_ns = batching.max_sequence_idle_microseconds * 1000
         self._controls = Controls(batching, self._batching)
@@ -104,7 +107,9 @@ class SequenceBatcher:
     def enqueue(self, pending: Pending, priority: int = 0) -> None:
         request = pending.request
         corrid = request.correlation_id()
-        if corrid == 0 or corrid == "":
+        if (corrid == 0 or corrid == "") and self._iterative:
+            self._start_own_sequence(request)
+        elif corrid == 0 or corrid == "":
             pending.fail(
                 f"inference request to model '{self._model}' must specify a non-zero or "
                 "non-empty correlation ID",
@@ -131,6 +136,18 @@ class SequenceBatcher:
         elif not pending.closed:
             # Registered outside the lock: it runs at once if the request is already cancelled.
             pending.on_cancel(lambda: self._cancelled(entry))
+
+    def _start_own_sequence(self, request: pb_utils.InferenceRequest) -> None:
+        """An iterative model's request outside any sequence starts one of its own, as Triton's
+        IterativeSequencer does [S]: a new correlation ID (the model sees it) and the START flag
+        only. Triton's counter may hand out an ID a client is using; here one in use is skipped.
+        """
+        with self._cond:
+            corrid = next(self._own_sequence_ids)
+            while corrid in self._active or corrid in self._backlog:
+                corrid = next(self._own_sequence_ids)
+        request._correlation_id = corrid
+        request._flags = _START
 
     def _cancelled(self, entry: Entry) -> None:
         """A waiting request was cancelled: off its slot or the backlog, answered now."""

@@ -230,6 +230,15 @@ def test_rescheduled_request(streaming: Pair):
     assert bridge == expected_bridge_answers(triton)
 
 
+def test_rescheduled_request_without_a_sequence(streaming: Pair):
+    # Issue 24: an iterative model's request with no correlation ID starts a sequence of its own
+    # on Triton 2.51 (its IterativeSequencer); it was refused here.
+    requests = [("reschedule", [3], {"request_id": "resched-no-sequence"})]
+    triton, bridge = both_streams(streaming, requests, 3)
+    assert not any(isinstance(answer, Failure) for answer in triton), triton
+    assert bridge == expected_bridge_answers(triton)
+
+
 @pytest.mark.parametrize(("action", "count"), [("raise", 2), ("return_list", 1)])
 def test_decoupled_execute_errors(streaming: Pair, action: str, count: int):
     requests = [("misuse", [1], {"parameters": {"action": action}})]

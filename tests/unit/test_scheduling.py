@@ -330,6 +330,21 @@ def test_rescheduled_request_runs_again_on_its_slot(sequences: LoadedRepository)
     )
 
 
+def test_a_request_outside_any_sequence_starts_its_own(sequences: LoadedRepository):
+    """Triton's IterativeSequencer: no correlation ID on an iterative model's request gives it a
+    sequence of its own, numbered by the model's scheduler, with the START flag (the model sees
+    both), instead of the refusal a non-iterative sequence model answers."""
+    first = _sequence_call(sequences, 1)
+    assert not first.has_error(), first.error().message()
+    report = json.loads(pb_utils.get_output_tensor_by_name(first, "REPORT").as_numpy()[0])
+    assert report["flags"] == pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+    assert isinstance(report["corrid"], int) and report["corrid"] > 0
+    rescheduled = _sequence_call(sequences, 2)
+    assert pb_utils.get_output_tensor_by_name(rescheduled, "OUT").as_numpy().tolist() == [2]
+    second = json.loads(pb_utils.get_output_tensor_by_name(rescheduled, "REPORT").as_numpy()[0])
+    assert second["flags"] == 0 and second["corrid"] not in (0, report["corrid"])
+
+
 # -- the dynamic batcher on its own: shapes and allow_ragged_batch --------------------------------
 
 
