@@ -48,11 +48,12 @@ OFFSET = "shared_memory_offset"
 PARAMETERS = frozenset({REGION, BYTE_SIZE, OFFSET})
 
 SHM_DIRECTORY = "/dev/shm"
-# Triton's kTritonSharedMemoryRegionPrefix (src/common.h, since 2.60): its python backend's own
-# regions, which a client must not map.
+# Triton's kTritonSharedMemoryRegionPrefix (src/common.h, refused since 2.60): its python
+# backend's own regions, which a client must not map.
 RESERVED_PREFIX = "triton_python_backend_shm_region_"
 NAME_MAX = 255  # Linux's, in bytes: a longer name is ENAMETOOLONG for shm_open too
-_OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO put there between the type check and the open must not hold the loop.
+_OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 @dataclass
@@ -123,12 +124,16 @@ def open_object(key: str, directory: str = SHM_DIRECTORY) -> int:
     except OSError:
         raise _unable_to_open(key) from None
     try:
+        # Nothing but a regular file is opened at all (opening a device can act); the fstat
+        # below checks the file actually opened.
+        if not stat.S_ISREG(os.stat(name, dir_fd=directory_fd, follow_symlinks=False).st_mode):
+            raise _unable_to_open(key)
         fd = os.open(name, _OPEN_FLAGS, dir_fd=directory_fd)
     except OSError:
         raise _unable_to_open(key) from None
     else:
         found = os.fstat(fd)
-        # A hard link or a mount of a file from elsewhere is no shared memory object.
+        # A file mounted there from another file system is no shared memory object.
         if not stat.S_ISREG(found.st_mode) or found.st_dev != os.fstat(directory_fd).st_dev:
             os.close(fd)
             raise _unable_to_open(key)
