@@ -17,6 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
+from tritonclient.utils import InferenceServerException
 
 from tests.differential.support import REPOSITORIES
 from tests.harness import BridgeServer, TritonOracle
@@ -168,3 +169,138 @@ def test_regions_are_shared_by_both_wires(servers, key) -> None:
     assert list(grpc.get_system_shared_memory_status(as_json=True)["regions"]) == ["both"]
     grpc.unregister_system_shared_memory("both")
     assert http.get_system_shared_memory_status() == []
+
+
+# -- keys that are no shm_open name (issue 22, finding 1) -------------------------------------
+
+# Where the door answers a key differently from the oracle on purpose (see bridge/frontends/
+# triton/shm.py), by name: why. `bridge_answer_by_difference` says what the door answers.
+KEY_DIFFERENCES: dict[str, str] = {
+    "slashes_only": "a key of slashes alone (or empty): Triton ≥ 2.61's ValidateSharedMemoryKey "
+    "answers INVALID_ARG 'invalid shm key'; the oracle predates it (its shm_open fails: INTERNAL)",
+    "reserved_prefix": "Triton ≥ 2.61 refuses its python backend's reserved prefix; the oracle "
+    "predates that and maps the object",
+    "nul_in_key": "a NUL in the key: Triton opens the name up to the NUL (C strings); the door "
+    "refuses the key",
+}
+
+
+def key_cases(made: list[str], tmp: str) -> list[tuple[str, str | None]]:
+    """(key, the KEY_DIFFERENCES entry that applies or None); objects and links made in
+    /dev/shm are appended to `made`."""
+    tag = f"{os.getpid()}_{len(made)}"
+    good, link, folder = (
+        f"bridge_diff_key_{tag}",
+        f"bridge_diff_link_{tag}",
+        f"bridge_diff_dir_{tag}",
+    )
+    reserved = f"triton_python_backend_shm_region_bridge_{tag}"
+    secret = os.path.join(tmp, "secret")
+    with open(secret, "wb") as out:
+        out.write(b"S" * 64)
+    for name in (good, reserved):
+        with open(f"/dev/shm/{name}", "wb") as out:
+            out.write(bytes(64))
+    os.symlink(secret, f"/dev/shm/{link}")
+    os.mkdir(f"/dev/shm/{folder}")
+    with open(f"/dev/shm/{folder}/object", "wb") as out:
+        out.write(bytes(64))
+    made += [f"/dev/shm/{name}" for name in (good, reserved, link, f"{folder}/object", folder)]
+    outside = os.path.relpath(secret, "/dev/shm")
+    return [
+        (outside, None),
+        ("/" + outside, None),
+        (f"/{folder}/object", None),
+        (f"{good}/", None),
+        (f"/{folder}", None),
+        (f"/{link}", None),
+        ("..", None),
+        ("/.", None),
+        ("/" + "a" * 256, None),
+        (f"//{good}", None),
+        (good, None),
+        ("", "slashes_only"),
+        ("/", "slashes_only"),
+        ("///", "slashes_only"),
+        (f"/{reserved}", "reserved_prefix"),
+        (reserved, "reserved_prefix"),
+        (f"/{good}\0x", "nul_in_key"),
+    ]
+
+
+def grpc_register(client: grpcclient.InferenceServerClient, key: str, size: int) -> tuple[str, str]:
+    try:
+        client.register_system_shared_memory("k", key, size)
+    except InferenceServerException as exc:
+        return (str(exc.status()), str(exc.message()))
+    return ("OK", "")
+
+
+def bridge_answer_by_difference(
+    difference: str, key: str
+) -> tuple[tuple[str, str], tuple[int, str, Any]]:
+    """The door's (gRPC, HTTP) answer where KEY_DIFFERENCES[difference] applies."""
+    if difference == "slashes_only":
+        text = f"cannot register shared memory region 'k' - invalid shm key '{key}'"
+        return ("StatusCode.INVALID_ARGUMENT", text), (400, "application/json", {"error": text})
+    if difference == "reserved_prefix":
+        text = (
+            f"cannot register shared memory region 'k' with key '{key}' as the key contains "
+            "the reserved prefix 'triton_python_backend_shm_region_'"
+        )
+        return ("StatusCode.INVALID_ARGUMENT", text), (400, "application/json", {"error": text})
+    assert difference == "nul_in_key"
+    text = f"Unable to open shared memory region: '{key}'"
+    return ("StatusCode.INTERNAL", text), (500, "application/json", {"error": text})
+
+
+def test_keys_that_are_no_shm_open_name_match_triton(servers, tmp_path) -> None:
+    """Traversal, symlinks, inner slashes, folders and names too long: Triton's answers on both
+    wires (its shm_open refuses them all). The differences are KEY_DIFFERENCES, each checked
+    against the oracle too, so an oracle upgrade shows here."""
+    oracle, bridge = servers
+    made: list[str] = []
+    try:
+        cases = key_cases(made, str(tmp_path))
+        applied = set()
+        for key, difference in cases:
+            answers = []
+            for server in servers:
+                grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+                try:
+                    by_grpc = grpc_register(grpc, key, 64)
+                    grpc.unregister_system_shared_memory()
+                finally:
+                    grpc.close()
+                region = json.dumps({"key": key, "offset": 0, "byte_size": 64})
+                path = "/v2/systemsharedmemory/region/k/register"
+                by_http = answer(server.http_url, "POST", path, region)
+                answer(server.http_url, "POST", "/v2/systemsharedmemory/unregister", "")
+                answers.append((by_grpc, by_http))
+            (triton_grpc, triton_http), (bridge_grpc, bridge_http) = answers
+            if difference is None:
+                assert (bridge_grpc, bridge_http) == (triton_grpc, triton_http), repr(key)
+                continue
+            applied.add(difference)
+            assert (bridge_grpc, bridge_http) == bridge_answer_by_difference(difference, key)
+            if difference == "slashes_only":
+                text = f"Unable to open shared memory region: '{key}'"
+                assert triton_grpc == ("StatusCode.INTERNAL", text), repr(key)
+            else:  # the oracle maps the object
+                assert triton_grpc == ("OK", ""), repr(key)
+        assert applied == set(KEY_DIFFERENCES)
+        assert (tmp_path / "secret").read_bytes() == b"S" * 64
+    finally:
+        for path in made:
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+
+
+def test_an_empty_region_matches_triton(servers, key) -> None:
+    region = json.dumps({"key": key, "offset": 0, "byte_size": 0})
+    path = "/v2/systemsharedmemory/region/empty/register"
+    triton = answer(servers[0].http_url, "POST", path, region)
+    assert triton[0] == 400
+    assert answer(servers[1].http_url, "POST", path, region) == triton

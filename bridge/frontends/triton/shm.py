@@ -3,13 +3,31 @@
 A client creates a POSIX shared memory object (`/dev/shm/<key>`), registers it under a name
 (SystemSharedMemoryRegister: name, key, offset, byte_size), and then names it in an input's or a
 requested output's parameters (`shared_memory_region`, `shared_memory_byte_size`,
-`shared_memory_offset`) instead of sending the bytes. The door maps each registered object once;
-an input is read from the mapping (one copy, into the bytes the request plane carries), an
-output is written into it and its `raw_output_contents` entry is left empty, as Triton does.
+`shared_memory_offset`) instead of sending the bytes. An input is read from the object (one
+copy, into the bytes the request plane carries), an output is written into it and its
+`raw_output_contents` entry is left empty, as Triton does.
+
+A key is what `shm_open` sees, never a path: Triton passes it to glibc's `shm_open`, which skips
+the leading slashes, refuses a name with any other `/` (EINVAL) and opens `/dev/shm/<name>` with
+O_NOFOLLOW. The door does the same by hand (`object_name`, `open_object`): one name under the
+`/dev/shm` directory's descriptor, no `.`/`..`, no NUL, at most NAME_MAX bytes, no symlink, and
+only a regular file on `/dev/shm`'s own file system (our isolated instances' segment folders are
+directories there, so no key reaches them). Anything else is Triton's INTERNAL "Unable to open
+shared memory region". Keys that Triton ≥ 2.61 refuses before opening (`ValidateSharedMemoryKey`
+in its src/common.cc: only slashes, or its python backend's reserved prefix) get its
+INVALID_ARG texts; the 2.5x oracle still opened those.
+
+The object's size may change after registration (a client may truncate it). Triton maps the
+region and a truncated object then kills it with SIGBUS [V: the oracle dies on the next input
+read]. The door maps nothing: it keeps the object's descriptor and copies with `pread`/`pwrite`,
+so a region past the object's current end is Triton's INVALID_ARG "Invalid offset + byte size"
+and never a signal.
 
 Regions belong to the door process (as to a tritonserver process): with `--role frontend` the
-client must share a host with the frontend, not with the workers. Texts and codes are Triton
-2.51's [V]. CUDA shared memory is not supported (no GPU path): registering answers UNIMPLEMENTED.
+client must share a host with the frontend, not with the workers. They are used from the door's
+event loop only (both wires run there), so a descriptor is never closed under a running copy.
+Texts and codes are Triton 2.51's [V] unless said otherwise. CUDA shared memory is not
+supported (no GPU path): registering answers UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -17,6 +35,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import stat
 from dataclasses import dataclass
 
 from model_repository_loader.pb_utils.errors import ErrorCode
@@ -28,6 +47,27 @@ BYTE_SIZE = "shared_memory_byte_size"
 OFFSET = "shared_memory_offset"
 PARAMETERS = frozenset({REGION, BYTE_SIZE, OFFSET})
 
+SHM_DIRECTORY = "/dev/shm"
+# Triton's kTritonSharedMemoryRegionPrefix (src/common.h, refused since 2.60): its python
+# backend's own regions, which a client must not map.
+RESERVED_PREFIX = "triton_python_backend_shm_region_"
+NAME_MAX = 255  # Linux's, in bytes: a longer name is ENAMETOOLONG for shm_open too
+# O_NONBLOCK: a FIFO put there between the type check and the open must not hold the loop.
+_OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+@dataclass
+class SharedObject:
+    """One open shared memory object, shared by the regions on it.
+
+    One descriptor per object, not per region: the same object under many keys ("/a", "//a",
+    ...) must not cost a descriptor each, or registrations alone could use up the process's.
+    """
+
+    fd: int
+    identity: tuple[int, int]  # (st_dev, st_ino)
+    regions: int = 0
+
 
 @dataclass
 class Region:
@@ -35,20 +75,83 @@ class Region:
     key: str
     offset: int
     byte_size: int
-    mapping: mmap.mmap
+    object: SharedObject  # kept open for the region's life (pread/pwrite, fstat)
 
 
-def _path(key: str) -> str:
-    return os.path.join("/dev/shm", key.lstrip("/"))
+def validate_key(name: str, key: str) -> None:
+    """Triton's ValidateSharedMemoryKey (src/common.cc, Triton ≥ 2.61): the checks made before
+    the object is opened."""
+    stripped = key.lstrip("/")
+    if not stripped:
+        raise DoorError(
+            ErrorCode.INVALID_ARG,
+            f"cannot register shared memory region '{name}' - invalid shm key '{key}'",
+        )
+    if stripped.startswith(RESERVED_PREFIX):
+        raise DoorError(
+            ErrorCode.INVALID_ARG,
+            f"cannot register shared memory region '{name}' with key '{key}' as the key "
+            f"contains the reserved prefix '{RESERVED_PREFIX}'",
+        )
+
+
+def object_name(key: str) -> bytes | None:
+    """The name `shm_open(key)` opens in /dev/shm, or None where it refuses the key."""
+    try:
+        name = key.lstrip("/").encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (JSON's "\ud800") names no file
+        return None
+    if not name or b"/" in name or b"\0" in name or name in (b".", b".."):
+        return None
+    if len(name) > NAME_MAX:
+        return None
+    return name
+
+
+def _unable_to_open(key: str) -> DoorError:
+    return DoorError(ErrorCode.INTERNAL, f"Unable to open shared memory region: '{key}'")
+
+
+def open_object(key: str, directory: str = SHM_DIRECTORY) -> int:
+    """A read-write descriptor of the shared memory object `key` names, as shm_open opens it:
+    one entry of `directory`, never through a symlink, and only a regular file of
+    `directory`'s own file system."""
+    name = object_name(key)
+    if name is None:
+        raise _unable_to_open(key)
+    try:
+        directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        raise _unable_to_open(key) from None
+    try:
+        # Nothing but a regular file is opened at all (opening a device can act); the fstat
+        # below checks the file actually opened.
+        if not stat.S_ISREG(os.stat(name, dir_fd=directory_fd, follow_symlinks=False).st_mode):
+            raise _unable_to_open(key)
+        fd = os.open(name, _OPEN_FLAGS, dir_fd=directory_fd)
+    except OSError:
+        raise _unable_to_open(key) from None
+    else:
+        found = os.fstat(fd)
+        # A file mounted there from another file system is no shared memory object.
+        if not stat.S_ISREG(found.st_mode) or found.st_dev != os.fstat(directory_fd).st_dev:
+            os.close(fd)
+            raise _unable_to_open(key)
+        return fd
+    finally:
+        os.close(directory_fd)
 
 
 class SharedMemory:
     """The system shared memory regions registered with this door."""
 
-    def __init__(self) -> None:
+    def __init__(self, directory: str = SHM_DIRECTORY) -> None:
         self.regions: dict[str, Region] = {}
+        self.directory = directory
+        self._objects: dict[tuple[int, int], SharedObject] = {}
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        validate_key(name, key)  # before the name's check, as Triton ≥ 2.61 orders them
         if name in self.regions:
             raise DoorError(
                 ErrorCode.ALREADY_EXISTS, f"shared memory region '{name}' already in manager"
@@ -56,39 +159,42 @@ class SharedMemory:
         if any(region.key == key for region in self.regions.values()):
             # Triton maps an object once: a second region on the same key is refused [V].
             raise DoorError(ErrorCode.INTERNAL, f"Invalid shared memory region: '{key}'")
-        try:
-            fd = os.open(_path(key), os.O_RDWR)
-        except OSError:
-            raise DoorError(
-                ErrorCode.INTERNAL, f"Unable to open shared memory region: '{key}'"
-            ) from None
+        fd = open_object(key, self.directory)
         failed = f"failed to register shared memory region '{name}': "
         try:
-            # Triton's checks [V]: the region lies within the object, and, as Triton maps the
-            # region itself, its offset is a multiple of the page size (EINVAL otherwise).
-            if offset + byte_size > os.fstat(fd).st_size:
+            found = os.fstat(fd)
+            # Triton's checks [V]: the region lies within the object; then its mmap refuses
+            # (EINVAL) an offset that is no multiple of the page size, and an empty region.
+            if offset + byte_size > found.st_size:
                 raise DoorError(ErrorCode.INVALID_ARG, failed + "invalid args")
-            if offset % mmap.ALLOCATIONGRANULARITY:
+            if offset % mmap.ALLOCATIONGRANULARITY or byte_size == 0:
                 raise DoorError(
                     ErrorCode.INVALID_ARG,
                     failed + "unable to process address space" + os.strerror(errno.EINVAL),
                 )
-            mapping = mmap.mmap(fd, offset + byte_size)
-        except (OSError, ValueError) as exc:
-            raise DoorError(
-                ErrorCode.INTERNAL, f"unable to process address space for region '{key}': {exc}"
-            ) from None
-        finally:
+        except BaseException:
             os.close(fd)
-        self.regions[name] = Region(name, key, offset, byte_size, mapping)
+            raise
+        identity = (found.st_dev, found.st_ino)
+        shared = self._objects.get(identity)
+        if shared is None:
+            shared = self._objects[identity] = SharedObject(fd, identity)
+        else:
+            os.close(fd)
+        shared.regions += 1
+        self.regions[name] = Region(name, key, offset, byte_size, shared)
 
     def unregister(self, name: str) -> None:
         """`name` empty: every region. An unknown name is no error (Triton's answer)."""
         names = list(self.regions) if not name else [name]
         for each in names:
             region = self.regions.pop(each, None)
-            if region is not None:
-                region.mapping.close()
+            if region is None:
+                continue
+            region.object.regions -= 1
+            if not region.object.regions:
+                del self._objects[region.object.identity]
+                os.close(region.object.fd)
 
     def status(self, name: str) -> list[Region]:
         if not name:
@@ -105,15 +211,27 @@ class SharedMemory:
         if region is None:
             raise DoorError(ErrorCode.NOT_FOUND, f"Unable to find shared memory region: '{name}'")
         if offset < 0 or size < 0 or offset + size > region.byte_size:
-            raise DoorError(
-                ErrorCode.INVALID_ARG,
-                f"Invalid offset + byte size for shared memory region: '{name}'",
-            )
+            raise _past_end(name)
         return region, region.offset + offset
 
     def read(self, name: str, offset: int, size: int) -> bytes:
+        """`size` bytes at `offset` in the region, as the object holds them now.
+
+        pread, not a mapping: a client may truncate its object at any time, and a read past its
+        end is then a short read here (an error), where a mapping's would be SIGBUS.
+        """
         region, start = self._span(name, offset, size)
-        return region.mapping[start : start + size]
+        data = os.pread(region.object.fd, size, start)
+        if len(data) == size:
+            return data
+        # Short: the object ends inside the span, or one call stopped at Linux's 2 GiB cap.
+        buffer = bytearray(data)
+        while len(buffer) < size:
+            more = os.pread(region.object.fd, size - len(buffer), start + len(buffer))
+            if not more:
+                raise _past_end(name)
+            buffer += more
+        return bytes(buffer)
 
     def write(
         self, name: str, offset: int, size: int, output: str, data: bytes | bytearray
@@ -125,10 +243,25 @@ class SharedMemory:
                 f"shared memory size specified with the request for output '{output}' "
                 f"({size} bytes) should be at least {len(data)} bytes to hold the results",
             )
-        region.mapping[start : start + len(data)] = data
+        # The object's current size, not the registered one: it may have been truncated. A
+        # truncation between this check and the pwrite cannot crash either: pwrite then grows
+        # the client's object back (sparse, at most to the region's registered end).
+        if start + len(data) > os.fstat(region.object.fd).st_size:
+            raise _past_end(name)
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(region.object.fd, view, start)
+            view = view[written:]
+            start += written
 
     def close(self) -> None:
         self.unregister("")
+
+
+def _past_end(name: str) -> DoorError:
+    return DoorError(
+        ErrorCode.INVALID_ARG, f"Invalid offset + byte size for shared memory region: '{name}'"
+    )
 
 
 def placement(parameters: object) -> tuple[str, int, int] | None:

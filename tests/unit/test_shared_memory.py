@@ -1,0 +1,224 @@
+"""System shared memory keys and regions (bridge/frontends/triton/shm.py), on the real /dev/shm.
+
+A key is a `shm_open` name, never a path (issue 22, finding 1): traversal, a symlink, an inner
+`/`, a directory are refused with Triton's INTERNAL "Unable to open shared memory region", and
+the file named is untouched. A region on an object its client truncated after registration is
+an INVALID_ARG, never SIGBUS (finding 8). Texts are Triton's: 2.51's [V] for what its
+shm_open refuses, src/common.cc `ValidateSharedMemoryKey` (≥ 2.61) for the all-slash key and
+the reserved prefix.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bridge.frontends.triton.shm import RESERVED_PREFIX, SharedMemory
+from bridge.frontends.triton.status import DoorError
+from model_repository_loader.pb_utils.errors import ErrorCode
+
+SHM = Path("/dev/shm")
+SECRET = b"root-only secret, 32 bytes long!" * 4  # 128 bytes
+
+pytestmark = pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm on this host")
+
+
+@pytest.fixture
+def memory() -> Iterator[SharedMemory]:
+    memory = SharedMemory()
+    yield memory
+    memory.close()
+
+
+@pytest.fixture
+def made() -> Iterator[list[Path]]:
+    """Paths under /dev/shm a test made, removed afterwards."""
+    paths: list[Path] = []
+    yield paths
+    for path in reversed(paths):
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        else:
+            path.unlink(missing_ok=True)
+
+
+def new_object(made: list[Path], size: int = 8192, name: str = "") -> str:
+    """A /dev/shm object of `size` zero bytes; its key (with the leading slash)."""
+    path = SHM / (name or f"bridge_test_shm_{uuid.uuid4().hex}")
+    path.write_bytes(bytes(size))
+    made.append(path)
+    return "/" + path.name
+
+
+def refusal(memory: SharedMemory, key: str, name: str = "r") -> tuple[ErrorCode, str]:
+    with pytest.raises(DoorError) as caught:
+        memory.register(name, key, 0, 64)
+    assert memory.regions == {}
+    return caught.value.code, caught.value.message
+
+
+def unable_to_open(key: str) -> tuple[ErrorCode, str]:
+    return ErrorCode.INTERNAL, f"Unable to open shared memory region: '{key}'"
+
+
+# -- keys ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("leading", ["", "/"])
+def test_a_traversal_key_opens_no_file_outside_dev_shm(memory, tmp_path, leading):
+    secret = tmp_path / "secret"
+    secret.write_bytes(SECRET)
+    key = leading + os.path.relpath(secret, SHM)  # ../../tmp/.../secret
+    assert key.lstrip("/").startswith("../")
+    assert refusal(memory, key) == unable_to_open(key)
+    assert secret.read_bytes() == SECRET
+
+
+def test_a_symlink_in_dev_shm_is_not_followed(memory, tmp_path, made):
+    secret = tmp_path / "secret"
+    secret.write_bytes(SECRET)
+    link = SHM / f"bridge_test_link_{uuid.uuid4().hex}"
+    link.symlink_to(secret)
+    made.append(link)
+    assert refusal(memory, "/" + link.name) == unable_to_open("/" + link.name)
+    assert secret.read_bytes() == SECRET
+
+
+def test_a_key_with_an_inner_slash_is_refused(memory, made):
+    folder = SHM / f"bridge_test_dir_{uuid.uuid4().hex}"
+    folder.mkdir()
+    made.append(folder)
+    (folder / "object").write_bytes(bytes(64))
+    made.append(folder / "object")
+    for key in (f"/{folder.name}/object", f"{folder.name}/object", f"/{folder.name}/"):
+        assert refusal(memory, key) == unable_to_open(key)
+    # A folder is no object either (our isolated instances keep their segments in folders).
+    assert refusal(memory, "/" + folder.name) == unable_to_open("/" + folder.name)
+
+
+@pytest.mark.parametrize(
+    "key", [".", "..", "/..", "/.", "/a\0b", "/" + "a" * 256, "/\ud800", "a/", "x/../y"]
+)
+def test_what_shm_open_refuses_is_unable_to_open(memory, key):
+    assert refusal(memory, key) == unable_to_open(key)
+
+
+def test_a_fifo_is_no_object(memory, made):
+    fifo = SHM / f"bridge_test_fifo_{uuid.uuid4().hex}"
+    os.mkfifo(fifo)
+    made.append(fifo)
+    assert refusal(memory, "/" + fifo.name) == unable_to_open("/" + fifo.name)
+
+
+@pytest.mark.parametrize("key", ["", "/", "///"])
+def test_a_key_of_slashes_alone_is_triton_s_invalid_key(memory, key):
+    assert refusal(memory, key, "mine") == (
+        ErrorCode.INVALID_ARG,
+        f"cannot register shared memory region 'mine' - invalid shm key '{key}'",
+    )
+
+
+@pytest.mark.parametrize("slashes", ["", "/", "///"])
+def test_triton_s_reserved_prefix_is_refused_even_when_the_object_exists(memory, made, slashes):
+    key = slashes + new_object(made, 64, f"{RESERVED_PREFIX}{uuid.uuid4().hex}").lstrip("/")
+    assert refusal(memory, key, "mine") == (
+        ErrorCode.INVALID_ARG,
+        f"cannot register shared memory region 'mine' with key '{key}' as the key contains the "
+        "reserved prefix 'triton_python_backend_shm_region_'",
+    )
+
+
+def test_a_bad_key_is_refused_before_a_taken_name(memory, made):
+    memory.register("mine", new_object(made), 0, 64)
+    with pytest.raises(DoorError) as caught:
+        memory.register("mine", "/", 0, 64)
+    assert caught.value.code == ErrorCode.INVALID_ARG  # Triton ≥ 2.61 validates the key first
+
+
+def test_leading_slashes_are_skipped_as_shm_open_skips_them(memory, made):
+    key = new_object(made)
+    memory.register("one", key, 0, 64)
+    memory.register("two", "//" + key.lstrip("/"), 4096, 64)
+    memory.register("three", key.lstrip("/"), 0, 8)
+    assert sorted(memory.regions) == ["one", "three", "two"]
+
+
+def test_a_missing_object_and_a_region_past_its_end(memory, made):
+    missing = f"/bridge_test_missing_{uuid.uuid4().hex}"
+    assert refusal(memory, missing) == unable_to_open(missing)
+    key = new_object(made, 64)
+    with pytest.raises(DoorError) as caught:
+        memory.register("big", key, 0, 65)
+    assert (caught.value.code, caught.value.message) == (
+        ErrorCode.INVALID_ARG,
+        "failed to register shared memory region 'big': invalid args",
+    )
+    with pytest.raises(DoorError) as caught:
+        memory.register("empty", key, 0, 0)
+    assert (caught.value.code, caught.value.message) == (
+        ErrorCode.INVALID_ARG,
+        "failed to register shared memory region 'empty': unable to process address space"
+        "Invalid argument",
+    )
+
+
+# -- regions ---------------------------------------------------------------------------------------
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_one_descriptor_per_object_whatever_its_keys(memory, made):
+    key = new_object(made)
+    before = open_descriptors()
+    for n in range(1, 6):
+        memory.register(f"r{n}", "/" * n + key.lstrip("/"), 0, 64)
+    assert open_descriptors() == before + 1
+    memory.unregister("r1")
+    memory.write("r2", 0, 4, "OUT", b"abcd")
+    assert memory.read("r5", 0, 4) == b"abcd"
+    memory.unregister("")
+    assert open_descriptors() == before
+
+
+def test_read_and_write_go_to_the_object(memory, made):
+    key = new_object(made)
+    memory.register("r", key, 4096, 4096)
+    memory.write("r", 8, 16, "OUT", b"0123456789abcdef")
+    assert (SHM / key[1:]).read_bytes()[4096 + 8 : 4096 + 24] == b"0123456789abcdef"
+    assert memory.read("r", 8, 16) == b"0123456789abcdef"
+    with pytest.raises(DoorError, match="Invalid offset \\+ byte size for shared memory region"):
+        memory.read("r", 4090, 16)
+
+
+@pytest.mark.parametrize("size", [0, 4096, 4100])
+def test_a_truncated_object_is_an_error_not_sigbus(memory, made, size):
+    """Region 4096..8192 of an object then cut to `size` bytes; on the old code (a mapping)
+    this test dies with SIGBUS."""
+    key = new_object(made)
+    path = SHM / key[1:]
+    memory.register("r", key, 4096, 4096)
+    os.truncate(path, size)
+    past_end = "Invalid offset \\+ byte size for shared memory region: 'r'"
+    with pytest.raises(DoorError, match=past_end) as caught:
+        memory.read("r", 0, 16)
+    assert caught.value.code == ErrorCode.INVALID_ARG
+    with pytest.raises(DoorError, match=past_end):
+        memory.write("r", 0, 16, "OUT", bytes(16))
+    assert path.stat().st_size == size  # a refused write does not grow the object
+    os.truncate(path, 8192)  # the client gives the bytes back: the region works again
+    memory.write("r", 0, 4, "OUT", b"back")
+    assert memory.read("r", 0, 4) == b"back"
+
+
+def test_an_object_unlinked_after_registration_stays_readable(memory, made):
+    key = new_object(made)
+    memory.register("r", key, 0, 64)
+    memory.write("r", 0, 2, "OUT", b"ok")
+    (SHM / key[1:]).unlink()
+    assert memory.read("r", 0, 2) == b"ok"  # as Triton's mapping outlives the name
