@@ -111,6 +111,8 @@ class Pending:
         "_cancelled",
         "_cancel_callbacks",
         "open_table",
+        "_executing",
+        "_outcome",
     )
 
     def __init__(
@@ -132,6 +134,10 @@ class Pending:
         self.arrival_ns = time.monotonic_ns()
         self.queued = False
         self._answered = False
+        # While its `execute` runs, a final response's outcome waits here to be counted when
+        # the call ends (`executed`), so that the request's duration covers its execution.
+        self._executing = False
+        self._outcome: str | None = None
         self.request = build_request(self)
 
     @property
@@ -195,27 +201,51 @@ class Pending:
                 return False
             self._closed = final
             first, self._answered = not self._answered, True
+            deferred = final and self._executing
             if final:
                 # Nothing is left to cancel; this also breaks the cycle a scheduler's cancel
                 # callback makes back to this request.
                 self._cancel_callbacks = None
+                if deferred:
+                    self._outcome = failure or ""
         if final and self.open_table is not None:
             self.open_table.pop(id(self), None)
         if first and self.stats is not None:
             self.stats.record_first_response(time.monotonic_ns() - self.arrival_ns)
         if final and self.stats is not None:
             self.left_queue()
-            self.stats.record_request(
-                failure is None,
-                self.batch_size,
-                time.monotonic_ns() - self.arrival_ns,
-                failure or "BACKEND",
-            )
+            if not deferred:
+                self._record(failure)
         try:
             self._respond(self._finish(response), final)
         except BaseException as exc:  # the caller's callback must not stop the instance
             self._respond_failed(exc, final)
         return True
+
+    def executing(self) -> None:
+        """Its `execute` call starts: a final response sent during it is counted at its end."""
+        self._executing = True
+
+    def executed(self) -> None:
+        """Its `execute` call ended: count the outcome of a final response sent during it.
+
+        Triton's request duration ends when the backend releases the request, after `execute`
+        returned, so it covers queue + compute input + infer + output [V on 2.51].
+        """
+        with self._lock:
+            self._executing = False
+            outcome, self._outcome = self._outcome, None
+        if outcome is not None and self.stats is not None:
+            self._record(outcome or None)
+
+    def _record(self, failure: str | None) -> None:
+        assert self.stats is not None
+        self.stats.record_request(
+            failure is None,
+            self.batch_size,
+            time.monotonic_ns() - self.arrival_ns,
+            failure or "BACKEND",
+        )
 
     def _respond_failed(self, exc: BaseException, was_final: bool) -> None:
         with self._lock:
@@ -263,6 +293,23 @@ def answer_failure(respond: Respond, exc: BaseException) -> None:
         log.warning("the error could not be answered either: %r", again)
 
 
+# The span of the last `execute` call made on this thread (see `take_compute_span`).
+_compute = threading.local()
+
+
+def take_compute_span() -> tuple[int, int] | None:
+    """(start, end) in monotonic ns of the model's last `execute` call on this thread, once.
+
+    A scheduler reads it after running a batch to split the call's time as Triton does:
+    compute input (up to `execute`), compute infer (`execute` itself), compute output (routing
+    what it returned). None where `execute` did not run on this thread (an isolated instance,
+    a batch dropped before it) or raised.
+    """
+    span = getattr(_compute, "span", None)
+    _compute.span = None
+    return span
+
+
 def run_execute(instance: ModelInstance, batch: list[Pending], decoupled: bool) -> None:
     """Run `execute` for one batch on the instance thread and route what comes back.
 
@@ -304,7 +351,10 @@ def _execute(instance: ModelInstance, batch: list[Pending], decoupled: bool) -> 
         return
     try:
         with pb_utils.context.phase("execute"):
-            result = execute([p.request for p in batch])
+            requests = [p.request for p in batch]
+            started = time.monotonic_ns()
+            result = execute(requests)
+            _compute.span = (started, time.monotonic_ns())
             if type(result) is not list and inspect.iscoroutine(result):
                 # Submitted inside the phase: the coroutine's task copies this context.
                 instance.run_coroutine(

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..execution import Pending
+from ..execution import Pending, take_compute_span
 from ..instance import Instance
 from .stats import ModelStats
 
@@ -81,6 +81,18 @@ def run_recorded(
 
     The default scheduler calls this directly with its one request, skipping `Entry`s.
     """
-    run_batch(instance, executed)
-    infer_ns = time.monotonic_ns() - start_ns
-    stats.record_execution(batch_size, requests, queue_ns, 0, infer_ns, 0)
+    for pending in executed:
+        pending.executing()
+    take_compute_span()  # nothing left over from an earlier call on this thread
+    try:
+        run_batch(instance, executed)
+    finally:
+        end_ns = time.monotonic_ns()
+        span = take_compute_span()
+        if span is not None and start_ns <= span[0] <= span[1] <= end_ns:
+            input_ns, infer_ns, output_ns = span[0] - start_ns, span[1] - span[0], end_ns - span[1]
+        else:
+            input_ns, infer_ns, output_ns = 0, end_ns - start_ns, 0
+        stats.record_execution(batch_size, requests, queue_ns, input_ns, infer_ns, output_ns)
+        for pending in executed:
+            pending.executed()
