@@ -53,7 +53,9 @@ def _shape(client: grpcclient.InferenceServerClient) -> dict[str, object]:
 def test_a_request_is_its_parts(oracle_server, shared_bridge_server) -> None:
     # Extra flags that change nothing but make these servers the module's own (fresh counts).
     oracle = oracle_server(REPO, "--exit-on-error=false", "--log-info=true", wait_for="live")
-    bridge = shared_bridge_server(REPO, "--frontend", "triton", "--log-format", "default", "--log-verbose", "0")
+    bridge = shared_bridge_server(
+        REPO, "--frontend", "triton", "--log-format", "default", "--log-verbose", "0"
+    )
     triton, ours = (_shape(server.client()) for server in (oracle, bridge))
     assert triton == {
         "counts": dict.fromkeys(PARTS, REQUESTS),
