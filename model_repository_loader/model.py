@@ -35,6 +35,7 @@ from .isolation import IsolatedInstance
 from .isolation.kind import runs_in_process
 from .scheduling import ModelStats, Scheduler, build_scheduler
 from .validation import RequestError, RequestValidator, unknown_model_error
+from .warmup import warm_up, warmup_samples
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +128,13 @@ class ModelVersion:
         """
         loaded: list[Instance] = []
         try:
+            samples = warmup_samples(self.config, self.model_file.parent.parent)
             for instance in self.instances:
                 instance.load()
                 loaded.append(instance)
+                # Each instance warms up before the next one starts, and all before the
+                # version is READY [S]: a reload swaps to a generation that is already warm.
+                warm_up(self, instance, samples)
         except Exception as exc:
             for instance in self.instances:
                 try:
