@@ -31,7 +31,7 @@ from .errors import ModelLoadError
 from .execution import Pending
 from .inference import InferRequest, ParameterValue, Respond, answer_of
 from .instance import Instance, InstanceSpec, ModelInstance
-from .isolation import IsolatedInstance
+from .isolation import IsolatedInstance, environments
 from .isolation.kind import runs_in_process
 from .scheduling import ModelStats, Scheduler, build_scheduler
 from .validation import RequestError, RequestValidator, unknown_model_error
@@ -90,9 +90,14 @@ class ModelVersion:
         self._batching = config.max_batch_size > 0
         # Told when an isolated instance dies or comes back (see `ready`).
         self.on_readiness_change: Callable[[], None] | None = None
+        # A model with its own Python environment runs every instance in a process of that
+        # environment's interpreter (isolation/environments.py); unpacked and checked here.
+        environment = _execution_environment(config, model_file.parent.parent)
         self.instances: list[Instance] = [
-            IsolatedInstance(spec, self._instance_health_changed, services=services)
-            if isolated
+            IsolatedInstance(
+                spec, self._instance_health_changed, services=services, environment=environment
+            )
+            if isolated or environment is not None
             else ModelInstance(spec, services)
             for spec, isolated in _instance_specs(
                 name, version, config, config_json, model_file, instance_kind
@@ -491,6 +496,14 @@ _KIND_NAMES = {
     mc.ModelInstanceGroup.KIND_GPU: "GPU",
     mc.ModelInstanceGroup.KIND_MODEL: "MODEL",
 }
+
+
+def _execution_environment(
+    config: mc.ModelConfig, model_dir: Path
+) -> environments.ExecutionEnvironment | None:
+    parameters = {key: value.string_value for key, value in config.parameters.items()}
+    path = environments.environment_parameter(parameters, model_dir)
+    return environments.prepare(path) if path is not None else None
 
 
 def _instance_specs(

@@ -61,6 +61,7 @@ from ..execution import Pending
 from ..instance import InstanceSpec
 from ..pb_utils.metrics import LinkedMetrics, registry_of
 from .bls_calls import BlsCalls
+from .environments import ExecutionEnvironment
 from .messages import (
     Bls,
     BlsCancel,
@@ -150,13 +151,17 @@ class IsolatedInstance:
         restart_backoff: float = RESTART_BACKOFF_S,
         restart_backoff_cap: float = RESTART_BACKOFF_CAP_S,
         services: pb_utils.ModelServices | None = None,
+        environment: ExecutionEnvironment | None = None,
     ) -> None:
         """`initialize_timeout` None: the model's config parameter, else INITIALIZE_TIMEOUT_S.
 
         `services`: what the model reaches through pb_utils (its repository's BLS executor and
         metrics registry), here in the server process, where the process's calls arrive.
+        `environment`: the model's own Python environment (EXECUTION_ENV_PATH), whose
+        interpreter runs the process; None: this interpreter.
         """
         self.spec = spec
+        self.environment = environment
         self.services = services
         self.name = spec.instance_name
         self.on_health_change = on_health_change
@@ -254,16 +259,17 @@ class IsolatedInstance:
                     raise ModelLoadError(f"Internal: instance '{self.name}' is being stopped")
                 folder = SegmentFolder.create(f"{self.spec.model_name}-{self.name}")
                 parent_end, child_end = socket.socketpair()
+                environment = self.environment
                 process = subprocess.Popen(
                     [
-                        sys.executable,
+                        str(environment.python) if environment else sys.executable,
                         "-m",
                         "model_repository_loader.isolation.child",
                         str(child_end.fileno()),
                         str(folder.path),
                     ],
                     pass_fds=[child_end.fileno()],
-                    env=_child_environment(),
+                    env=_child_environment(environment),
                 )
                 channel = Channel(Connection(parent_end.detach()))
                 child = Child(process, channel, folder)
@@ -642,9 +648,11 @@ def _deadline(timeout: float | None) -> float | None:
     return None if timeout is None else time.monotonic() + timeout
 
 
-def _child_environment() -> dict[str, str]:
+def _child_environment(environment: ExecutionEnvironment | None = None) -> dict[str, str]:
     # The child imports this package by name: make sure it finds the same copy we run.
     env = dict(os.environ)
+    if environment is not None:
+        return environment.process_environment(env)
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     return env
