@@ -5,6 +5,12 @@ As tritonserver: `--grpc-address` is honoured (127.0.0.1 unless told otherwise),
 certificates required with `--grpc-use-ssl-mutual`, and messages of up to INT32_MAX bytes both
 ways (Triton's MAX_GRPC_MESSAGE_SIZE; gRPC's default would cap requests at 4 MiB).
 
+At most `--grpc-max-connections` connections at once (gRPC core's
+`grpc.max_allowed_incoming_connections`: it closes the ones beyond), so that idle connections
+cannot take every file descriptor of the process from the other listeners (issue 22: 20,000 of
+them stopped gRPC, HTTP, metrics and the request plane). tritonserver has no such flag; 1024 is
+far more than clients need (one HTTP/2 connection carries all of a client's calls).
+
 The method table is built from the service descriptor in tritonclient's generated module, with
 one change: a request that is not a valid protobuf deserializes to a marker, so the RPC answers
 Triton's INTERNAL "Unable to parse request" (and a stream carries it in-band and goes on)
@@ -32,6 +38,7 @@ log = logging.getLogger("dynamo_bridge")
 
 SERVICE = "inference.GRPCInferenceService"
 MAX_MESSAGE_SIZE = 2**31 - 1  # Triton's MAX_GRPC_MESSAGE_SIZE (INT32_MAX), both directions
+MAX_CONNECTIONS = 1024  # --grpc-max-connections
 LAST_ANSWERS_S = 0.5  # at the end of a shutdown: for answers already on their way out
 
 
@@ -47,6 +54,7 @@ class DoorOptions:
     root_cert: Path | None = None
     # `--grpc-restricted-protocol`: {protocol group: header its calls must carry}
     restricted: dict[str, Restriction] = field(default_factory=dict)
+    max_connections: int = MAX_CONNECTIONS  # `--grpc-max-connections`
 
 
 class DoorConfigError(ValueError):
@@ -123,6 +131,7 @@ class GrpcServer:
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
                 ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
+                ("grpc.max_allowed_incoming_connections", self.options.max_connections),
             ],
         )
         server.add_generic_rpc_handlers((_handlers(self._servicer),))
