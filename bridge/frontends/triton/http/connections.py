@@ -48,6 +48,10 @@ BODY_TIMEOUT_S = 120.0
 KEEP_ALIVE_TIMEOUT_S = 75.0
 MAX_CONNECTIONS = 1024
 CAP_WARNING_EVERY_S = 10.0  # one log line per listener per this long while at the cap
+# After a 408: the connection's sending side is closed first and what the client still sends
+# is read and dropped for this long, then it closes. Closing at once with bytes unread makes
+# the kernel reset the connection, and the client may lose the 408 (nginx's lingering close).
+LINGER_S = 1.0
 
 _TIMEOUT_408 = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
@@ -92,6 +96,7 @@ class LimitedProtocol(HttpToolsProtocol):
     _head_timer: TimerHandle | None = None
     _body_timer: TimerHandle | None = None
     _request_begun = False  # bytes of a request arrived since the head timer was armed
+    _lingering = False  # answered 408: reading and dropping until LINGER_S has passed
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if len(self.server_state.connections) >= self.limits.max_connections:
@@ -110,7 +115,7 @@ class LimitedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._refused:
+        if self._refused or self._lingering:
             return
         if self._head_timer is None and self._body_timer is None:
             self._arm_head(begun=True)  # the first byte of the next request
@@ -171,11 +176,19 @@ class LimitedProtocol(HttpToolsProtocol):
         self._close(answer=answer)
 
     def _close(self, answer: bool) -> None:
-        if self.transport.is_closing():
+        transport = self.transport
+        if transport.is_closing() or self._lingering:
             return
-        if answer:
-            self.transport.write(_TIMEOUT_408)
-        self.transport.close()
+        if not answer:
+            transport.close()
+            return
+        transport.write(_TIMEOUT_408)
+        if not transport.can_write_eof():  # TLS
+            transport.close()
+            return
+        self._lingering = True
+        transport.write_eof()
+        self.loop.call_later(LINGER_S, transport.close)
 
     def _warn_full(self, transport: asyncio.Transport) -> None:
         now = time.monotonic()
