@@ -6,10 +6,10 @@
   its connection for ever).
 - A POST body that stops arriving on `/v2/models/<m>/infer` is answered 408 and closed within
   the body deadline (before, only load/unload had one).
-- Connection caps: past `--http-max-connections` a new HTTP connection is answered 503 and
-  closed while gRPC, the metrics and control ports still answer, and HTTP answers again once
-  connections close; past `--grpc-max-connections` gRPC closes new connections while HTTP
-  still answers.
+- Connection caps: past `--http-max-connections` a new HTTP connection makes room by closing
+  one idle between requests, or, when none is idle, is answered 503 and closed while gRPC, the
+  metrics and control ports still answer, and HTTP answers again once connections close;
+  past `--grpc-max-connections` gRPC closes new connections while HTTP still answers.
 - The metrics port passes only `GET /health` and `GET /live` through to Dynamo's frontend
   (and serves `/metrics`): its other routes are 404, other methods 405.
 - Where the process listens: with the triton door nothing is on 0.0.0.0; with Dynamo's door
@@ -45,23 +45,40 @@ DRIP_BOUND_S = 15.0
 HEAD = b"GET /v2/health/live HTTP/1.1\r\nHost: localhost\r\nX-Padding: " + b"a" * 64
 
 
-@pytest.fixture(scope="module")
-def door(tmp_path_factory: pytest.TempPathFactory):
-    """The triton door with small deadlines and caps, and a control port."""
+def _door(log_dir: Path, *flags: str):
+    """The triton door with a control port, and `flags`."""
     control_port = free_port()
     server = BridgeServer(
         SERVING,
         "--frontend=triton",
         f"--control-port={control_port}",
-        f"--http-header-timeout-secs={HEAD_S}",
-        f"--http-body-timeout-secs={BODY_S}",
-        f"--http-max-connections={HTTP_CAP}",
-        f"--grpc-max-connections={GRPC_CAP}",
-        log_path=tmp_path_factory.mktemp("door") / "bridge.log",
+        *flags,
+        log_path=log_dir / "bridge.log",
     )
     with server:
         server.control_port = control_port  # type: ignore[attr-defined]
         yield server
+
+
+@pytest.fixture(scope="module")
+def door(tmp_path_factory: pytest.TempPathFactory):
+    """Small deadlines."""
+    yield from _door(
+        tmp_path_factory.mktemp("door"),
+        f"--http-header-timeout-secs={HEAD_S}",
+        f"--http-body-timeout-secs={BODY_S}",
+    )
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory: pytest.TempPathFactory):
+    """Small caps, and deadlines long enough for the connections a test holds."""
+    yield from _door(
+        tmp_path_factory.mktemp("capped"),
+        "--http-header-timeout-secs=60",
+        f"--http-max-connections={HTTP_CAP}",
+        f"--grpc-max-connections={GRPC_CAP}",
+    )
 
 
 def _connect(port: int) -> socket.socket:
@@ -157,46 +174,70 @@ def _idle_http_connections(port: int, count: int) -> list[socket.socket]:
     return held
 
 
-def test_past_the_http_cap_new_connections_get_503_and_the_rest_serves(door) -> None:
-    held = _idle_http_connections(door.http_port, HTTP_CAP)
+def _busy_http_connections(port: int, count: int) -> list[socket.socket]:
+    """`count` connections inside a request head (the server accepts them in this order)."""
+    held = []
+    for _ in range(count):
+        sock = _connect(port)
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: localhost\r\n")
+        held.append(sock)
+    return held
+
+
+def _http_served(server: BridgeServer) -> bool:
+    try:
+        with httpx.Client(base_url=f"http://{server.http_url}", timeout=10) as client:
+            return client.get("/v2/health/ready").status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_past_the_http_cap_new_connections_get_503_and_the_rest_serves(capped) -> None:
+    wait_until(lambda: _http_served(capped), "HTTP to answer")
+    held = _busy_http_connections(capped.http_port, HTTP_CAP)
     try:
         for _ in range(3):
-            with _connect(door.http_port) as extra:
+            with _connect(capped.http_port) as extra:
                 answer = _closed_within(extra, 10.0)
                 assert answer is not None and answer.startswith(b"HTTP/1.1 503"), answer
         # The other listeners are not starved.
-        result = door.client().infer("echo", [fp32_input([5.0, 6.0])])
+        result = capped.client().infer("echo", [fp32_input([5.0, 6.0])])
         assert result.as_numpy("OUTPUT0").tolist() == [5.0, 6.0]
-        assert httpx.get(door.metrics_url, timeout=30).status_code == 200
-        control = f"http://{LOCALHOST}:{door.control_port}/v2/health/live"
+        assert httpx.get(capped.metrics_url, timeout=30).status_code == 200
+        control = f"http://{LOCALHOST}:{capped.control_port}/v2/health/live"
         assert httpx.get(control, timeout=30).status_code == 200
         # The connections held are still served.
-        held[0].sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        held[0].sendall(b"\r\n")
         assert held[0].recv(4096).startswith(b"HTTP/1.1 200")
     finally:
         for sock in held:
             sock.close()
-
-    def served() -> bool:
-        try:
-            with httpx.Client(base_url=f"http://{door.http_url}", timeout=10) as client:
-                return client.get("/v2/health/ready").status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_until(served, "HTTP to answer once the connections held are closed")
-    assert "connections open, the most allowed (--http-max-connections)" in door.log_text
+    wait_until(lambda: _http_served(capped), "HTTP to answer once the connections held close")
+    assert "connections open, the most allowed (--http-max-connections)" in capped.log_text
 
 
-def test_past_the_grpc_cap_new_connections_are_closed_and_http_serves(door) -> None:
-    assert door.client().is_server_live()  # the harness's client holds one connection
-    held = [_connect(door.grpc_port) for _ in range(GRPC_CAP + 3)]
+def test_at_the_http_cap_an_idle_connection_makes_room(capped) -> None:
+    wait_until(lambda: _http_served(capped), "HTTP to answer")
+    held = _idle_http_connections(capped.http_port, HTTP_CAP)
+    try:
+        assert _http_served(capped)  # a new client is served ...
+        readable, _, _ = select.select(held, [], [], 10.0)
+        closed = [sock for sock in readable if sock.recv(4096) == b""]
+        assert len(closed) == 1, closed  # ... in the room of one idle connection, closed
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_past_the_grpc_cap_new_connections_are_closed_and_http_serves(capped) -> None:
+    assert capped.client().is_server_live()  # the harness's client holds one connection
+    held = [_connect(capped.grpc_port) for _ in range(GRPC_CAP + 3)]
     try:
         closed = [_closed_within(sock, 0.5 if i < GRPC_CAP - 1 else 10.0) is not None
                   for i, sock in enumerate(held)]  # fmt: skip
         assert closed[: GRPC_CAP - 1] == [False] * (GRPC_CAP - 1), closed
         assert closed[-3:] == [True] * 3, closed
-        with httpx.Client(base_url=f"http://{door.http_url}", timeout=30) as client:
+        with httpx.Client(base_url=f"http://{capped.http_url}", timeout=30) as client:
             answer = client.post(
                 "/v2/models/echo/infer",
                 json={
@@ -209,7 +250,7 @@ def test_past_the_grpc_cap_new_connections_are_closed_and_http_serves(door) -> N
             sock.close()
 
     def served() -> bool:
-        client = grpcclient.InferenceServerClient(door.grpc_url)
+        client = grpcclient.InferenceServerClient(capped.grpc_url)
         try:
             result = client.infer("echo", [fp32_input([8.0])], client_timeout=10)
             return result.as_numpy("OUTPUT0").tolist() == [8.0]

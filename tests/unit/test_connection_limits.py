@@ -239,3 +239,18 @@ def test_past_the_cap_a_connection_is_answered_503_and_closed() -> None:
         assert not connect(_ok, state, capped).closed  # room again
 
     asyncio.run(main())
+
+
+def test_at_the_cap_a_connection_idle_between_requests_makes_room() -> None:
+    async def main() -> None:
+        state = ServerState()
+        capped = ConnectionLimits(max_connections=2)
+        idle, busy = (connect(_ok, state, capped) for _ in range(2))
+        idle.protocol.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert await until(lambda: idle.written.endswith(b"ok"))
+        busy.protocol.data_received(b"GET / HTTP/1.1\r\n")  # inside a head: not idle
+        new = connect(_ok, state, capped)
+        assert not new.closed and not new.written
+        assert idle.closed and not busy.closed
+
+    asyncio.run(main())

@@ -18,9 +18,12 @@ control port and the metrics port each have their own):
 - a **keep-alive timeout** (`--http-keep-alive-timeout-secs`): a connection idle between
   requests is closed after it (uvicorn's own timer; the time spent running a request is not
   limited);
-- a **connection cap** (`--http-max-connections`): beyond it a new connection is answered 503
-  and closed at once, so one listener cannot starve the others of file descriptors
-  (bridge/tuning.py raises the soft RLIMIT_NOFILE to the hard one, well above the caps).
+- a **connection cap** (`--http-max-connections`): at the cap, a connection idle between
+  requests makes room (it is closed, as nginx drains its keep-alive connections when it runs
+  out); when none is idle, the new connection is answered 503 and closed at once. So one
+  listener cannot starve the others of file descriptors (bridge/tuning.py raises the soft
+  RLIMIT_NOFILE to the hard one, well above the caps), and idle connections cannot lock out
+  new clients.
 
 tritonserver has none of these flags (its HTTP server is libevhtp's, with no read deadlines),
 so the names are the bridge's, in the style of the other `--http-*` flags; each also reads
@@ -38,6 +41,7 @@ import logging
 import time
 from asyncio import TimerHandle
 from dataclasses import dataclass
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -99,7 +103,8 @@ class LimitedProtocol(HttpToolsProtocol):
     _lingering = False  # answered 408: reading and dropping until LINGER_S has passed
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        if len(self.server_state.connections) >= self.limits.max_connections:
+        connections = self.server_state.connections
+        if len(connections) >= self.limits.max_connections and not _close_an_idle(connections):
             self._refused = True
             self._warn_full(transport)
             transport.write(_FULL_503)
@@ -147,6 +152,18 @@ class LimitedProtocol(HttpToolsProtocol):
             self.timeout_keep_alive_task = self.loop.call_later(
                 self.timeout_keep_alive, self.timeout_keep_alive_handler
             )
+
+    def idle(self) -> bool:
+        """Between requests: nothing of a request received, nothing being answered."""
+        cycle = self.cycle
+        return (
+            self._head_timer is None
+            and self._body_timer is None
+            and not self._lingering
+            and (cycle is None or cycle.response_complete)
+            and not self.pipeline
+            and not self.transport.is_closing()
+        )
 
     def _arm_head(self, begun: bool) -> None:
         self._request_begun = begun
@@ -202,6 +219,15 @@ class LimitedProtocol(HttpToolsProtocol):
                 f"{address[0]}:{address[1]}" if address else "?",
                 self.limits.max_connections,
             )
+
+
+def _close_an_idle(connections: set[Any]) -> bool:
+    """Close one connection idle between requests, if any; True when one was."""
+    for connection in connections:
+        if isinstance(connection, LimitedProtocol) and connection.idle():
+            connection.transport.close()
+            return True
+    return False
 
 
 def protocol_class(limits: ConnectionLimits) -> type[LimitedProtocol]:
