@@ -303,7 +303,7 @@ def test_the_triton_door_listens_on_no_wildcard_address(door) -> None:
 
 
 def test_dynamo_door_metrics_port_and_where_it_listens(bridge_server) -> None:
-    server = bridge_server(SERVING)  # --frontend dynamo (the default)
+    server = bridge_server(SERVING, "--frontend=dynamo")
     assert server.process is not None
     named = re.search(r"Dynamo's frontend HTTP on 0\.0\.0\.0:(\d+)", server.log_text)
     assert named, server.log_tail()
