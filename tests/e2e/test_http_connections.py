@@ -31,6 +31,7 @@ import httpx
 import pytest
 import tritonclient.grpc as grpcclient
 
+from bridge.frontends.triton.grpc.server import HANDSHAKE_TIMEOUT_S
 from tests.e2e.support import SERVING, fp32_input, wait_until
 from tests.harness import BridgeServer
 from tests.harness.ports import LOCALHOST, free_port
@@ -102,6 +103,22 @@ def _closed_within(sock: socket.socket, seconds: float) -> bytes | None:
         received += chunk
         deadline = max(deadline, time.monotonic() + 5.0)  # an answer came: its end follows
     return None
+
+
+def _eof_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the server closed `sock` within `seconds` (what it sent is dropped: gRPC sends
+    its SETTINGS at once)."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        readable, _, _ = select.select([sock], [], [], left)
+        if not readable:
+            return False
+        try:
+            if not sock.recv(65536):
+                return True
+        except ConnectionResetError:
+            return True
+    return False
 
 
 def _drip(port: int) -> tuple[float, bytes]:
@@ -233,8 +250,9 @@ def test_past_the_grpc_cap_new_connections_are_closed_and_http_serves(capped) ->
     assert capped.client().is_server_live()  # the harness's client holds one connection
     held = [_connect(capped.grpc_port) for _ in range(GRPC_CAP + 3)]
     try:
-        closed = [_closed_within(sock, 0.5 if i < GRPC_CAP - 1 else 10.0) is not None
-                  for i, sock in enumerate(held)]  # fmt: skip
+        closed = [
+            _eof_within(sock, 0.5 if i < GRPC_CAP - 1 else 10.0) for i, sock in enumerate(held)
+        ]
         assert closed[: GRPC_CAP - 1] == [False] * (GRPC_CAP - 1), closed
         assert closed[-3:] == [True] * 3, closed
         with httpx.Client(base_url=f"http://{capped.http_url}", timeout=30) as client:
@@ -337,3 +355,8 @@ def test_dynamo_door_metrics_port_and_where_it_listens(bridge_server) -> None:
     # An idle request's deadlines hold on the metrics port here too.
     elapsed, answer = _drip(server.metrics_port)
     assert answer.startswith(b"HTTP/1.1 408") and elapsed < 5.0 + 5.0
+
+
+def test_a_grpc_connection_that_sends_nothing_is_closed(capped) -> None:
+    with _connect(capped.grpc_port) as sock:
+        assert _eof_within(sock, HANDSHAKE_TIMEOUT_S + 10.0)

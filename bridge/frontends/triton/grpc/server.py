@@ -9,7 +9,10 @@ At most `--grpc-max-connections` connections at once (gRPC core's
 `grpc.max_allowed_incoming_connections`: it closes the ones beyond), so that idle connections
 cannot take every file descriptor of the process from the other listeners (issue 22: 20,000 of
 them stopped gRPC, HTTP, metrics and the request plane). tritonserver has no such flag; 1024 is
-far more than clients need (one HTTP/2 connection carries all of a client's calls).
+far more than clients need (one HTTP/2 connection carries all of a client's calls). A
+connection must also finish its handshake (TLS, and the client's HTTP/2 preface and SETTINGS)
+within HANDSHAKE_TIMEOUT_S, not gRPC's 120 s, so connections that send nothing do not hold
+places under the cap for long.
 
 The method table is built from the service descriptor in tritonclient's generated module, with
 one change: a request that is not a valid protobuf deserializes to a marker, so the RPC answers
@@ -39,6 +42,8 @@ log = logging.getLogger("dynamo_bridge")
 SERVICE = "inference.GRPCInferenceService"
 MAX_MESSAGE_SIZE = 2**31 - 1  # Triton's MAX_GRPC_MESSAGE_SIZE (INT32_MAX), both directions
 MAX_CONNECTIONS = 1024  # --grpc-max-connections
+# Ample for a TLS handshake over a slow link; gRPC's own default is 120 s.
+HANDSHAKE_TIMEOUT_S = 10.0
 LAST_ANSWERS_S = 0.5  # at the end of a shutdown: for answers already on their way out
 
 
@@ -132,6 +137,7 @@ class GrpcServer:
                 ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
                 ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
                 ("grpc.max_allowed_incoming_connections", self.options.max_connections),
+                ("grpc.server_handshake_timeout_ms", int(HANDSHAKE_TIMEOUT_S * 1000)),
             ],
         )
         server.add_generic_rpc_handlers((_handlers(self._servicer),))
