@@ -36,6 +36,7 @@ from .logs import (
 
 if TYPE_CHECKING:
     from .frontends.triton import DoorOptions, HttpOptions
+    from .frontends.triton.http.connections import ConnectionLimits
     from .restrictions import Restriction
 
 log = logging.getLogger("dynamo_bridge")
@@ -168,6 +169,48 @@ def build_parser() -> argparse.ArgumentParser:
         default="127.0.0.1",
         metavar="ADDRESS",
         help="triton door: address of the HTTP/REST API (default 127.0.0.1)",
+    )
+    # Every HTTP listener (the triton door's --http-port, --control-port, --metrics-port):
+    # tritonserver has no such flags; the names and defaults are bridge/frontends/triton/http/
+    # connections.py's, which says why.
+    p.add_argument(
+        "--http-header-timeout-secs",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="every HTTP port: a request's line and headers must arrive within this long of "
+        "its first byte (else 408 and the connection closes; default 5)",
+    )
+    p.add_argument(
+        "--http-body-timeout-secs",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="every HTTP port: a request's whole body must arrive within this long of its "
+        "headers (else 408 and the connection closes; default 120)",
+    )
+    p.add_argument(
+        "--http-keep-alive-timeout-secs",
+        type=float,
+        default=75.0,
+        metavar="SECONDS",
+        help="every HTTP port: close a connection idle this long between requests (default 75)",
+    )
+    p.add_argument(
+        "--http-max-connections",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="every HTTP port: at most N open connections each; more are answered 503 and "
+        "closed (default 1024)",
+    )
+    p.add_argument(
+        "--grpc-max-connections",
+        type=int,
+        default=None,
+        metavar="N",
+        help="triton door: at most N open gRPC connections; more are closed (default 1024; "
+        "Dynamo's frontend has no such limit)",
     )
     p.add_argument(
         "--metrics-port",
@@ -450,16 +493,25 @@ def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> D
                 "--grpc-use-ssl, --grpc-use-ssl-mutual and --grpc-restricted-protocol need "
                 "--frontend triton"
             )
+        if args.grpc_max_connections is not None:
+            parser.error("--grpc-max-connections needs --frontend triton")
         return None
     from .frontends.triton import DoorOptions
     from .frontends.triton.grpc.restrictions import parse_restricted_protocol
+    from .frontends.triton.grpc.server import MAX_CONNECTIONS
 
     try:
         restricted = parse_restricted_protocol(args.grpc_restricted_protocol)
     except ValueError as exc:
         parser.error(str(exc))
+    connections = args.grpc_max_connections
+    if connections is None:
+        connections = MAX_CONNECTIONS
+    if connections < 1:
+        parser.error(f"--grpc-max-connections: {connections} is not >= 1")
     return DoorOptions(
         restricted=restricted,
+        max_connections=connections,
         use_ssl=args.grpc_use_ssl,
         use_ssl_mutual=args.grpc_use_ssl_mutual,
         server_cert=args.grpc_server_cert,
@@ -468,8 +520,31 @@ def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> D
     )
 
 
+def resolve_http_limits(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> ConnectionLimits:
+    """Every HTTP listener's deadlines and connection cap; parser.error on a value that cannot
+    work."""
+    from .frontends.triton.http.connections import ConnectionLimits
+
+    limits = ConnectionLimits(
+        header_timeout=args.http_header_timeout_secs,
+        body_timeout=args.http_body_timeout_secs,
+        keep_alive_timeout=args.http_keep_alive_timeout_secs,
+        max_connections=args.http_max_connections,
+    )
+    try:
+        limits.check()
+    except ValueError as exc:
+        parser.error(str(exc))
+    return limits
+
+
 def resolve_http(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, restricted: dict[str, Restriction]
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    restricted: dict[str, Restriction],
+    limits: ConnectionLimits,
 ) -> HttpOptions | None:
     """The triton door's HTTP options (`--frontend triton`), None for Dynamo's frontend, which
     has no HTTP/REST API (its port and address flags are then unused; TLS is refused)."""
@@ -488,6 +563,7 @@ def resolve_http(
         server_cert=args.http_server_cert,
         server_key=args.http_server_key,
         root_cert=args.http_root_cert,
+        limits=limits,
     )
 
 
@@ -527,6 +603,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ", ".join(others),
             )
     door = resolve_door(parser, args)
+    http_limits = resolve_http_limits(parser, args)
     options = ServerOptions(
         model_repositories=args.model_repositories,
         role=topology.role,
@@ -548,7 +625,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         exit_timeout=args.exit_timeout_secs,
         timings=timings,
         door=door,
-        http=resolve_http(parser, args, restricted),
+        http=resolve_http(parser, args, restricted, http_limits),
+        http_limits=http_limits,
         loader=ConfigOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             model_config_name=args.model_config_name,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from model_repository_loader.config import ConfigOptions
 
+from .frontends.triton.http.connections import ConnectionLimits
 from .metrics.triton import MetricsConfig
 from .restrictions import Restriction
 
@@ -81,6 +82,9 @@ class ServerOptions:
     exit_timeout: float = 30.0  # tritonserver's --exit-timeout-secs
     door: DoorOptions | None = None  # `--frontend triton` and its TLS options; None = dynamo
     http: HttpOptions | None = None  # the triton door's HTTP wire (`--http-port`, ...)
+    # Every HTTP listener's deadlines and connection cap (the triton door's HTTP port, the
+    # control port, the metrics port): `--http-header-timeout-secs`, ...
+    http_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     timings: Timings = field(default_factory=Timings)
 
 

@@ -9,8 +9,8 @@ answer (bridge/roles/runtime.py).
 
 The metrics port (`--metrics-port`, bridge/metrics/) serves what the process has: Triton's
 `nv_inference_*` metrics and the models' custom metrics (worker), Dynamo's frontend metrics and
-its HTTP paths passed through from a private loopback port (frontend), and Triton's
-`/v2/health/live` and `/v2/health/ready`.
+its `/health` and `/live` passed through from the frontend's own HTTP port (frontend), and
+Triton's `/v2/health/live` and `/v2/health/ready`.
 
 Shutdown (SIGINT/SIGTERM) withdraws every model from discovery, lets in-flight requests finish,
 runs every instance's `finalize()`, and only then stops the runtime, all within
@@ -38,7 +38,7 @@ from .options import ServerOptions, StartupError
 from .roles.frontend import FrontendRole
 from .roles.runtime import RuntimeSettingsError, check_services, start_runtime
 from .roles.worker import WorkerRole
-from .tuning import batch_scheduling, keep_large_buffers
+from .tuning import batch_scheduling, keep_large_buffers, open_files_to_hard_limit
 from .worker import ModelWorker
 
 __all__ = ["RuntimeSettingsError", "ServerOptions", "StartupError", "serve"]
@@ -89,10 +89,33 @@ def _local_worker_of(worker: WorkerRole | None) -> Callable[[str], ModelWorker |
     return local_worker
 
 
+# Descriptors besides the listeners' connections: models' files, the runtime's sockets, pipes.
+OTHER_FILES = 1024
+
+
+def _check_open_files(options: ServerOptions) -> None:
+    """Room for every listener's connection cap (tuning.py); a warning when the hard limit
+    leaves too little."""
+    files = open_files_to_hard_limit()
+    listeners = 1 + int(options.control_port is not None) + int(options.http is not None)
+    needed = listeners * options.http_limits.max_connections + OTHER_FILES
+    if options.door is not None and options.role != "worker":
+        needed += options.door.max_connections
+    if files < needed:
+        log.warning(
+            "at most %d open files (RLIMIT_NOFILE), fewer than the connection caps may use "
+            "(%d with the rest): lower --http-max-connections / --grpc-max-connections or "
+            "raise the limit (ulimit -n)",
+            files,
+            needed,
+        )
+
+
 async def serve(options: ServerOptions) -> None:
     """Run this process's role(s) until SIGINT/SIGTERM (or the frontend stops)."""
     loop = asyncio.get_running_loop()
     keep_large_buffers()  # big tensors reuse the heap, not fresh pages (tuning.py)
+    _check_open_files(options)
     if options.door is not None and options.role != "worker":
         batch_scheduling()  # the door's threads stop preempting the GIL holder (tuning.py)
     # A worker with DYN_SYSTEM_PORT serves Dynamo's system status server; a frontend must not
@@ -117,7 +140,11 @@ async def serve(options: ServerOptions) -> None:
     control: ControlPort | None = None
     if options.control_port is not None:  # any role: it reaches the workers through Dynamo
         control = ControlPort(
-            runtime, options.namespace, options.control_port, options.http_restricted_api
+            runtime,
+            options.namespace,
+            options.control_port,
+            options.http_restricted_api,
+            options.http_limits,
         )
         try:
             await control.start()
@@ -134,8 +161,12 @@ async def serve(options: ServerOptions) -> None:
             worker.metrics_sources() if worker is not None else [],
             frontend.http_port if frontend is not None else None,
             ready=lambda: ready() and not stop.is_set(),
+            limits=options.http_limits,
         )
-        await metrics_server.start()
+        try:
+            await metrics_server.start()
+        except HttpConfigError as exc:
+            raise StartupError(f"--metrics-port: {exc}") from None
 
     heap.freeze()  # everything loaded so far lives as long as the server (heap.py)
     for signum in (signal.SIGINT, signal.SIGTERM):

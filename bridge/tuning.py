@@ -21,6 +21,14 @@ Measured on the door: every RPC wakes gRPC's poller threads and the model's inst
 several times, and each of them preempted the event loop's thread while it held the GIL, only
 to block on the GIL at once (8 involuntary switches per add_sub request at c=32; with
 SCHED_BATCH 0.25, and 11-25% less CPU per request; docs/benchmarks.md).
+
+## Open files up to the hard limit (`open_files_to_hard_limit`)
+
+Every connection is a file descriptor. With a soft RLIMIT_NOFILE of 1024 (a common default)
+one listener's idle connections could take them all, and then gRPC, HTTP, metrics and Dynamo's
+request plane all fail (issue 22). The soft limit is raised to the hard one at start, so the
+per-listener caps (`--http-max-connections`, `--grpc-max-connections`, 1024 each by default) sit
+well below it; when the hard limit itself is lower than the caps need, the bridge says so.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import resource
 
 log = logging.getLogger(__name__)
 
@@ -83,3 +92,19 @@ def batch_scheduling() -> int:
         except OSError:  # a thread that ended meanwhile, or not allowed
             pass
     return changed
+
+
+OPEN_FILES_CEILING = 1 << 20  # when the hard limit is unlimited: the kernel's usual nr_open
+
+
+def open_files_to_hard_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = OPEN_FILES_CEILING if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.debug("cannot raise RLIMIT_NOFILE from %d to %d: %s", soft, target, exc)
+    return soft

@@ -10,7 +10,8 @@ load reaches whichever worker knows the model. The workers apply their `--model-
 
 Loading runs code, so every request here is guarded as http/security.py says: loopback only,
 refused from web pages (Origin / Host), JSON bodies only, bounded body size and read time, and
-the `--http-restricted-api` groups (`model-repository`, `health`).
+the `--http-restricted-api` groups (`model-repository`, `health`); and every connection as
+http/connections.py says (head and body deadlines, keep-alive, a cap).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from dynamo.runtime import DistributedRuntime
 
 from ..frontends.triton.directory import Directory
+from ..frontends.triton.http.connections import ConnectionLimits
 from ..frontends.triton.http.server import HttpOptions, HttpServer
 from ..frontends.triton.service import TritonService
 from ..restrictions import Restriction
@@ -39,10 +41,13 @@ class ControlPort:
         namespace: str,
         port: int,
         restricted: Mapping[str, Restriction],
+        limits: ConnectionLimits,
     ) -> None:
         self._directory = Directory(runtime, namespace)
         self._service = TritonService(self._directory)
-        options = HttpOptions(port=port, address=ADDRESS, restricted=dict(restricted), control=True)
+        options = HttpOptions(
+            port=port, address=ADDRESS, restricted=dict(restricted), control=True, limits=limits
+        )
         self._http = HttpServer(self._service, options)
 
     @property

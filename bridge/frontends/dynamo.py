@@ -18,10 +18,11 @@ async def run_grpc_frontend(
 
     The frontend discovers every TensorBased model registered on `runtime`'s discovery backend
     in `namespace` (None: every namespace), including ones registered later and ones served by
-    other processes. Note: Dynamo 1.6 binds gRPC on all interfaces whatever `host` says
-    (docs/frontend_differences.md). `metrics_port` is the frontend's own HTTP port (`/metrics`,
-    `/health`, `/live`, `/v1/models`); the bridge keeps it private and serves the public metrics
-    port itself (bridge/metrics/server.py).
+    other processes. Note: Dynamo 1.6 binds gRPC and `metrics_port` on all interfaces whatever
+    `host` says, with no setting for either address (bridge/roles/frontend.py,
+    docs/frontend_differences.md). `metrics_port` is the frontend's own HTTP port (`/metrics`,
+    `/health`, `/live`, `/v1/models`, `/docs`); the bridge serves the public metrics port
+    itself and passes only `GET /health` and `/live` through (bridge/metrics/server.py).
     """
     args = EntrypointArgs(
         EngineType.Dynamic,

@@ -2,8 +2,17 @@
 
 It serves the models it finds through discovery in the bridge's namespace, whichever process
 serves them (this one with `--role all`, workers elsewhere with `--role frontend`). Its own HTTP
-server (`/metrics` with `dynamo_frontend_*`, `/health`, `/live`, `/v1/models`) runs on a private
-loopback port; the bridge's metrics port passes it through (bridge/metrics/server.py).
+server (`/metrics` with `dynamo_frontend_*`, `/health`, `/live`, `/v1/models`, `/docs`,
+`/openapi.json`) runs on a port the bridge picks; the bridge's metrics port serves its `/metrics`
+and passes its `GET /health` and `/live` through (bridge/metrics/server.py).
+
+Where those ports listen: Dynamo 1.6.1 binds both the gRPC port and that HTTP port on every
+interface (0.0.0.0) whatever `--host` says. The gRPC entry point builds its HTTP server with
+the builder's default host and takes no host for it (lib/llm/src/grpc/service/kserve.rs,
+`http_metrics_host`), and no environment variable sets it (the wheel's DYN_* names were
+searched). So the bridge says so at start-up, every time, with both port numbers, and turns
+off what a stranger could change there: Dynamo's admin API (`GET`/`POST /busy_threshold`), with
+Dynamo's own switch DYN_DISABLE_FRONTEND_ADMIN_API (unless the operator set it).
 
 Readiness of a frontend-only process (`/v2/health/ready` on the metrics port): ready once the
 gRPC port accepts connections, until shutdown begins. Models come and go with their workers, so a
@@ -14,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 from dynamo.runtime import DistributedRuntime
 
@@ -24,6 +34,8 @@ from ..options import ServerOptions
 log = logging.getLogger("dynamo_bridge")
 
 GRPC_PROBE_S = 0.05  # between connection attempts while the gRPC port comes up
+# Dynamo's switch for its HTTP admin API (`/busy_threshold`), read when the frontend starts.
+ADMIN_API_SWITCH = "DYN_DISABLE_FRONTEND_ADMIN_API"
 
 
 class FrontendRole:
@@ -31,8 +43,9 @@ class FrontendRole:
 
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
-        # Dynamo's frontend insists on serving an HTTP port of its own; keep it private.
+        # Dynamo's frontend insists on serving an HTTP port of its own (on 0.0.0.0, above).
         self.http_port = free_loopback_port()
+        os.environ.setdefault(ADMIN_API_SWITCH, "1")
         self.task: asyncio.Future[None] | None = None
         self._up = False
         self._stopping = False
@@ -47,18 +60,27 @@ class FrontendRole:
         )
         asyncio.ensure_future(self._until_up())
         # Dynamo 1.6's KServe frontend listens on every interface whatever `http_host` says
-        # (seen with `ss -ltnp`), its own HTTP port too. Print the real address, loudly.
-        if options.host not in ("0.0.0.0", "::"):
+        # (seen with `ss -ltnp`), its own HTTP port too (module docstring). Say where, loudly.
+        log.warning(
+            "%sDynamo's KServe frontend binds gRPC (port %d) and its own HTTP port (%d: "
+            "/metrics, /health, /live, /v1/models, /docs, /openapi.json) on every interface "
+            "(0.0.0.0), and Dynamo 1.6 has no setting for their address: both are reachable "
+            "from other hosts; restrict them with a firewall or a network namespace, or use "
+            "--frontend triton",
+            f"--host {options.host} is not honoured: "
+            if options.host not in ("0.0.0.0", "::")
+            else "",
+            options.grpc_port,
+            self.http_port,
+        )
+        if os.environ.get(ADMIN_API_SWITCH, "").strip().lower() not in ("1", "true", "yes", "on"):
             log.warning(
-                "--host %s is not honoured: Dynamo's KServe frontend binds gRPC (port %d) and "
-                "its own HTTP port (%d, which the metrics port passes through to) on every "
-                "interface (0.0.0.0), so both are reachable from other hosts; restrict them "
-                "with a firewall or a network namespace",
-                options.host,
-                options.grpc_port,
+                "%s is off: Dynamo's admin API (POST /busy_threshold) is served on 0.0.0.0:%d",
+                ADMIN_API_SWITCH,
                 self.http_port,
             )
         log.info("serving KServe gRPC on 0.0.0.0:%d (all interfaces)", options.grpc_port)
+        log.info("Dynamo's frontend HTTP on 0.0.0.0:%d (all interfaces)", self.http_port)
         return self.task
 
     def ready(self) -> bool:

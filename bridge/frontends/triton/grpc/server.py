@@ -5,6 +5,15 @@ As tritonserver: `--grpc-address` is honoured (127.0.0.1 unless told otherwise),
 certificates required with `--grpc-use-ssl-mutual`, and messages of up to INT32_MAX bytes both
 ways (Triton's MAX_GRPC_MESSAGE_SIZE; gRPC's default would cap requests at 4 MiB).
 
+At most `--grpc-max-connections` connections at once (gRPC core's
+`grpc.max_allowed_incoming_connections`: it closes the ones beyond), so that idle connections
+cannot take every file descriptor of the process from the other listeners (issue 22: 20,000 of
+them stopped gRPC, HTTP, metrics and the request plane). tritonserver has no such flag; 1024 is
+far more than clients need (one HTTP/2 connection carries all of a client's calls). A
+connection must also finish its handshake (TLS, and the client's HTTP/2 preface and SETTINGS)
+within HANDSHAKE_TIMEOUT_S, not gRPC's 120 s, so connections that send nothing do not hold
+places under the cap for long.
+
 The method table is built from the service descriptor in tritonclient's generated module, with
 one change: a request that is not a valid protobuf deserializes to a marker, so the RPC answers
 Triton's INTERNAL "Unable to parse request" (and a stream carries it in-band and goes on)
@@ -32,6 +41,9 @@ log = logging.getLogger("dynamo_bridge")
 
 SERVICE = "inference.GRPCInferenceService"
 MAX_MESSAGE_SIZE = 2**31 - 1  # Triton's MAX_GRPC_MESSAGE_SIZE (INT32_MAX), both directions
+MAX_CONNECTIONS = 1024  # --grpc-max-connections
+# Ample for a TLS handshake over a slow link; gRPC's own default is 120 s.
+HANDSHAKE_TIMEOUT_S = 10.0
 LAST_ANSWERS_S = 0.5  # at the end of a shutdown: for answers already on their way out
 
 
@@ -47,6 +59,7 @@ class DoorOptions:
     root_cert: Path | None = None
     # `--grpc-restricted-protocol`: {protocol group: header its calls must carry}
     restricted: dict[str, Restriction] = field(default_factory=dict)
+    max_connections: int = MAX_CONNECTIONS  # `--grpc-max-connections`
 
 
 class DoorConfigError(ValueError):
@@ -123,6 +136,8 @@ class GrpcServer:
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
                 ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
+                ("grpc.max_allowed_incoming_connections", self.options.max_connections),
+                ("grpc.server_handshake_timeout_ms", int(HANDSHAKE_TIMEOUT_S * 1000)),
             ],
         )
         server.add_generic_rpc_handlers((_handlers(self._servicer),))

@@ -16,9 +16,7 @@ matches is a 404, as on Triton.
   sends none, and browsers always send an Origin with a POST), a body over MAX_BODY_BYTES (413,
   from Content-Length or while reading a chunked body), a body that stalls for READ_TIMEOUT_S
   or takes over REQUEST_TIMEOUT_S in all (408). Such a refusal closes the connection.
-- `Protocol` (uvicorn's httptools protocol): a connection that sends nothing, or stalls inside
-  a request head, is closed after READ_TIMEOUT_S (uvicorn only times out idle connections
-  between requests, after its keep-alive timeout).
+  Every route's head and body deadlines, and the connection cap, are connections.py's.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ from typing import Any
 
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ....restrictions import Restriction
 from . import generate, health, infer, models, repository, settings, shared_memory
@@ -244,27 +241,3 @@ def guard(
                 route.app = _Guard(route.app, restriction, loading, limits)
         out.append(route)
     return out
-
-
-class Protocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, with a deadline for a request head: a connection that
-    sends nothing, or part of a head and then nothing, is closed after `head_timeout` (uvicorn's
-    own timer only runs between requests)."""
-
-    head_timeout = READ_TIMEOUT_S
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm()
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if self.cycle is None or self.cycle.response_complete:
-            self._arm()  # still inside the head of the next request
-
-    def _arm(self) -> None:
-        if self.timeout_keep_alive_task is not None:
-            self.timeout_keep_alive_task.cancel()
-        self.timeout_keep_alive_task = self.loop.call_later(
-            self.head_timeout, self.timeout_keep_alive_handler
-        )

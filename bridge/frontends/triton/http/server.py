@@ -1,9 +1,6 @@
-"""The HTTP door's server: uvicorn (httptools) inside the process's own asyncio loop.
-
-The bridge owns the process's signals and its loop (Dynamo's runtime runs on it), so uvicorn
-is run as a task of that loop with its signal handling off, and stopped by `stop(grace)`. The
-listening socket is bound here, before uvicorn starts, so that a port in use fails `start()`
-with an error (uvicorn would exit the process) and port 0 picks a free port (`.port`).
+"""The HTTP door's server: Triton's HTTP/REST API (make_app) on one `Listener` (listener.py:
+uvicorn with httptools inside the process's own loop, under the connection limits of
+connections.py).
 
 Why this stack (measured on this 2-core machine, busy: an echo of binary FP32 × 4 / 100K / 1M
 at concurrency 1, and × 4 at 32): Starlette's routing costs little over a raw ASGI app on
@@ -17,25 +14,23 @@ to require a client certificate signed by `--http-root-cert`. The files are read
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
-import socket
 import ssl
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import uvicorn
 
 from ....restrictions import Restriction
 from ..service import TritonService
 from .app import make_app
-from .security import Protocol
+from .connections import ConnectionLimits
+from .listener import Listener, ListenerError, bind
 
 log = logging.getLogger("dynamo_bridge")
-KEEP_ALIVE_SECONDS = 75
+
+# The name the roles catch: the HTTP port cannot start with these options (its port is taken,
+# a TLS file does not load).
+HttpConfigError = ListenerError
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,34 +49,8 @@ class HttpOptions:
     server_cert: Path | None = None
     server_key: Path | None = None
     root_cert: Path | None = None
-
-
-class HttpConfigError(ValueError):
-    """The HTTP door cannot start with these options (e.g. its port is taken)."""
-
-
-class _EmbeddedServer(uvicorn.Server):
-    """uvicorn.Server that leaves the process's signal handlers alone."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-def _bind(address: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((address.strip("[]"), port))
-        sock.listen(2048)
-        sock.setblocking(False)
-    except OSError as exc:
-        sock.close()
-        raise HttpConfigError(
-            f"cannot serve HTTP on {address}:{port}: {exc.strerror or exc}"
-        ) from None
-    return sock
+    # Deadlines, keep-alive and the connection cap (`--http-header-timeout-secs`, ...).
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
 
 
 def check_address(options: HttpOptions) -> None:
@@ -89,7 +58,7 @@ def check_address(options: HttpOptions) -> None:
     load: before any model loads, as tritonserver fails its start-up. The real bind is
     `start()`'s."""
     tls_context(options)
-    _bind(options.address, options.port).close()
+    bind(options.address, options.port).close()
 
 
 def _readable(path: Path | None, flag: str) -> Path:
@@ -128,58 +97,31 @@ class HttpServer:
     def __init__(self, service: TritonService, options: HttpOptions) -> None:
         self.options = options
         self.app = make_app(service, options)
-        self.port = 0
-        self._server: _EmbeddedServer | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._listener: Listener | None = None
 
-    def _config(self) -> uvicorn.Config:
-        context = tls_context(self.options)
-        return uvicorn.Config(
-            self.app,
-            ssl_context_factory=(lambda config, default: context) if context else None,
-            host=self.options.address,
-            port=self.options.port,
-            loop="none",  # the running loop (the runtime's)
-            http=Protocol,  # httptools, with a deadline for request heads (security.py)
-            ws="none",
-            lifespan="off",
-            interface="asgi3",
-            log_config=None,  # the bridge configured logging
-            access_log=False,
-            server_header=False,
-            backlog=2048,
-            # Clients keep one connection for their whole run (tritonclient, perf_analyzer);
-            # uvicorn's 5 s default would close it between bursts.
-            timeout_keep_alive=KEEP_ALIVE_SECONDS,
-        )
+    @property
+    def port(self) -> int:
+        return self._listener.port if self._listener is not None else 0
 
     async def start(self) -> None:
         """Listen and serve; returns once connections are accepted. HttpConfigError when the
         address cannot be bound."""
-        # uvicorn's own start and stop lines ("Started server process") would read as the
-        # bridge's; its warnings and errors still show.
-        logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
-        sock = _bind(self.options.address, self.options.port)
-        self.port = sock.getsockname()[1]
-        server = self._server = _EmbeddedServer(self._config())
-        self._task = asyncio.ensure_future(server.serve(sockets=[sock]))
-        while not server.started:  # uvicorn has no event for it; it sets the flag
-            if self._task.done():
-                self._task.result()  # its failure, raised here
-                raise HttpConfigError("the HTTP server stopped while starting")
-            await asyncio.sleep(0.005)
+        listener = Listener(
+            self.app,
+            self.options.address,
+            self.options.port,
+            self.options.limits,
+            tls_context(self.options),
+        )
+        await listener.start()
+        self._listener = listener
         log.info("serving Triton HTTP on %s:%d", self.options.address, self.port)
 
     async def stop(self, grace: float = 1.0) -> None:
         """Stop accepting; requests in flight get `grace` seconds to finish."""
-        server, task = self._server, self._task
-        if server is None or task is None:
-            return
-        server.config.timeout_graceful_shutdown = max(round(grace), 0)  # uvicorn: whole seconds
-        server.should_exit = True
-        await task
-        self._server = self._task = None
+        if self._listener is not None:
+            await self._listener.stop(grace)
 
     async def wait(self) -> None:
-        if self._task is not None:
-            await asyncio.shield(self._task)
+        if self._listener is not None:
+            await self._listener.wait()
