@@ -35,6 +35,7 @@ from .frontends.triton.http.server import HttpConfigError
 from .frontends.triton.role import TritonDoorRole
 from .metrics.server import MetricsServer
 from .options import ServerOptions, StartupError
+from .roles.discovery import DiscoveryWatch
 from .roles.frontend import FrontendRole
 from .roles.runtime import RuntimeSettingsError, check_services, start_runtime
 from .roles.worker import WorkerRole
@@ -112,19 +113,31 @@ async def serve(options: ServerOptions) -> None:
         await worker.load()  # before the runtime: the status table comes first, as in Triton
 
     runtime = start_runtime(options.discovery_backend, options.request_plane, options.role)
+    stop = asyncio.Event()
+    # etcd unreachable: not ready; the runtime shut down under us (lease lost): stop, status 1.
+    watch = DiscoveryWatch.for_backend(
+        options.discovery_backend, options.request_plane, on_lost=stop.set
+    )
+    watch.start(runtime, options.namespace)
+    for role in (worker, frontend):
+        if role is not None:
+            role.discovery_usable = watch.usable
     if worker is not None:
         await worker.start(runtime, frontend.http_port if frontend is not None else None)
     control: ControlPort | None = None
     if options.control_port is not None:  # any role: it reaches the workers through Dynamo
         control = ControlPort(
-            runtime, options.namespace, options.control_port, options.http_restricted_api
+            runtime,
+            options.namespace,
+            options.control_port,
+            options.http_restricted_api,
+            ready=lambda: watch.usable() and not stop.is_set(),
         )
         try:
             await control.start()
         except HttpConfigError as exc:
             raise StartupError(f"--control-port: {exc}") from None
 
-    stop = asyncio.Event()
     metrics_server: MetricsServer | None = None
     if options.allow_metrics:
         ready = worker.ready if worker is not None else frontend.ready  # type: ignore[union-attr]
@@ -148,8 +161,10 @@ async def serve(options: ServerOptions) -> None:
         log.info("serving the models of this worker through discovery (no gRPC port)")
     await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
     if frontend is not None and frontend.task is not None and frontend.task.done():
-        if frontend.task.exception() is not None:
+        await watch.settle(timeout=2.0)  # Dynamo's frontend ends with a runtime shut down
+        if frontend.task.exception() is not None and not watch.lost:
             log.error("gRPC frontend stopped: %s", frontend.task.exception())
+    watch.stopping()
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, _second_signal)
@@ -179,7 +194,8 @@ async def serve(options: ServerOptions) -> None:
     if worker is not None:
         await worker.wait_served(timeout=2.0)
     stopped.cancel()
-    if not clean:
+    if not clean and not watch.lost:
         # Threads stuck in model code would be joined at exit (or hold the executor's join).
         log.error(EXIT_TIMEOUT_TEXT)
+    if not clean or watch.lost:  # a lost lease: said at once (roles/discovery.py)
         _exit_now(1)

@@ -16,7 +16,7 @@ the `--http-restricted-api` groups (`model-repository`, `health`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from dynamo.runtime import DistributedRuntime
 
@@ -39,9 +39,11 @@ class ControlPort:
         namespace: str,
         port: int,
         restricted: Mapping[str, Restriction],
+        ready: Callable[[], bool] = lambda: True,
     ) -> None:
         self._directory = Directory(runtime, namespace)
-        self._service = TritonService(self._directory)
+        # `ready`: the process's own readiness (discovery works), on top of the models'.
+        self._service = TritonService(self._directory, ready=ready)
         options = HttpOptions(port=port, address=ADDRESS, restricted=dict(restricted), control=True)
         self._http = HttpServer(self._service, options)
 

@@ -6,7 +6,8 @@ server (`/metrics` with `dynamo_frontend_*`, `/health`, `/live`, `/v1/models`) r
 loopback port; the bridge's metrics port passes it through (bridge/metrics/server.py).
 
 Readiness of a frontend-only process (`/v2/health/ready` on the metrics port): ready once the
-gRPC port accepts connections, until shutdown begins. Models come and go with their workers, so a
+gRPC port accepts connections, until shutdown begins, and while discovery works
+(roles/discovery.py). Models come and go with their workers, so a
 frontend does not wait for any; ModelReady answers per model.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from dynamo.runtime import DistributedRuntime
 
@@ -36,6 +38,8 @@ class FrontendRole:
         self.task: asyncio.Future[None] | None = None
         self._up = False
         self._stopping = False
+        # Whether discovery works (the composition root's DiscoveryWatch, roles/discovery.py).
+        self.discovery_usable: Callable[[], bool] = lambda: True
 
     def start(self, runtime: DistributedRuntime) -> asyncio.Future[None]:
         """Start serving; the returned future ends when the frontend stops (or fails)."""
@@ -62,7 +66,13 @@ class FrontendRole:
         return self.task
 
     def ready(self) -> bool:
-        return self._up and not self._stopping and self.task is not None and not self.task.done()
+        return (
+            self._up
+            and not self._stopping
+            and self.task is not None
+            and not self.task.done()
+            and self.discovery_usable()
+        )
 
     def stopping(self) -> None:
         self._stopping = True

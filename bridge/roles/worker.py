@@ -60,6 +60,8 @@ class WorkerRole:
         self._health: asyncio.Task[None] | None = None
         self._stopping = False
         self._sources: list[Callable[[], str]] = []
+        # Whether discovery works (the composition root's DiscoveryWatch, roles/discovery.py).
+        self.discovery_usable: Callable[[], bool] = lambda: True
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -160,12 +162,13 @@ class WorkerRole:
     def ready(self) -> bool:
         """Triton's strict readiness (its default): not while starting or stopping, and not
         while a model it tried to load is not ready, whether it failed or was unloaded
-        [V on 2.51]."""
+        [V on 2.51]. Nor while discovery does not work (etcd unreachable, lease lost)."""
         manager = self.manager
         return (
             manager is not None
             and manager.ready
             and not self._stopping
+            and self.discovery_usable()
             and all(status.ready for status in manager.repository.statuses.values())
         )
 
