@@ -147,6 +147,7 @@ async def serve(options: ServerOptions) -> None:
             worker.metrics_sources() if worker is not None else [],
             frontend.http_port if frontend is not None else None,
             ready=lambda: ready() and not stop.is_set(),
+            discovery_usable=watch.usable,
         )
         await metrics_server.start()
 
@@ -180,7 +181,7 @@ async def serve(options: ServerOptions) -> None:
         )
         # Armed to the end: whatever is left of the exit is bounded too.
         _arm_exit_watchdog(options.exit_timeout + RUNTIME_STOP_S)
-        clean = await worker.close(runtime, options.exit_timeout)
+        clean = await worker.close(runtime, options.exit_timeout, withdraw=not watch.lost)
     else:
         log.info("shutting down")
         _arm_exit_watchdog(options.exit_timeout + RUNTIME_STOP_S)

@@ -14,7 +14,9 @@ with `register_prometheus_expfmt_callback` does not reach that `/metrics` (spec 
   that failed, or was unloaded since, makes the server not ready, as in Triton 2.51.
   Dynamo's frontend answers these paths 404, and its gRPC ServerReady says true regardless;
   this is the honest answer for health checks that cannot ask ModelReady per model;
-* anything else: passed through to the frontend unchanged (`/health`, `/live`, ...).
+* anything else: passed through to the frontend unchanged (`/health`, `/live`, ...), except
+  `/health` while discovery does not work (etcd away, lease lost: bridge/roles/discovery.py),
+  answered 503 here, as Dynamo's system status server answers when not ready.
 
 aiohttp serves both sides: HTTP/1.1 keep-alive for scrapers, and a client for the pass-through,
 without hand-parsing HTTP.
@@ -60,12 +62,16 @@ class MetricsServer:
         frontend_port: int | None = None,
         frontend_timeout: float = 5.0,
         ready: Callable[[], bool] = lambda: True,
+        discovery_usable: Callable[[], bool] = lambda: True,
     ) -> None:
         self.address = address
         self.port = port
         self.sources = list(sources)
         self.frontend_port = frontend_port
         self.ready = ready
+        # False while etcd does not answer or the lease is lost (bridge/roles/discovery.py):
+        # the frontend's /health, passed through, would still say healthy.
+        self.discovery_usable = discovery_usable
         self._timeout = aiohttp.ClientTimeout(total=frontend_timeout)
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
@@ -75,6 +81,7 @@ class MetricsServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/v2/health/live", self._live)
         app.router.add_get("/v2/health/ready", self._ready)
+        app.router.add_get("/health", self._health)
         app.router.add_route("*", "/{tail:.*}", self._pass_through)
         self._session = aiohttp.ClientSession(timeout=self._timeout, auto_decompress=False)
         self._runner = web.AppRunner(app, access_log=None)
@@ -105,6 +112,13 @@ class MetricsServer:
 
     async def _ready(self, request: web.Request) -> web.Response:
         return web.Response(status=200 if self.ready() else 400, content_type="text/plain")
+
+    async def _health(self, request: web.Request) -> web.StreamResponse:
+        if not self.discovery_usable():  # Dynamo's own answer when not ready: 503
+            return web.json_response(
+                {"status": "notready", "message": "discovery (etcd) does not answer"}, status=503
+            )
+        return await self._pass_through(request)
 
     async def _frontend_metrics(self) -> str:
         if self.frontend_port is None or self._session is None:

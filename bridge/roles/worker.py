@@ -197,9 +197,12 @@ class WorkerRole:
 
     # -- shutdown ------------------------------------------------------------------------------
 
-    async def close(self, runtime: DistributedRuntime, timeout: float) -> bool:
-        """Withdraw every model from discovery, drain, finalize; within `timeout` seconds.
-        False if that bound was hit (threads stuck in model code must not be waited for)."""
+    async def close(
+        self, runtime: DistributedRuntime, timeout: float, withdraw: bool = True
+    ) -> bool:
+        """Withdraw every model from discovery (unless the runtime is already gone:
+        `withdraw=False`), drain, finalize; within `timeout` seconds. False if that bound was
+        hit (threads stuck in model code must not be waited for)."""
         self._stopping = True
         if self._health is not None:
             self._health.cancel()
@@ -210,7 +213,9 @@ class WorkerRole:
             await self._watcher.stop()
         clean = True
         if self.manager is not None:
-            clean = await self.manager.close(timeout=max(0.0, deadline - loop.time()))
+            clean = await self.manager.close(
+                timeout=max(0.0, deadline - loop.time()), withdraw=withdraw
+            )
             self.manager.repository.services.control = None
         return clean
 

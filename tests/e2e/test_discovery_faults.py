@@ -32,7 +32,7 @@ from tests.harness.cluster import (
     describe,
     start_all,
 )
-from tests.harness.ports import LOCALHOST
+from tests.harness.ports import LOCALHOST, free_port
 from tests.harness.services import EtcdServer, NatsServer, etcd_keys, require_service
 
 SCALE_OUT = REPOSITORIES / "scale_out"
@@ -90,13 +90,18 @@ class Readiness:
     """Every health surface of the cluster's processes, polled on a thread until stop():
     surface name -> the (time, ready) samples; ready is None when nothing answers."""
 
-    def __init__(self, door: FrontendProcess, workers: list[WorkerProcess], triton: bool) -> None:
+    def __init__(
+        self, door: FrontendProcess, control_port: int, workers: list[WorkerProcess], triton: bool
+    ) -> None:
         self.samples: dict[str, list[tuple[float, bool | None]]] = {}
         self._probes: dict[str, Callable[[], bool | None]] = {
             "frontend /v2/health/ready": self._http(door.metrics_port, "/v2/health/ready"),
+            "frontend control port": self._http(control_port, "/v2/health/ready"),
         }
         if triton:  # Dynamo's KServe frontend answers ServerReady itself
             self._probes["frontend ServerReady"] = lambda: _server_ready(door.grpc_url)
+        else:  # Dynamo's frontend's /health, through the metrics port
+            self._probes["frontend /health"] = self._http(door.metrics_port, "/health")
         for worker in workers:
             port, system = worker.metrics_port, worker.system_port
             self._probes[f"{worker.name} /v2/health/ready"] = self._http(port, "/v2/health/ready")
@@ -159,7 +164,10 @@ def test_etcd_outages_short_and_past_the_lease(
         nats_url=nats.url,
         extra_env={"ETCD_LEASE_TTL": str(LEASE_TTL_S)},
     )
-    frontend = cluster.frontend(*(("--frontend", "triton") if door == "triton" else ()))
+    control_port = free_port()
+    frontend = cluster.frontend(
+        "--control-port", str(control_port), *(("--frontend", "triton") if door == "triton" else ())
+    )
     workers = [cluster.worker(SCALE_OUT, name=f"worker_{n}") for n in "ab"]
     processes = [frontend, *workers]
     try:
@@ -170,7 +178,7 @@ def test_etcd_outages_short_and_past_the_lease(
             frontend.grpc_url, "whoami", one_value, threads=2, max_seconds=90,
             client_timeout=5, keep=pid_of, parameters={"delay_ms": 20},
         )  # fmt: skip
-        with load, Readiness(frontend, workers, door == "triton") as readiness:
+        with load, Readiness(frontend, control_port, workers, door == "triton") as readiness:
             load.wait_for(_answers_from(pids, 0.0), "answers from both workers")
             wait_until(lambda: readiness.all_are(True), "every surface ready")
 
