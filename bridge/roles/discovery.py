@@ -22,10 +22,10 @@ rebuilt on it. The bridge does the honest, simple thing instead: it stops with o
 exit status 1, so the orchestrator that started it starts it again, with a new lease.
 
 So `DiscoveryWatch`:
-* probes etcd (the ETCD_ENDPOINTS addresses) every PROBE_S; while no address answers, the
-  process is not ready (every health surface: the door's ServerReady and /v2/health/ready, the
-  metrics port, Dynamo's /health on the system port, the control port) and says so in one ERROR
-  line, then one line when etcd answers again;
+* probes etcd (the ETCD_ENDPOINTS addresses) every PROBE_S; while no address answers (after
+  PROBE_FAILURES probes in a row), the process is not ready (every health surface: the door's
+  ServerReady and /v2/health/ready, the metrics port, Dynamo's /health on the system port, the
+  control port) and says so in one ERROR line, then one line when etcd answers again;
 * serves one sentinel endpoint whose `serve_endpoint` returns only when the runtime shuts down:
   if that happens while the bridge is not stopping, the runtime was shut down under it (the lease
   was lost), and `on_lost` runs (the composition root stops the process with status 1).
@@ -49,7 +49,10 @@ from .runtime import Service, needed_services
 log = logging.getLogger("dynamo_bridge")
 
 PROBE_S = 1.0  # between probes of etcd
-PROBE_TIMEOUT_S = 1.0  # one probe's bound: an etcd that accepts but never answers is down
+PROBE_TIMEOUT_S = 2.0  # one probe's bound: an etcd that accepts but never answers is down
+# Probes that must fail in a row before etcd counts as away: one slow answer on a busy loop
+# must not make the process unready (nor log an ERROR).
+PROBE_FAILURES = 2
 # The sentinel's component: not a model's (those are `<slug>-<hash>`, bridge/worker.py), and
 # never routed to (no model card names it).
 SENTINEL_ENDPOINT = "bridge.runtime"
@@ -130,13 +133,20 @@ class DiscoveryWatch:
 
     async def _probe_forever(self, etcd: Service) -> None:
         loop = asyncio.get_running_loop()
+        failures, failing_since = 0, 0.0
         while True:
+            started = loop.time()
             checks = [_answers(scheme_of(etcd.value), host, port) for host, port in etcd.addresses]
-            reachable = any(await asyncio.gather(*checks))
+            if any(await asyncio.gather(*checks)):
+                failures = 0
+            else:
+                failing_since = started if failures == 0 else failing_since
+                failures += 1
+            reachable = failures < PROBE_FAILURES
             if reachable != self.reachable:
                 self.reachable = reachable
                 if not reachable:
-                    self._down_since = loop.time()
+                    self._down_since = failing_since
                     log.error(
                         "cannot reach etcd at %s (%s): not ready until it answers; Dynamo drops "
                         "this process's models from discovery if it stays away past the lease "
