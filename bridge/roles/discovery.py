@@ -136,7 +136,8 @@ class DiscoveryWatch:
         failures, failing_since = 0, 0.0
         while True:
             started = loop.time()
-            checks = [_answers(scheme_of(etcd.value), host, port) for host, port in etcd.addresses]
+            scheme = scheme_of(etcd.value)
+            checks = [etcd_answers(scheme, host, port) for host, port in etcd.addresses]
             if any(await asyncio.gather(*checks)):
                 failures = 0
             else:
@@ -168,7 +169,7 @@ def scheme_of(value: str) -> str:
     return urlsplit(first).scheme if "://" in first else "http"
 
 
-async def _answers(scheme: str, host: str, port: int) -> bool:
+async def etcd_answers(scheme: str, host: str, port: int) -> bool:
     """etcd at host:port answers: over plain HTTP its /health gives any HTTP answer; over TLS
     (no client certificate here) the TCP connection is all that is checked."""
     try:
