@@ -20,8 +20,8 @@ its etcd lease) stays listed until its lease expires, and Dynamo's own `round_ro
 sending it a request each time its 5 s inhibition ends (spec dynamo_runtime.md §5). A request
 to such an instance fails before it reaches any handler ("TCP connection to … failed",
 "unknown endpoint", "instance_id=… not found", ai-dynamo-runtime 1.6.1, measured), so
-`Instances` sends it once more to another instance and leaves the gone one out of the rotation
-for GONE_S; a worker restarted meanwhile is a new instance, served at once.
+`Instances` sends it on to another instance and leaves the gone one out of the rotation for
+GONE_S; a worker restarted meanwhile is a new instance, served at once.
 
 After a reload the retired generation's route may still be used for a moment (the directory
 moves on within its refresh period); a retired worker hands a late request to the model now
@@ -43,6 +43,9 @@ from .foreign import bridge_items, to_standard_request
 # How long an instance that was found gone is left out of the rotation before it is tried
 # again (it may only have been unreachable for a moment): Dynamo's own inhibition period.
 GONE_S = 5.0
+# Instances one request tries at most: after a restart of every worker, the dead half of the
+# list comes first as often as not, until each has been found gone once.
+MAX_TRIES = 4
 # What Dynamo's client says when the instance it was asked to reach has no handler any more
 # (the request never ran, so sending it elsewhere is safe).
 _GONE_TEXTS = ("TCP connection to", "unknown endpoint", "not found for endpoint")
@@ -57,8 +60,8 @@ def instance_gone(exc: BaseException) -> bool:
 class Instances:
     """Round robin over an endpoint's instances that are not known to be gone (see module doc).
 
-    Opening a stream that fails because the instance is gone is tried once more on another
-    instance; any other failure is the caller's."""
+    Opening a stream that fails because the instance is gone is tried again on another
+    instance (MAX_TRIES in all); any other failure is the caller's."""
 
     __slots__ = ("client", "_gone", "_turn")
 
@@ -80,7 +83,8 @@ class Instances:
         return [i for i in rotated if i not in self._gone] + [i for i in rotated if i in self._gone]
 
     async def open(self, request: Any, context: Context) -> AsyncIterator[Any]:
-        candidates = self._candidates()[:2]  # the first, and one more if it is gone
+        # The first, then others while they turn out gone (fast: nothing listens there).
+        candidates = self._candidates()[:MAX_TRIES]
         if not candidates:  # Dynamo's own answer: "No workers available for endpoint …"
             return await self.client.round_robin(request, annotated=False, context=context)
         for attempt, instance_id in enumerate(candidates):
