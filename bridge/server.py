@@ -17,6 +17,10 @@ runs every instance's `finalize()`, and only then stops the runtime, all within
 `--exit-timeout-secs` as tritonserver does: past it (an `execute`, `finalize` or reload's
 `initialize` that never returns) the process flushes its logs and exits with status 1 without
 waiting for those threads. A second SIGINT/SIGTERM exits at once.
+
+With etcd discovery (bridge/roles/discovery.py) every readiness is false while etcd does not
+answer, and a runtime Dynamo shuts down under the process (its lease lost) stops it the same way,
+with status 1, so that whatever supervises it starts it again with a new lease.
 """
 
 from __future__ import annotations
