@@ -17,6 +17,10 @@ runs every instance's `finalize()`, and only then stops the runtime, all within
 `--exit-timeout-secs` as tritonserver does: past it (an `execute`, `finalize` or reload's
 `initialize` that never returns) the process flushes its logs and exits with status 1 without
 waiting for those threads. A second SIGINT/SIGTERM exits at once.
+
+With etcd discovery (bridge/roles/discovery.py) every readiness is false while etcd does not
+answer, and a runtime Dynamo shuts down under the process (its lease lost) stops it the same way,
+with status 1, so that whatever supervises it starts it again with a new lease.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from .frontends.triton.http.server import HttpConfigError
 from .frontends.triton.role import TritonDoorRole
 from .metrics.server import MetricsServer
 from .options import ServerOptions, StartupError
+from .roles.discovery import DiscoveryWatch
 from .roles.frontend import FrontendRole
 from .roles.runtime import RuntimeSettingsError, check_services, start_runtime
 from .roles.worker import WorkerRole
@@ -135,6 +140,15 @@ async def serve(options: ServerOptions) -> None:
         await worker.load()  # before the runtime: the status table comes first, as in Triton
 
     runtime = start_runtime(options.discovery_backend, options.request_plane, options.role)
+    stop = asyncio.Event()
+    # etcd unreachable: not ready; the runtime shut down under us (lease lost): stop, status 1.
+    watch = DiscoveryWatch.for_backend(
+        options.discovery_backend, options.request_plane, on_lost=stop.set
+    )
+    watch.start(runtime, options.namespace)
+    for role in (worker, frontend):
+        if role is not None:
+            role.discovery_usable = watch.usable
     if worker is not None:
         await worker.start(runtime, frontend.http_port if frontend is not None else None)
     control: ControlPort | None = None
@@ -145,13 +159,13 @@ async def serve(options: ServerOptions) -> None:
             options.control_port,
             options.http_restricted_api,
             options.http_limits,
+            ready=lambda: watch.usable() and not stop.is_set(),
         )
         try:
             await control.start()
         except HttpConfigError as exc:
             raise StartupError(f"--control-port: {exc}") from None
 
-    stop = asyncio.Event()
     metrics_server: MetricsServer | None = None
     if options.allow_metrics:
         ready = worker.ready if worker is not None else frontend.ready  # type: ignore[union-attr]
@@ -162,6 +176,7 @@ async def serve(options: ServerOptions) -> None:
             frontend.http_port if frontend is not None else None,
             ready=lambda: ready() and not stop.is_set(),
             limits=options.http_limits,
+            discovery_usable=watch.usable,
         )
         try:
             await metrics_server.start()
@@ -179,8 +194,10 @@ async def serve(options: ServerOptions) -> None:
         log.info("serving the models of this worker through discovery (no gRPC port)")
     await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
     if frontend is not None and frontend.task is not None and frontend.task.done():
-        if frontend.task.exception() is not None:
+        await watch.settle(timeout=2.0)  # Dynamo's frontend ends with a runtime shut down
+        if frontend.task.exception() is not None and not watch.lost:
             log.error("gRPC frontend stopped: %s", frontend.task.exception())
+    watch.stopping()
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, _second_signal)
@@ -196,7 +213,7 @@ async def serve(options: ServerOptions) -> None:
         )
         # Armed to the end: whatever is left of the exit is bounded too.
         _arm_exit_watchdog(options.exit_timeout + RUNTIME_STOP_S)
-        clean = await worker.close(runtime, options.exit_timeout)
+        clean = await worker.close(runtime, options.exit_timeout, withdraw=not watch.lost)
     else:
         log.info("shutting down")
         _arm_exit_watchdog(options.exit_timeout + RUNTIME_STOP_S)
@@ -210,7 +227,8 @@ async def serve(options: ServerOptions) -> None:
     if worker is not None:
         await worker.wait_served(timeout=2.0)
     stopped.cancel()
-    if not clean:
+    if not clean and not watch.lost:
         # Threads stuck in model code would be joined at exit (or hold the executor's join).
         log.error(EXIT_TIMEOUT_TEXT)
+    if not clean or watch.lost:  # a lost lease: said at once (roles/discovery.py)
         _exit_now(1)

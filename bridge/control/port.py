@@ -17,7 +17,7 @@ http/connections.py says (head and body deadlines, keep-alive, a cap).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from dynamo.runtime import DistributedRuntime
 
@@ -42,9 +42,11 @@ class ControlPort:
         port: int,
         restricted: Mapping[str, Restriction],
         limits: ConnectionLimits,
+        ready: Callable[[], bool] = lambda: True,
     ) -> None:
         self._directory = Directory(runtime, namespace)
-        self._service = TritonService(self._directory)
+        # `ready`: the process's own readiness (discovery works), on top of the models'.
+        self._service = TritonService(self._directory, ready=ready)
         options = HttpOptions(
             port=port, address=ADDRESS, restricted=dict(restricted), control=True, limits=limits
         )

@@ -13,7 +13,9 @@ Dynamo's KServe frontend insists on serving its own HTTP port (`/metrics` with t
   that failed, or was unloaded since, makes the server not ready, as in Triton 2.51.
   Dynamo's frontend answers these paths 404, and its gRPC ServerReady says true regardless;
   this is the honest answer for health checks that cannot ask ModelReady per model;
-* `GET /health` and `GET /live`: passed through to the frontend (Dynamo's own probes);
+* `GET /health` and `GET /live`: passed through to the frontend (Dynamo's own probes),
+  except `/health` while discovery does not work (etcd away, lease lost: bridge/roles/discovery.py),
+  answered 503 here, as Dynamo's system status server answers when not ready;
 * nothing else: another path is 404 and another method 405, so the frontend's other routes
   (its API documents, model list and `POST /busy_threshold`) are not reachable through here.
 
@@ -31,7 +33,7 @@ from collections.abc import Callable, Sequence
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..frontends.triton.http.connections import ConnectionLimits
@@ -71,11 +73,15 @@ class MetricsServer:
         frontend_timeout: float = 5.0,
         ready: Callable[[], bool] = lambda: True,
         limits: ConnectionLimits | None = None,
+        discovery_usable: Callable[[], bool] = lambda: True,
     ) -> None:
         self.address = address
         self.sources = list(sources)
         self.frontend_port = frontend_port
         self.ready = ready
+        # False while etcd does not answer or the lease is lost (bridge/roles/discovery.py):
+        # the frontend's /health, passed through, would still say healthy.
+        self.discovery_usable = discovery_usable
         self._timeout = frontend_timeout
         self._client: httpx.AsyncClient | None = None
         routes = [
@@ -84,7 +90,12 @@ class MetricsServer:
             Route("/v2/health/ready", self._ready, methods=["GET"]),
         ]
         if frontend_port is not None:
-            routes += [Route(path, self._pass_through, methods=["GET"]) for path in PASSED_THROUGH]
+            routes += [
+                Route(
+                    path, self._health if path == "/health" else self._pass_through, methods=["GET"]
+                )
+                for path in PASSED_THROUGH
+            ]
         self._listener = Listener(
             Starlette(routes=routes), address, port, limits or ConnectionLimits(), what="metrics"
         )
@@ -123,6 +134,14 @@ class MetricsServer:
 
     async def _ready(self, request: Request) -> Response:
         return Response(status_code=200 if self.ready() else 400, media_type="text/plain")
+
+    async def _health(self, request: Request) -> Response:
+        if not self.discovery_usable():  # Dynamo's own answer when not ready: 503
+            return JSONResponse(
+                {"status": "notready", "message": "discovery (etcd) does not answer"},
+                status_code=503,
+            )
+        return await self._pass_through(request)
 
     async def _frontend_metrics(self) -> str:
         if self._client is None:

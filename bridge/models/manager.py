@@ -336,11 +336,13 @@ class ModelManager:
 
     # -- shutdown ------------------------------------------------------------------------------
 
-    async def close(self, timeout: float) -> bool:
+    async def close(self, timeout: float, withdraw: bool = True) -> bool:
         """Withdraw every model from discovery, let in-flight requests finish, finalize
         everything; within `timeout` seconds in all. False if that bound was hit (a model's
         execute or finalize, or a load, is stuck on its thread): the caller must not wait for
-        those threads.
+        those threads. `withdraw=False`: Dynamo already shut the runtime down (a lost etcd
+        lease, bridge/roles/discovery.py): nothing is routed here and there is nothing to
+        withdraw from.
 
         Withdrawing is the reload's retire, for every serving generation at once: the model
         cards go first, and frontends (here or in other processes) stop routing here and use
@@ -353,7 +355,7 @@ class ModelManager:
         deadline = self.loop.time() + timeout
         for task in list(self._refreshing):
             task.cancel()  # a load in progress is abandoned; its thread is not waited for
-        workers = list(self.workers.values())
+        workers = list(self.workers.values()) if withdraw else []
         self.workers.clear()
         since = self.loop.time()
         for worker in workers:
@@ -361,8 +363,9 @@ class ModelManager:
                 await worker.stop()
             except Exception as exc:  # keep shutting the rest down
                 log.warning("unregistering '%s' failed: %s", worker.name, exc)
-        quiet_until = min(deadline, since + self.options.routes_quiet_max)
-        await self._until_routes_quiet(workers, since, quiet_until)
+        if workers:
+            quiet_until = min(deadline, since + self.options.routes_quiet_max)
+            await self._until_routes_quiet(workers, since, quiet_until)
         for worker in workers:
             await worker.withdraw()
         if self._refreeze is not None:

@@ -15,7 +15,8 @@ off what a stranger could change there: Dynamo's admin API (`GET`/`POST /busy_th
 Dynamo's own switch DYN_DISABLE_FRONTEND_ADMIN_API (unless the operator set it).
 
 Readiness of a frontend-only process (`/v2/health/ready` on the metrics port): ready once the
-gRPC port accepts connections, until shutdown begins. Models come and go with their workers, so a
+gRPC port accepts connections, until shutdown begins, and while discovery works
+(roles/discovery.py). Models come and go with their workers, so a
 frontend does not wait for any; ModelReady answers per model.
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 
 from dynamo.runtime import DistributedRuntime
 
@@ -49,6 +51,8 @@ class FrontendRole:
         self.task: asyncio.Future[None] | None = None
         self._up = False
         self._stopping = False
+        # Whether discovery works (the composition root's DiscoveryWatch, roles/discovery.py).
+        self.discovery_usable: Callable[[], bool] = lambda: True
 
     def start(self, runtime: DistributedRuntime) -> asyncio.Future[None]:
         """Start serving; the returned future ends when the frontend stops (or fails)."""
@@ -84,7 +88,13 @@ class FrontendRole:
         return self.task
 
     def ready(self) -> bool:
-        return self._up and not self._stopping and self.task is not None and not self.task.done()
+        return (
+            self._up
+            and not self._stopping
+            and self.task is not None
+            and not self.task.done()
+            and self.discovery_usable()
+        )
 
     def stopping(self) -> None:
         self._stopping = True

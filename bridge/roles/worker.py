@@ -60,6 +60,8 @@ class WorkerRole:
         self._health: asyncio.Task[None] | None = None
         self._stopping = False
         self._sources: list[Callable[[], str]] = []
+        # Whether discovery works (the composition root's DiscoveryWatch, roles/discovery.py).
+        self.discovery_usable: Callable[[], bool] = lambda: True
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -160,12 +162,13 @@ class WorkerRole:
     def ready(self) -> bool:
         """Triton's strict readiness (its default): not while starting or stopping, and not
         while a model it tried to load is not ready, whether it failed or was unloaded
-        [V on 2.51]."""
+        [V on 2.51]. Nor while discovery does not work (etcd unreachable, lease lost)."""
         manager = self.manager
         return (
             manager is not None
             and manager.ready
             and not self._stopping
+            and self.discovery_usable()
             and all(status.ready for status in manager.repository.statuses.values())
         )
 
@@ -194,9 +197,12 @@ class WorkerRole:
 
     # -- shutdown ------------------------------------------------------------------------------
 
-    async def close(self, runtime: DistributedRuntime, timeout: float) -> bool:
-        """Withdraw every model from discovery, drain, finalize; within `timeout` seconds.
-        False if that bound was hit (threads stuck in model code must not be waited for)."""
+    async def close(
+        self, runtime: DistributedRuntime, timeout: float, withdraw: bool = True
+    ) -> bool:
+        """Withdraw every model from discovery (unless the runtime is already gone:
+        `withdraw=False`), drain, finalize; within `timeout` seconds. False if that bound was
+        hit (threads stuck in model code must not be waited for)."""
         self._stopping = True
         if self._health is not None:
             self._health.cancel()
@@ -207,7 +213,9 @@ class WorkerRole:
             await self._watcher.stop()
         clean = True
         if self.manager is not None:
-            clean = await self.manager.close(timeout=max(0.0, deadline - loop.time()))
+            clean = await self.manager.close(
+                timeout=max(0.0, deadline - loop.time()), withdraw=withdraw
+            )
             self.manager.repository.services.control = None
         return clean
 

@@ -7,7 +7,8 @@ CI=true and skips it elsewhere (the same rule as the Triton oracle).
 
 `EtcdServer` and `NatsServer` each start one server in a temp dir on free 127.0.0.1 ports, wait
 until it answers its health check, and stop (SIGTERM, then SIGKILL of its process group) only
-the process they started.
+the process they started. `EtcdServer.restart()` brings a stopped etcd back on the same address
+and data (an outage).
 """
 
 from __future__ import annotations
@@ -178,13 +179,25 @@ class EtcdServer(_Service):
     def __init__(self, workdir: str | os.PathLike[str] | None = None) -> None:
         super().__init__(ensure_binary("etcd"), workdir)
         self.client_port = self.peer_port = 0
+        self._same_ports = False
+
+    def restart(self) -> EtcdServer:
+        """Start again after stop(), on the same ports and data dir: etcd back after an outage
+        (its clients were told this address; the leases it held are restored)."""
+        self._same_ports = True
+        try:
+            self.start()
+        finally:
+            self._same_ports = False
+        return self
 
     @property
     def endpoint(self) -> str:
         return f"http://{LOCALHOST}:{self.client_port}"
 
     def command(self) -> list[str]:
-        self.client_port, self.peer_port = free_ports(2)
+        if not self._same_ports:
+            self.client_port, self.peer_port = free_ports(2)
         peer = f"http://{LOCALHOST}:{self.peer_port}"
         data = self.workdir / f"data-{self.client_port}"
         return [

@@ -37,7 +37,7 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import no_available_versions_error, unknown_model_error
 
 from .model_cards import FOREIGN_VERSION, ModelCards
-from .routes import LocalRoute, RequestPlaneRoute, Route, StandardFormRoute
+from .routes import LocalRoute, RequestPlaneRoute, Route, StandardFormRoute, instance_gone
 from .status import DoorError
 
 log = logging.getLogger(__name__)
@@ -129,6 +129,7 @@ class Directory:
         self._models: dict[str, ModelEntry] = {}
         self._instances: frozenset[int] = frozenset()
         self._clients: dict[str, Any] = {}
+        self._gone_logged: set[int] = set()  # control instances found gone (said once)
         self._lock = asyncio.Lock()
         self._asked = 0  # refresh tickets handed out
         self._answered = 0  # the newest ticket an index answered
@@ -203,12 +204,15 @@ class Directory:
 
     async def _ask_every_worker(self) -> tuple[dict[str, ModelEntry], frozenset[int], bool]:
         ids = list(self._control.instance_ids())
-        answers = await asyncio.gather(*(self._index_of(i) for i in ids))
+        gone: set[int] = set()
+        answers = await asyncio.gather(*(self._index_of(i, gone=gone) for i in ids))
         models: dict[str, ModelEntry] = {}
         complete = True
         for instance_id, answer in zip(ids, answers, strict=True):
             if answer is None:
-                complete = False
+                # A worker that is gone (crashed, lease lost) stays listed until its lease
+                # expires; it serves nothing, so the index lacks nothing without it.
+                complete = complete and instance_id in gone
                 continue
             for model in answer.get("models", ()):
                 name = str(model.get("name", ""))
@@ -299,10 +303,11 @@ class Directory:
         return await asyncio.gather(*(ask(i) for i in ids))
 
     async def _index_of(
-        self, instance_id: int, op: str | dict[str, Any] = "index"
+        self, instance_id: int, op: str | dict[str, Any] = "index", gone: set[int] | None = None
     ) -> dict[str, Any] | None:
         """One control op's answer from one worker (a dict op is sent as it is; its errors are
-        answers, returned). None when the worker does not answer."""
+        answers, returned). None when the worker does not answer; its id is then added to
+        `gone` if the worker is gone (routes.instance_gone), logged once."""
         request = {"op": op} if isinstance(op, str) else op
         timeout = INDEX_TIMEOUT_S if isinstance(op, str) else None  # a load takes its time
         try:
@@ -314,7 +319,14 @@ class Directory:
                     log.warning("worker %x answered %s with %r", instance_id, op, item)
                     return None
         except Exception as exc:  # a worker going away mid-question: the others still count
-            log.info("worker %x did not answer %s: %s", instance_id, op, exc)
+            if not instance_gone(exc):
+                log.info("worker %x did not answer %s: %s", instance_id, op, exc)
+            else:
+                if gone is not None:
+                    gone.add(instance_id)
+                if instance_id not in self._gone_logged:
+                    self._gone_logged.add(instance_id)
+                    log.info("worker %x is gone (until its lease ends): %s", instance_id, exc)
         return None
 
     # -- model endpoints ----------------------------------------------------------------------

@@ -99,6 +99,7 @@ class ModelCards:
         first = endpoints.split(",")[0].strip()
         self._etcd = first if "://" in first else f"http://{first}"
         self._parsed: dict[str, tuple[str, str, mc.ModelConfig] | None] = {}
+        self._etcd_failing = False  # the last read from etcd failed (logged once per streak)
 
     async def read(self) -> list[tuple[str, str, mc.ModelConfig]]:
         """Every TensorBased card of the namespace now: (model name, endpoint, config)."""
@@ -148,8 +149,13 @@ class ModelCards:
             with urllib.request.urlopen(request, timeout=ETCD_TIMEOUT_S) as response:
                 answer = json.load(response)
         except (OSError, ValueError) as exc:
-            log.info("reading model cards from etcd failed: %s", exc)
+            # Said once per outage (the door asks several times a second while in use); the
+            # process's readiness and its ERROR line tell the rest (bridge/roles/discovery.py).
+            log.log(logging.DEBUG if self._etcd_failing else logging.INFO,
+                    "reading model cards from etcd failed: %s", exc)  # fmt: skip
+            self._etcd_failing = True
             return [(key, b"") for key in self._parsed]  # keep what was seen
+        self._etcd_failing = False
         return [
             (base64.b64decode(kv["key"]).decode(), base64.b64decode(kv.get("value", "")))
             for kv in answer.get("kvs", ())

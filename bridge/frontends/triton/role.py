@@ -61,6 +61,8 @@ class TritonDoorRole:
         self._up = False
         self._stopping = False
         self._drain: asyncio.Future[Any] | None = None
+        # Whether discovery works (the composition root's DiscoveryWatch, roles/discovery.py).
+        self.discovery_usable: Callable[[], bool] = lambda: True
 
     def start(self, runtime: DistributedRuntime) -> asyncio.Future[None]:
         """Start serving; the returned future ends when the door stops (or fails to start)."""
@@ -89,7 +91,15 @@ class TritonDoorRole:
                 self.service.close()
 
     def ready(self) -> bool:
-        return self._up and not self._stopping and self.task is not None and not self.task.done()
+        """The door's own readiness (ServerReady, /v2/health/ready on both ports): up, not
+        stopping, and discovery works (etcd reachable, lease held)."""
+        return (
+            self._up
+            and not self._stopping
+            and self.task is not None
+            and not self.task.done()
+            and self.discovery_usable()
+        )
 
     def stopping(self) -> None:
         """Shutdown began: refuse new calls, let the ones in flight finish (bounded)."""

@@ -10,10 +10,18 @@ and including the final one (docs/worker_protocol.md §2):
   cancellation as it polls the request plane's, so stopping it behaves alike. The models stay
   registered with Dynamo: other frontends still reach them over the request plane.
 * `RequestPlaneRoute`: another bridge worker's endpoint, through Dynamo's request plane
-  (`round_robin` over the endpoint's instances).
+  (round robin over the endpoint's instances, `Instances`).
 * `StandardFormRoute`: the endpoint of a TensorBased worker that is not a bridge worker
   (model_cards.py): Dynamo's standard form on the request plane, converted at the door
   (foreign.py).
+
+Instances that are gone: a worker that crashed (or whose runtime Dynamo shut down when it lost
+its etcd lease) stays listed until its lease expires, and Dynamo's own `round_robin` keeps
+sending it a request each time its 5 s inhibition ends (spec dynamo_runtime.md §5). A request
+to such an instance fails before it reaches any handler ("TCP connection to … failed",
+"unknown endpoint", "instance_id=… not found", ai-dynamo-runtime 1.6.1, measured), so
+`Instances` sends it on to another instance and leaves the gone one out of the rotation for
+GONE_S; a worker restarted meanwhile is a new instance, served at once.
 
 After a reload the retired generation's route may still be used for a moment (the directory
 moves on within its refresh period); a retired worker hands a late request to the model now
@@ -23,12 +31,72 @@ plane.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from dynamo.runtime import Context
 
 from .foreign import bridge_items, to_standard_request
+
+# How long an instance that was found gone is left out of the rotation before it is tried
+# again (it may only have been unreachable for a moment): Dynamo's own inhibition period.
+GONE_S = 5.0
+# Instances one request tries at most: after a restart of every worker, the dead half of the
+# list comes first as often as not, until each has been found gone once.
+MAX_TRIES = 4
+# What Dynamo's client says when the instance it was asked to reach has no handler any more
+# (the request never ran, so sending it elsewhere is safe).
+_GONE_TEXTS = ("TCP connection to", "unknown endpoint", "not found for endpoint")
+
+
+def instance_gone(exc: BaseException) -> bool:
+    """The request could not reach the instance: it is gone (crashed, or its runtime stopped)."""
+    text = str(exc)
+    return text.startswith("Unavailable:") and any(t in text for t in _GONE_TEXTS)
+
+
+class Instances:
+    """Round robin over an endpoint's instances that are not known to be gone (see module doc).
+
+    Opening a stream that fails because the instance is gone is tried again on another
+    instance (MAX_TRIES in all); any other failure is the caller's."""
+
+    __slots__ = ("client", "_gone", "_turn")
+
+    def __init__(self, client: Any) -> None:
+        self.client = client  # a Dynamo endpoint client
+        self._gone: dict[int, float] = {}  # instance id -> loop time it was found gone
+        self._turn = itertools.count()
+
+    def _candidates(self) -> list[int]:
+        now = asyncio.get_running_loop().time()
+        ids = sorted(self.client.instance_ids())
+        for instance_id in [i for i, t in self._gone.items() if i not in ids or now - t > GONE_S]:
+            del self._gone[instance_id]
+        if not ids:
+            return []
+        turn = next(self._turn) % len(ids)
+        rotated = ids[turn:] + ids[:turn]
+        # The gone ones last: tried only when nothing else is listed.
+        return [i for i in rotated if i not in self._gone] + [i for i in rotated if i in self._gone]
+
+    async def open(self, request: Any, context: Context) -> AsyncIterator[Any]:
+        # The first, then others while they turn out gone (fast: nothing listens there).
+        candidates = self._candidates()[:MAX_TRIES]
+        if not candidates:  # Dynamo's own answer: "No workers available for endpoint …"
+            return await self.client.round_robin(request, annotated=False, context=context)
+        for attempt, instance_id in enumerate(candidates):
+            try:
+                return await self.client.direct(
+                    request, instance_id, annotated=False, context=context
+                )
+            except Exception as exc:
+                if not instance_gone(exc) or attempt == len(candidates) - 1:
+                    raise
+                self._gone[instance_id] = asyncio.get_running_loop().time()
+        raise AssertionError("unreachable")
 
 
 class Route(Protocol):
@@ -51,13 +119,13 @@ class LocalRoute:
 class RequestPlaneRoute:
     """A model endpoint reached over Dynamo's request plane."""
 
-    __slots__ = ("client",)
+    __slots__ = ("instances",)
 
     def __init__(self, client: Any) -> None:
-        self.client = client  # a Dynamo endpoint client
+        self.instances = Instances(client)
 
     async def generate(self, body: dict, context: Context) -> AsyncIterator[dict]:
-        stream = await self.client.round_robin(body, annotated=False, context=context)
+        stream = await self.instances.open(body, context)
         async for item in stream:
             yield item
             if item.get("final", False):
@@ -67,15 +135,15 @@ class RequestPlaneRoute:
 class StandardFormRoute:
     """A model endpoint of a worker that speaks only Dynamo's standard tensor form."""
 
-    __slots__ = ("client", "model")
+    __slots__ = ("instances", "model")
 
     def __init__(self, client: Any, model: str) -> None:
-        self.client = client  # a Dynamo endpoint client
+        self.instances = Instances(client)
         self.model = model
 
     async def generate(self, body: dict, context: Context) -> AsyncIterator[dict]:
         request = to_standard_request(body)
-        stream = await self.client.round_robin(request, annotated=False, context=context)
+        stream = await self.instances.open(request, context)
         async for item in bridge_items(stream, self.model):
             yield item
             if item.get("final", False):

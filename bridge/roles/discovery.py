@@ -1,0 +1,195 @@
+"""Whether etcd discovery still works in this process: readiness, and the exit on a lost lease.
+
+With etcd discovery every Dynamo runtime holds one etcd lease, and every record it publishes
+(instances, model cards) lives on that lease. What Dynamo does when etcd goes away (ai-dynamo-
+runtime 1.6.1, measured with etcd stopped under load, and read in lib/runtime/src/transports/
+etcd.rs and etcd/lease.rs):
+
+* While the lease lasts (ETCD_LEASE_TTL), requests keep flowing on what discovery had cached,
+  and an outage that ends in time costs nothing.
+* Once the keep-alive cannot reach etcd before the lease's deadline, the lease task logs
+  "Unable to maintain lease" and cancels the runtime's primary token: Dynamo shuts the whole
+  `DistributedRuntime` down ("If the lease expires, the Runtime will be shutdown", etcd.rs
+  `Client::new`). Every `serve_endpoint` returns, the request-plane handlers are removed, the
+  system status server (DYN_SYSTEM_PORT) stops, and the records expire with the lease. That
+  runtime never serves again, even after etcd returns; the process itself lives on, and before
+  this module every health surface of it kept answering ready.
+
+A new `DistributedRuntime` made in the same process does get a new lease and serve (measured),
+but everything bound to the old one (each model generation's endpoint and model card, the
+control endpoint, BLS clients, the door's directory, Dynamo's KServe frontend) would have to be
+rebuilt on it. The bridge does the honest, simple thing instead: it stops with one ERROR line and
+exit status 1, so the orchestrator that started it starts it again, with a new lease.
+
+So `DiscoveryWatch`:
+* probes etcd (the ETCD_ENDPOINTS addresses) every PROBE_S; while no address answers (after
+  PROBE_FAILURES probes in a row), the process is not ready (every health surface: the door's
+  ServerReady and /v2/health/ready, the metrics port, Dynamo's /health on the system port, the
+  control port) and says so in one ERROR line, then one line when etcd answers again;
+* serves one sentinel endpoint whose `serve_endpoint` returns only when the runtime shuts down:
+  if that happens while the bridge is not stopping, the runtime was shut down under it (the lease
+  was lost), and `on_lost` runs (the composition root stops the process with status 1).
+
+With `mem` or `file` discovery there is no lease and nothing to watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from dynamo.runtime import DistributedRuntime
+
+from .runtime import Service, needed_services
+
+log = logging.getLogger("dynamo_bridge")
+
+PROBE_S = 1.0  # between probes of etcd
+PROBE_TIMEOUT_S = 2.0  # one probe's bound: an etcd that accepts but never answers is down
+# Probes that must fail in a row before etcd counts as away: one slow answer on a busy loop
+# must not make the process unready (nor log an ERROR).
+PROBE_FAILURES = 2
+# The sentinel's component: not a model's (those are `<slug>-<hash>`, bridge/worker.py), and
+# never routed to (no model card names it).
+SENTINEL_ENDPOINT = "bridge.runtime"
+
+
+class DiscoveryWatch:
+    """Readiness of discovery (`usable()`) and the lease-loss signal (`on_lost`); see module doc."""
+
+    def __init__(self, etcd: Service | None, on_lost: Callable[[], None]) -> None:
+        self.etcd = etcd  # None: not etcd discovery, nothing to watch
+        self._on_lost = on_lost
+        self.reachable = True
+        self.lost = False
+        self._stopping = False
+        self._probe: asyncio.Future[None] | None = None
+        self._sentinel: asyncio.Future[Any] | None = None
+        self._down_since = 0.0
+
+    @classmethod
+    def for_backend(
+        cls, discovery: str, request_plane: str, on_lost: Callable[[], None]
+    ) -> DiscoveryWatch:
+        """The watch of this process's discovery backend (etcd: as the runtime finds it)."""
+        services = needed_services(discovery, request_plane, os.environ)
+        etcd = next((s for s in services if s.variable == "ETCD_ENDPOINTS"), None)
+        return cls(etcd, on_lost)
+
+    def usable(self) -> bool:
+        """Discovery answers and the runtime still holds its lease."""
+        return self.reachable and not self.lost
+
+    def start(self, runtime: DistributedRuntime, namespace: str) -> None:
+        if self.etcd is None:
+            return
+        self._probe = asyncio.ensure_future(self._probe_forever(self.etcd))
+        endpoint = runtime.endpoint(f"{namespace}.{SENTINEL_ENDPOINT}")
+        self._sentinel = asyncio.ensure_future(endpoint.serve_endpoint(_never_called))
+        self._sentinel.add_done_callback(self._runtime_ended)
+
+    async def settle(self, timeout: float) -> None:
+        """Something else ended first (Dynamo's KServe frontend returns when the runtime shuts
+        down): give the sentinel `timeout` seconds to tell whether the runtime went too."""
+        if self._sentinel is not None and not self._stopping:
+            await asyncio.wait({self._sentinel}, timeout=timeout)
+            await asyncio.sleep(0)  # its done callback runs
+
+    def stopping(self) -> None:
+        """The bridge itself is about to shut the runtime down: that is not a lost lease."""
+        self._stopping = True
+        if self._probe is not None:
+            self._probe.cancel()
+
+    # -- the lease -----------------------------------------------------------------------------
+
+    def _runtime_ended(self, serving: asyncio.Future[Any]) -> None:
+        if self._stopping or self.lost:
+            return
+        self.lost = True
+        failure = None if serving.cancelled() else serving.exception()
+        assert self.etcd is not None
+        if not self.reachable:
+            down = asyncio.get_running_loop().time() - self._down_since
+            cause = (
+                f"its etcd lease expired: etcd at {self.etcd.value} ({self.etcd.variable}) has "
+                f"not answered for {down:.0f} s"
+            )
+        else:
+            cause = str(failure) if failure is not None else "its etcd lease was lost"
+        log.error(
+            "Dynamo shut this process's runtime down (%s); every model and endpoint it served "
+            "is gone from discovery and cannot come back in this process: exiting with status "
+            "1 to be restarted with a new lease",
+            cause,
+        )
+        self._on_lost()
+
+    # -- etcd's reachability -------------------------------------------------------------------
+
+    async def _probe_forever(self, etcd: Service) -> None:
+        loop = asyncio.get_running_loop()
+        failures, failing_since = 0, 0.0
+        while True:
+            started = loop.time()
+            scheme = scheme_of(etcd.value)
+            checks = [etcd_answers(scheme, host, port) for host, port in etcd.addresses]
+            if any(await asyncio.gather(*checks)):
+                failures = 0
+            else:
+                failing_since = started if failures == 0 else failing_since
+                failures += 1
+            reachable = failures < PROBE_FAILURES
+            if reachable != self.reachable:
+                self.reachable = reachable
+                if not reachable:
+                    self._down_since = failing_since
+                    log.error(
+                        "cannot reach etcd at %s (%s): not ready until it answers; Dynamo drops "
+                        "this process's models from discovery if it stays away past the lease "
+                        "(ETCD_LEASE_TTL)",
+                        etcd.value,
+                        etcd.variable,
+                    )
+                elif not self.lost:
+                    log.warning(
+                        "etcd at %s answers again after %.0f s: ready",
+                        etcd.value,
+                        loop.time() - self._down_since,
+                    )
+            await asyncio.sleep(PROBE_S)
+
+
+def scheme_of(value: str) -> str:
+    first = value.split(",")[0].strip()
+    return urlsplit(first).scheme if "://" in first else "http"
+
+
+async def etcd_answers(scheme: str, host: str, port: int) -> bool:
+    """etcd at host:port answers: over plain HTTP its /health gives any HTTP answer; over TLS
+    (no client certificate here) the TCP connection is all that is checked."""
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                if scheme == "https":
+                    return True
+                request = (
+                    f"GET /health HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
+                )
+                writer.write(request.encode())
+                await writer.drain()
+                return (await reader.readline()).startswith(b"HTTP/")
+            finally:
+                writer.close()
+    except (OSError, TimeoutError):
+        return False
+
+
+async def _never_called(request: Any, context: Any = None) -> AsyncIterator[dict[str, Any]]:
+    """The sentinel's handler: nothing routes to it (no model card names it)."""
+    yield {}
