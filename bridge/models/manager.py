@@ -14,6 +14,10 @@ for `route_quiet`; bounded by `drain_timeout`), then it is closed (drained and f
 by `close_timeout`) and dropped from every structure here. A load that fails leaves the old one
 serving.
 
+Whoever routes to this process's models from inside it (the triton door's directory) is told of
+every change at once (`listeners`): a new generation serving a name, a name unloaded or removed.
+It need not poll, and so never sends a request to a generation already withdrawn.
+
 Each model changes on its own: one model's load that never returns holds only that model's lock,
 and is logged while it lasts ("still loading ..."); other models keep reloading.
 """
@@ -24,7 +28,7 @@ import asyncio
 import logging
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,6 +130,9 @@ class ModelManager:
         self._serving: list[asyncio.Future[Any]] = []
         self._refreeze: asyncio.TimerHandle | None = None
         self.control: ControlEndpoint | None = None  # served from start() on
+        # Called on the loop with a model's name as soon as what serves it changed (see the
+        # module doc); before a load or unload returns, before an old generation is withdrawn.
+        self.listeners: list[Callable[[str], None]] = []
         self.loop = asyncio.get_running_loop()
 
     # -- start-up ------------------------------------------------------------------------------
@@ -235,6 +242,7 @@ class ModelManager:
             self.repository.statuses[name] = ModelStatus(
                 name, sorted(model.versions), ready=False, reason="unloaded"
             )
+            self._changed(name)
             await self._retire(worker, model)
 
     async def refresh(self, names: Iterable[str], retry_failed: bool = True) -> None:
@@ -500,6 +508,7 @@ class ModelManager:
         self.workers[name] = worker
         self.repository.models[name] = model
         self.repository.statuses[name] = ModelStatus(name, sorted(model.versions), ready=True)
+        self._changed(name)
         # At start-up the start-up load's model is already in the map (old_model is model) and
         # the frontend is not running yet: nothing to confirm, nothing to retire.
         replacing = old_model is not None and old_model is not model
@@ -521,7 +530,15 @@ class ModelManager:
         self.digests.pop(name, None)
         if model is not None:
             log.info("'%s': its folder was removed; unloading", name)
+            self._changed(name)
             await self._retire(worker, model)
+
+    def _changed(self, name: str) -> None:
+        for listener in self.listeners:
+            try:
+                listener(name)
+            except Exception:  # a listener's bug must not stop a load or unload half-way
+                log.exception("telling a listener that '%s' changed failed", name)
 
     async def _retire(self, worker: ModelWorker | None, model: ServedModel) -> None:
         """Unregister a generation now; withdraw, close and forget it in the background."""
