@@ -390,7 +390,7 @@ class Directory:
             if not client.instance_ids():
                 await self.refresh()
                 if self.complete and not self._named(endpoint):
-                    raise EndpointWithdrawn(endpoint)
+                    raise EndpointWithdrawn("no instance, and the index no longer names it")
                 try:
                     await asyncio.wait_for(client.wait_for_instances(), INSTANCE_WAIT_S)
                 except asyncio.TimeoutError:
