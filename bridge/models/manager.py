@@ -53,6 +53,7 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from .. import heap
 from ..cluster.control_endpoint import ControlEndpoint
 from ..cluster.remote_models import DynamoRemoteModels
+from ..tuning import release_free_memory
 from ..worker import ModelWorker
 from .errors import ControlError, poll_failed
 from .frontend_probe import until_frontend_lists
@@ -591,14 +592,17 @@ class ModelManager:
             log.error("'%s': closing failed: %s", model.name, closing.exception())
 
     def _schedule_refreeze(self) -> None:
-        """One heap.refreeze() shortly after a burst of unloads, not one per unload: it is a
-        full collection, on the loop's thread whatever thread runs it (the GIL)."""
+        """One heap.refreeze() and release of free memory shortly after a burst of unloads, not
+        one per unload: the collection is a full one, on the loop's thread whatever thread runs
+        it (the GIL)."""
         if self._refreeze is None:
             self._refreeze = self.loop.call_later(REFREEZE_DELAY, self._run_refreeze)
 
     def _run_refreeze(self) -> None:
         self._refreeze = None
         heap.refreeze()  # the unloaded generations may be frozen (heap.py)
+        # What they held is free now, but malloc keeps it in its arenas (tuning.py).
+        self.loop.run_in_executor(None, release_free_memory)
 
     async def _until_frontend_lists(self, name: str, timeout: float = 5.0) -> None:
         port = self.options.frontend_metrics_port
