@@ -1,6 +1,6 @@
 """The server's resident memory over many reloads of one model that allocates 20 MiB.
 
-    python -m benchmarks.reload_rss [--reloads 22] [--mib 20] [--requests 20]
+    python -m benchmarks.reload_rss [--reloads 22] [--mib 20] [--requests 20] [--arena-max N]
 
 Issue 22 (finding 11): on a reload-heavy server the RSS grew in steps (160 → 325 MB over 22
 reloads of 20 MiB models), with every retired generation freed. The memory was free but held by
@@ -12,6 +12,7 @@ allocates in an arena of its own. The manager now hands the free memory back
 The bridge runs in explicit mode; each reload is a `load` on the control port (a reload with no
 gap), followed by `--requests` requests and the wait for the old generation's "successfully
 unloaded" line. The server's VmRSS is read from /proc after the start and after each reload.
+`--arena-max N` starts the server with glibc's MALLOC_ARENA_MAX=N.
 Bounded: at most `--reloads` reloads, each waited for at most 60 s.
 """
 
@@ -79,7 +80,7 @@ def load(port: int, name: str) -> None:
         assert response.status == 200, response.status
 
 
-def run(reloads: int, mib: int, requests: int) -> dict:
+def run(reloads: int, mib: int, requests: int, arena_max: int | None = None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="reload-rss-"))
     model = work / "repo" / "ballast"
     (model / "1").mkdir(parents=True)
@@ -92,6 +93,7 @@ def run(reloads: int, mib: int, requests: int) -> dict:
         "--load-model=ballast",
         f"--control-port={port}",
         log_path=work / "bridge.log",
+        env={"MALLOC_ARENA_MAX": str(arena_max)} if arena_max else None,
     )
     server.start()
     tensor = grpcclient.InferInput("INPUT0", [4], "FP32")
@@ -120,6 +122,7 @@ def run(reloads: int, mib: int, requests: int) -> dict:
         server.stop()
     return {
         "reloads": reloads,
+        "arena_max": arena_max,
         "mib_per_generation": mib,
         "rss_mib": [round(s) for s in samples],
         "growth_mib": round(samples[-1] - samples[0]),
@@ -131,8 +134,9 @@ def main() -> None:
     parser.add_argument("--reloads", type=int, default=22)
     parser.add_argument("--mib", type=int, default=20)
     parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--arena-max", type=int, default=None)
     args = parser.parse_args()
-    print(json.dumps(run(args.reloads, args.mib, args.requests)))
+    print(json.dumps(run(args.reloads, args.mib, args.requests, args.arena_max)))
 
 
 if __name__ == "__main__":
