@@ -15,7 +15,7 @@ buffers still get their own mapping) and the trim threshold with it, so freed bu
 the heap for the next request. The cost is memory: up to TRIM_THRESHOLD of freed memory may stay
 held per malloc arena. Elsewhere than glibc this does nothing.
 
-## Bound what the heap keeps over reloads (`ARENA_MAX`, `release_free_memory`)
+## Bound what the heap keeps over reloads (`arena_max`, `release_free_memory`)
 
 The same settings made a reload-heavy server's RSS grow in steps (issue 22: 20 MiB models,
 160 → 325 MB over 22 reloads) with every retired generation freed: each generation's threads
