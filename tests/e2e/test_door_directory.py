@@ -20,8 +20,10 @@ import shutil
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.reload_support import ask_marked, control, copy_models, set_line
@@ -34,6 +36,8 @@ DOOR = ("--frontend", "triton")
 HANG = REPOSITORIES / "lifecycle" / "hang"
 NO_VERSIONS = "Request for unknown model: '{}' has no available versions"
 RELOADS = 4
+# What Triton 2.51 answers over HTTP, as tritonclient.http reports it (the oracle test checks).
+HTTP_NO_VERSIONS = ("404", NO_VERSIONS.format("hang"))
 
 
 def unloaded(server: BridgeServer, name: str, generation: int) -> bool:
@@ -99,9 +103,18 @@ def hang_repo(tmp_path: Path) -> Path:
     return repo
 
 
-def unload_while_stuck(tmp_path: Path, client: grpcclient.InferenceServerClient, unload) -> tuple:
-    """A request stuck in `hang`'s execute, then `unload()`, then a new request: the new
-    request's refusal (status, text), and the stuck one's answer once its gate opens."""
+def http_input(value: float) -> httpclient.InferInput:
+    tensor = httpclient.InferInput("INPUT0", [1], "FP32")
+    tensor.set_data_from_numpy(np.array([value], np.float32))
+    return tensor
+
+
+def unload_while_stuck(tmp_path: Path, server, unload) -> tuple:
+    """A request stuck in `hang`'s execute, then `unload()`, then a new request over gRPC and
+    one over HTTP: their refusals (status, text), and the stuck one's answer once its gate
+    opens."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    http = httpclient.InferenceServerClient(server.http_url)
     gate = Gate(tmp_path)
     answer: dict = {}
 
@@ -118,10 +131,13 @@ def unload_while_stuck(tmp_path: Path, client: grpcclient.InferenceServerClient,
         wait_until(lambda: gate.started("a"), "the request to be stuck in execute")
         unload()
         refused = refusal(lambda: client.infer("hang", [fp32_input([2.0])]))
+        refused_http = refusal(lambda: http.infer("hang", [http_input(2.0)]))
     finally:
         gate.open()
         thread.join(WAIT_S)
-    return refused, answer
+        client.close()
+        http.close()
+    return refused, refused_http, answer
 
 
 @pytest.mark.oracle
@@ -130,8 +146,11 @@ def test_unloading_model_refuses_new_requests_as_triton(oracle_server, tmp_path)
         hang_repo(tmp_path), "--model-control-mode=explicit", "--load-model=hang"
     )
     client = grpcclient.InferenceServerClient(oracle.grpc_url)
-    refused, answer = unload_while_stuck(tmp_path, client, lambda: client.unload_model("hang"))
+    refused, refused_http, answer = unload_while_stuck(
+        tmp_path, oracle, lambda: client.unload_model("hang")
+    )
     assert refused == ("StatusCode.NOT_FOUND", NO_VERSIONS.format("hang"))
+    assert refused_http == HTTP_NO_VERSIONS
     assert answer == {"values": [1.0]}  # the request in flight still finishes
 
 
@@ -161,10 +180,11 @@ def test_unloading_model_refuses_new_requests_at_once(bridge_server, tmp_path, m
         wait_until(lambda: client.is_model_ready("hang"), "hang ready")
         # Once through the door first: the split door's route to the generation is made.
         assert client.infer("hang", [fp32_input([0.0])]).as_numpy("OUTPUT0").tolist() == [0.0]
-        refused, answer = unload_while_stuck(
-            tmp_path, client, lambda: control(port, "/v2/repository/models/hang/unload")
+        refused, refused_http, answer = unload_while_stuck(
+            tmp_path, server, lambda: control(port, "/v2/repository/models/hang/unload")
         )
         assert refused == ("StatusCode.NOT_FOUND", NO_VERSIONS.format("hang"))
+        assert refused_http == HTTP_NO_VERSIONS
         assert answer == {"values": [1.0]}
     finally:
         server.stop()
