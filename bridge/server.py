@@ -116,6 +116,17 @@ def _check_open_files(options: ServerOptions) -> None:
         )
 
 
+def _local_changes_of(worker: WorkerRole | None) -> Callable[[Callable[[str], None]], None]:
+    """Subscribe a listener to this process's model changes (a name), if it has a worker."""
+
+    def subscribe(listener: Callable[[str], None]) -> None:
+        manager = worker.manager if worker is not None else None
+        if manager is not None:
+            manager.listeners.append(listener)
+
+    return subscribe
+
+
 async def serve(options: ServerOptions) -> None:
     """Run this process's role(s) until SIGINT/SIGTERM (or the frontend stops)."""
     loop = asyncio.get_running_loop()
@@ -135,7 +146,11 @@ async def serve(options: ServerOptions) -> None:
             frontend = FrontendRole(options)
         else:
             # The door calls this process's own workers directly (frontends/triton/routes.py).
-            frontend = TritonDoorRole(options, local_worker=_local_worker_of(worker))
+            frontend = TritonDoorRole(
+                options,
+                local_worker=_local_worker_of(worker),
+                local_changes=_local_changes_of(worker),
+            )
     if worker is not None:
         await worker.load()  # before the runtime: the status table comes first, as in Triton
 

@@ -8,8 +8,10 @@ request is decoded in slices that give the loop back in between, so one big tens
 stall every other request.
 
 After a reload or unload the retired generation's endpoint stays served (Dynamo 1.6 has no
-per-endpoint stop), so the worker lets go of its model (`retire`): a late request is answered by
-the model now serving the name, or UNAVAILABLE at once.
+per-endpoint stop). From the moment it is unregistered (`stop`) the generation takes no new work:
+a late request is answered by the model now serving the name, or refused at once with Triton's
+answer for an unloading model (NOT_FOUND, "has no available versions" [V]) — never queued behind
+the requests the generation is still draining. Once drained it lets go of its model (`retire`).
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ class ModelWorker:
         # model; the manager closes a retired model only once this is zero.
         self.in_flight = 0
         self.last_arrival = 0.0  # loop time of the last request that reached generate()
+        self.draining = False  # unregistered (stop()): its own model takes no new request
         self._idle: asyncio.Event | None = None
 
     async def start(self) -> None:
@@ -205,7 +208,11 @@ class ModelWorker:
             log.warning("'%s': could not change its routing (ready=%s): %s", self.name, ready, exc)
 
     async def stop(self) -> None:
-        """Stop advertising the model; requests already routed here still finish."""
+        """Stop advertising the model and taking new work for it; requests already routed
+        here still finish. A new request goes to the model now serving the name, or is refused
+        (generate): Triton takes an unloading model out of its table at once, while the
+        requests it runs finish [V]."""
+        self.draining = True
         await unregister_model(self.endpoint)
 
     async def withdraw(self) -> None:
@@ -262,11 +269,11 @@ class ModelWorker:
                 refused = TritonError(exc.message, exc.code)
             else:
                 # Chosen after the decode (which may have yielded): never a model retired
-                # meanwhile.
-                model = self._serving_model() or self.model
+                # meanwhile, nor this generation's own once it is draining.
+                model = self._serving_model() or (None if self.draining else self.model)
                 if model is None:
-                    # Unloaded while the request was on its way: answer now, as Triton does
-                    # (NOT_FOUND with this text [V]).
+                    # Unloaded (or being unloaded) while the request was on its way: answer
+                    # now, as Triton does (NOT_FOUND with this text [V]).
                     message = no_available_versions_error(self.name)
                     refused = TritonError(message, TritonError.NOT_FOUND)
                 else:

@@ -14,6 +14,10 @@ for `route_quiet`; bounded by `drain_timeout`), then it is closed (drained and f
 by `close_timeout`) and dropped from every structure here. A load that fails leaves the old one
 serving.
 
+Whoever routes to this process's models from inside it (the triton door's directory) is told of
+every change at once (`listeners`): a new generation serving a name, a name unloaded or removed.
+It need not poll, and so never sends a request to a generation already withdrawn.
+
 Each model changes on its own: one model's load that never returns holds only that model's lock,
 and is logged while it lasts ("still loading ..."); other models keep reloading.
 """
@@ -24,7 +28,7 @@ import asyncio
 import logging
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +53,7 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from .. import heap
 from ..cluster.control_endpoint import ControlEndpoint
 from ..cluster.remote_models import DynamoRemoteModels
+from ..tuning import release_free_memory
 from ..worker import ModelWorker
 from .errors import ControlError, poll_failed
 from .frontend_probe import until_frontend_lists
@@ -126,6 +131,9 @@ class ModelManager:
         self._serving: list[asyncio.Future[Any]] = []
         self._refreeze: asyncio.TimerHandle | None = None
         self.control: ControlEndpoint | None = None  # served from start() on
+        # Called on the loop with a model's name as soon as what serves it changed (see the
+        # module doc); before a load or unload returns, before an old generation is withdrawn.
+        self.listeners: list[Callable[[str], None]] = []
         self.loop = asyncio.get_running_loop()
 
     # -- start-up ------------------------------------------------------------------------------
@@ -235,6 +243,7 @@ class ModelManager:
             self.repository.statuses[name] = ModelStatus(
                 name, sorted(model.versions), ready=False, reason="unloaded"
             )
+            self._changed(name)
             await self._retire(worker, model)
 
     async def refresh(self, names: Iterable[str], retry_failed: bool = True) -> None:
@@ -503,6 +512,7 @@ class ModelManager:
         self.workers[name] = worker
         self.repository.models[name] = model
         self.repository.statuses[name] = ModelStatus(name, sorted(model.versions), ready=True)
+        self._changed(name)
         # At start-up the start-up load's model is already in the map (old_model is model) and
         # the frontend is not running yet: nothing to confirm, nothing to retire.
         replacing = old_model is not None and old_model is not model
@@ -524,7 +534,15 @@ class ModelManager:
         self.digests.pop(name, None)
         if model is not None:
             log.info("'%s': its folder was removed; unloading", name)
+            self._changed(name)
             await self._retire(worker, model)
+
+    def _changed(self, name: str) -> None:
+        for listener in self.listeners:
+            try:
+                listener(name)
+            except Exception:  # a listener's bug must not stop a load or unload half-way
+                log.exception("telling a listener that '%s' changed failed", name)
 
     async def _retire(self, worker: ModelWorker | None, model: ServedModel) -> None:
         """Unregister a generation now; withdraw, close and forget it in the background."""
@@ -577,14 +595,17 @@ class ModelManager:
             log.error("'%s': closing failed: %s", model.name, closing.exception())
 
     def _schedule_refreeze(self) -> None:
-        """One heap.refreeze() shortly after a burst of unloads, not one per unload: it is a
-        full collection, on the loop's thread whatever thread runs it (the GIL)."""
+        """One heap.refreeze() and release of free memory shortly after a burst of unloads, not
+        one per unload: the collection is a full one, on the loop's thread whatever thread runs
+        it (the GIL)."""
         if self._refreeze is None:
             self._refreeze = self.loop.call_later(REFREEZE_DELAY, self._run_refreeze)
 
     def _run_refreeze(self) -> None:
         self._refreeze = None
         heap.refreeze()  # the unloaded generations may be frozen (heap.py)
+        # What they held is free now, but malloc keeps it in its arenas (tuning.py).
+        self.loop.run_in_executor(None, release_free_memory)
 
     async def _until_frontend_lists(self, name: str, timeout: float = 5.0) -> None:
         port = self.options.frontend_metrics_port

@@ -6,13 +6,22 @@ that endpoint (`client.instance_ids()`, then `client.direct`) and merges the ans
 per model name, over however many workers serve it. Nothing travels outside Dynamo.
 
 The merged index is cached. The hot path (ModelInfer) reuses it until the set of control
-instances changes (a worker came or went), a name is missing, or the endpoint it names has no
-instance left; the RPCs that report state (ModelReady, ServerReady, ModelMetadata, ModelConfig)
-ask for a fresh one, so a model unloaded or reloaded on a worker is seen at once. While requests
-flow, the index is also asked again every REFRESH_S: a reload serves the model on a new endpoint
-(a new generation) and the worker withdraws the old one only once no request has reached it for
-a moment, so the door must move on by itself. Concurrent refreshes share one round of questions,
+instances changes (a worker came or went), a name is missing or cannot take requests, the
+endpoint it names has no instance left, or this process's own worker said that a model changed
+(`changed`, called by the ModelManager in-process at once: a reload, load or unload in the
+embedded default is seen by the very next request, with no poll to race). The RPCs that report
+state (ModelReady, ServerReady, ModelMetadata, ModelConfig) ask for a fresh one, so a model
+unloaded or reloaded on a worker is seen at once. While requests flow, the index is also asked
+again every REFRESH_S: a reload in another process serves the model on a new endpoint (a new
+generation) and the worker withdraws the old one only once no request has reached it for a
+moment, so the door must move on by itself. Concurrent refreshes share one round of questions,
 but a caller never gets an index that was asked for before it called.
+
+A request may still meet an endpoint withdrawn since the last index (another process reloaded
+the model while the door was idle). The first client of an endpoint that lists no instance asks
+the index again before it waits for one, and gives up at once (`EndpointWithdrawn`) when the
+index no longer names it; the service then retries the request once on the model's endpoint
+now (service.py), rather than wait INSTANCE_WAIT_S for an instance that will never come.
 
 Workers that are not bridge workers have no control endpoint: their TensorBased models come
 from Dynamo's model cards (model_cards.py) in the same round, as entries with
@@ -51,6 +60,10 @@ INDEX_TIMEOUT_S = 10.0
 INSTANCE_WAIT_S = 10.0
 # While lookups happen: how old the cached index may get (a reloaded model's new endpoint).
 REFRESH_S = 0.25
+
+
+class EndpointWithdrawn(Exception):
+    """The endpoint a request was about to go to is no longer in the index: nothing was sent."""
 
 
 @dataclass
@@ -135,6 +148,8 @@ class Directory:
         self._answered = 0  # the newest ticket an index answered
         self.complete = False  # the last index heard from every control instance
         self._looked_up = False  # a lookup used the cache since the last refresh
+        # This process's own worker changed a model since the last round of questions began.
+        self._stale = False
         self._refresher: asyncio.Task | None = None
         # Called with the control instances that appeared since the last index (not waited on).
         self.on_new_workers: list[Callable[[list[int]], None]] = []
@@ -160,14 +175,26 @@ class Directory:
 
     # -- lookups ------------------------------------------------------------------------------
 
+    def changed(self, name: str) -> None:
+        """This process's worker changed what serves `name` (ModelManager.listeners): the next
+        lookup asks again. Synchronous, on the loop, before the load or unload returns."""
+        self._stale = True
+
     def _instances_changed(self) -> bool:
         return frozenset(self._control.instance_ids()) != self._instances
 
     async def lookup(self, name: str) -> ModelEntry | None:
-        """The model's entry; the cached index unless it misses the name or is outdated."""
+        """The model's entry; the cached index unless it misses the name, the entry cannot take
+        requests (a load since may have made it ready), or the index is outdated."""
         entry = self._models.get(name)
         self._looked_up = True
-        if entry is None or self._instances_changed() or not self._routable(entry):
+        if (
+            entry is None
+            or self._stale
+            or not (entry.endpoints and entry.versions)
+            or self._instances_changed()
+            or not self._routable(entry)
+        ):
             await self.refresh()
             entry = self._models.get(name)
         return entry
@@ -194,6 +221,7 @@ class Directory:
                 return  # a round that started after our call has answered meanwhile
             started = self._asked
             before = self._instances
+            self._stale = False  # a change told from now on makes the next lookup ask again
             self._models, self._instances, self.complete = await self._ask_every_worker()
             joined = self._instances - before
             if joined:  # new workers (the first index too: they get what changed before)
@@ -348,6 +376,15 @@ class Directory:
             self._routes[endpoint] = route
         return route
 
+    def forget(self, endpoint: str) -> None:
+        """A request found `endpoint` withdrawn: drop its route and client, so nothing is sent
+        there again until an index names it."""
+        self._routes.pop(endpoint, None)
+        self._clients.pop(endpoint, None)
+
+    def _named(self, endpoint: str) -> bool:
+        return any(endpoint in entry.endpoints for entry in self._models.values())
+
     def _forget_routes(self) -> None:
         """Drop the in-process routes to generations the index no longer names: a retired
         worker is not kept alive by the door."""
@@ -357,13 +394,18 @@ class Directory:
                 del self._routes[endpoint]
 
     async def client(self, endpoint: str) -> Any:
-        """A Dynamo client of a model endpoint, made once and kept."""
+        """A Dynamo client of a model endpoint, made once and kept. EndpointWithdrawn when it
+        lists no instance and a fresh index no longer names it (see the module doc)."""
         client = self._clients.get(endpoint)
         if client is None:
             client = await self._runtime.endpoint(endpoint).client()
-            try:
-                await asyncio.wait_for(client.wait_for_instances(), INSTANCE_WAIT_S)
-            except asyncio.TimeoutError:
-                pass  # the call itself says "no instances"
+            if not client.instance_ids():
+                await self.refresh()
+                if self.complete and not self._named(endpoint):
+                    raise EndpointWithdrawn("no instance, and the index no longer names it")
+                try:
+                    await asyncio.wait_for(client.wait_for_instances(), INSTANCE_WAIT_S)
+                except asyncio.TimeoutError:
+                    pass  # the call itself says "no instances"
             self._clients[endpoint] = client
         return client

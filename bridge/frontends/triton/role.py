@@ -38,10 +38,14 @@ class TritonDoorRole:
         self,
         options: ServerOptions,
         local_worker: Callable[[str], Any | None] = lambda path: None,
+        local_changes: Callable[[Callable[[str], None]], None] = lambda listener: None,
     ) -> None:
         self.options = options
         # endpoint path → this process's own ModelWorker serving it (the in-process route)
         self.local_worker = local_worker
+        # Subscribes the directory to this process's own model changes (told at once; made
+        # after the worker's manager: the composition root starts the worker first).
+        self.local_changes = local_changes
         self.door_options = dataclasses.replace(
             options.door or DoorOptions(),
             port=options.grpc_port,
@@ -68,6 +72,7 @@ class TritonDoorRole:
         """Start serving; the returned future ends when the door stops (or fails to start)."""
         cards = ModelCards(self.options.discovery_backend, self.options.namespace)
         directory = Directory(runtime, self.options.namespace, cards, self.local_worker)
+        self.local_changes(directory.changed)
         self.service = TritonService(directory, ready=self.ready)
         self.grpc = GrpcServer(self.service, self.door_options)
         if self.options.http is not None:

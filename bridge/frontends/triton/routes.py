@@ -23,10 +23,11 @@ to such an instance fails before it reaches any handler ("TCP connection to … 
 `Instances` sends it on to another instance and leaves the gone one out of the rotation for
 GONE_S; a worker restarted meanwhile is a new instance, served at once.
 
-After a reload the retired generation's route may still be used for a moment (the directory
-moves on within its refresh period); a retired worker hands a late request to the model now
-serving the name, or answers it NOT_FOUND, exactly as it does one that arrives over the request
-plane.
+After a reload the retired generation's route may still be used by requests already on their
+way (in-process the directory is told of the change at once; across processes it moves on
+within its refresh period, or when a request meets the withdrawn endpoint); a retired worker
+hands a late request to the model now serving the name, or answers it NOT_FOUND, exactly as it
+does one that arrives over the request plane.
 """
 
 from __future__ import annotations

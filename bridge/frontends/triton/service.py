@@ -20,6 +20,7 @@ none (`python`); inference on a decoupled model through a unary call is UNSUPPOR
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ from model_repository_loader.validation import (
     unknown_model_error,
 )
 
-from .directory import Directory, ModelEntry
+from .directory import Directory, EndpointWithdrawn, ModelEntry
 from .model_cards import FOREIGN_VERSION
 from .settings import LogSettings, TraceSettings
 from .shm import SharedMemory
@@ -61,6 +62,15 @@ DECOUPLED_UNARY = "ModelInfer RPC doesn't support models with decoupled transact
 # versions" (its models are being unloaded).
 SERVER_EXITING = "Server exiting"
 SERVER_NOT_READY = "Server not ready"
+# Dynamo 1.6's request-plane errors that say a request was never sent to any worker (the
+# endpoint has no instance, or the one picked was removed first): only these are retried, since
+# a model that may have run the request must not run it twice.
+NEVER_SENT = (
+    "No workers available for endpoint",
+    "Worker removed before request could be sent",
+)
+
+log = logging.getLogger(__name__)
 
 
 def version_number(text: str) -> int:
@@ -69,6 +79,14 @@ def version_number(text: str) -> int:
         return parse_model_version(text)
     except RequestError as exc:
         raise DoorError(exc.code, exc.message) from None
+
+
+def _never_sent(exc: Exception) -> bool:
+    """The request went to no worker (so no model can have run it)."""
+    if isinstance(exc, EndpointWithdrawn):
+        return True
+    text = str(exc)
+    return any(marker in text for marker in NEVER_SENT)
 
 
 def _require_model(entry: ModelEntry | None, name: str) -> ModelEntry:
@@ -299,15 +317,40 @@ class TritonService:
 
     async def items(self, target: Target, body: dict, context: Context) -> AsyncIterator[dict]:
         """The worker's bridge-form response items for one request, up to and including the
-        final one. The caller stops `context` when its client goes away."""
-        route = await self.directory.route(target.endpoint, target.entry)
-        try:
-            async for item in route.generate(body, context):
-                yield item
-        except DoorError:
-            raise
-        except Exception as exc:  # the request plane failed (worker gone, not reachable)
-            raise DoorError(ErrorCode.UNAVAILABLE, str(exc)) from None
+        final one. The caller stops `context` when its client goes away.
+
+        A request that provably reached no worker because its endpoint was withdrawn since the
+        last index (another process reloaded or unloaded the model) is sent once more, to the
+        endpoint a fresh index names (directory.py); any other failure is the answer."""
+        for retry in (False, True):
+            answered = False
+            try:
+                route = await self.directory.route(target.endpoint, target.entry)
+                async for item in route.generate(body, context):
+                    answered = True
+                    yield item
+                return
+            except DoorError:
+                raise
+            except Exception as exc:  # the request plane failed (worker gone, not reachable)
+                if answered or retry or not _never_sent(exc):
+                    raise DoorError(ErrorCode.UNAVAILABLE, str(exc)) from None
+                log.info(
+                    "'%s': endpoint %s withdrawn; asking the workers again (%s)",
+                    target.entry.name,
+                    target.endpoint,
+                    exc,
+                )
+                self.directory.forget(target.endpoint)
+                target = await self._moved(target)
+
+    async def _moved(self, target: Target) -> Target:
+        """`target` as a fresh index has it now, or Triton's answer when the model has gone."""
+        name = target.entry.name
+        entry = _require_model((await self.directory.fresh()).get(name), name)
+        if not entry.endpoints or not entry.versions:
+            raise DoorError(*entry.unavailable())
+        return Target(entry, target.version, entry.endpoints[-1])
 
     def close(self) -> None:
         self.shm.close()
