@@ -11,6 +11,7 @@ from model_repository_loader.config import ConfigOptions
 
 from .metrics.triton import MetricsConfig
 from .restrictions import Restriction
+from .serialized_bytes import BytesLimits
 
 if TYPE_CHECKING:
     from .frontends.triton import DoorOptions, HttpOptions
@@ -82,6 +83,8 @@ class ServerOptions:
     door: DoorOptions | None = None  # `--frontend triton` and its TLS options; None = dynamo
     http: HttpOptions | None = None  # the triton door's HTTP wire (`--http-port`, ...)
     timings: Timings = field(default_factory=Timings)
+    # `--max-bytes-elements`, `--max-bytes-decoded-size`: the door's checks and the workers'.
+    bytes_limits: BytesLimits = field(default_factory=BytesLimits)
 
 
 class StartupError(Exception):
