@@ -33,6 +33,7 @@ from .logs import (
     hide_filter_banner,
     redirect_output,
 )
+from .serialized_bytes import DEFAULT_MAX_DECODED_SIZE, DEFAULT_MAX_ELEMENTS, BytesLimits
 
 if TYPE_CHECKING:
     from .frontends.triton import DoorOptions, HttpOptions
@@ -54,6 +55,16 @@ def _bool(text: str) -> bool:
     if value in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, got '{text}'")
+    return value
 
 
 def add_tls_flags(p: argparse.ArgumentParser, wire: str, what: str) -> None:
@@ -154,6 +165,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="triton door, as tritonserver: the comma-separated protocol groups (health, "
         "metadata, inference, shared-memory, model-config, model-repository, statistics, trace, "
         "logging) answer only calls carrying the gRPC header '<key>: <value>'; repeatable",
+    )
+    p.add_argument(
+        "--grpc-max-message-size",
+        type=_positive_int,
+        default=2**31 - 1,
+        metavar="BYTES",
+        help="triton door: the largest gRPC message received or sent (default 2147483647, "
+        "tritonserver's fixed INT32_MAX; it has no flag). A server may hold a few copies of "
+        "each request in flight: lower this to bound what one client can make it allocate",
+    )
+    p.add_argument(
+        "--max-bytes-elements",
+        type=_positive_int,
+        default=DEFAULT_MAX_ELEMENTS,
+        metavar="N",
+        help="the most BYTES (string) elements one inference request may carry over all its "
+        f"inputs (default {DEFAULT_MAX_ELEMENTS}); more is refused INVALID_ARG before "
+        "anything is decoded. tritonserver has no such limit; each element becomes a Python "
+        "object for the model",
+    )
+    p.add_argument(
+        "--max-bytes-decoded-size",
+        type=_positive_int,
+        default=DEFAULT_MAX_DECODED_SIZE,
+        metavar="BYTES",
+        help="the most memory one inference request's BYTES inputs may take once decoded into "
+        f"Python objects (default {DEFAULT_MAX_DECODED_SIZE}: 8 bytes an element, plus "
+        "33 + its length for elements of 2 bytes or more); more is refused INVALID_ARG before "
+        "anything is decoded. tritonserver has no such limit",
     )
     p.add_argument(
         "--http-port",
@@ -459,6 +499,7 @@ def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> D
     except ValueError as exc:
         parser.error(str(exc))
     return DoorOptions(
+        max_message_size=args.grpc_max_message_size,
         restricted=restricted,
         use_ssl=args.grpc_use_ssl,
         use_ssl_mutual=args.grpc_use_ssl_mutual,
@@ -547,6 +588,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         http_restricted_api=restricted,
         exit_timeout=args.exit_timeout_secs,
         timings=timings,
+        bytes_limits=BytesLimits(args.max_bytes_elements, args.max_bytes_decoded_size),
         door=door,
         http=resolve_http(parser, args, restricted),
         loader=ConfigOptions(

@@ -34,6 +34,11 @@ SLICE = 1 << 16
 _BYTES_OBJECT = 33
 
 
+# The defaults: 16 Mi elements (128 MiB of pointers), 1 GiB decoded.
+DEFAULT_MAX_ELEMENTS = 1 << 24
+DEFAULT_MAX_DECODED_SIZE = 1 << 30
+
+
 @dataclass(frozen=True, slots=True)
 class BytesLimits:
     """What one request's BYTES inputs may cost once decoded into Python objects.
@@ -42,8 +47,8 @@ class BytesLimits:
     decoded object arrays take (8 a pointer, plus 33 + length per element of 2 bytes or more).
     """
 
-    max_elements: int = 1 << 24
-    max_decoded_size: int = 1 << 30
+    max_elements: int = DEFAULT_MAX_ELEMENTS
+    max_decoded_size: int = DEFAULT_MAX_DECODED_SIZE
 
 
 class OverLimit(ValueError):
@@ -261,4 +266,3 @@ def encode(items: np.ndarray) -> bytes:
     if len(chunks) == 1:
         return chunks[0]
     return b"".join(chunks)
-

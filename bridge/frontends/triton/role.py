@@ -66,7 +66,9 @@ class TritonDoorRole:
         """Start serving; the returned future ends when the door stops (or fails to start)."""
         cards = ModelCards(self.options.discovery_backend, self.options.namespace)
         directory = Directory(runtime, self.options.namespace, cards, self.local_worker)
-        self.service = TritonService(directory, ready=self.ready)
+        self.service = TritonService(
+            directory, ready=self.ready, bytes_limits=self.options.bytes_limits
+        )
         self.grpc = GrpcServer(self.service, self.door_options)
         if self.options.http is not None:
             self.http = HttpServer(self.service, self.options.http)
