@@ -21,6 +21,7 @@ Python `bytes` per length prefix. Here:
 from __future__ import annotations
 
 import struct
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,8 +143,9 @@ def scan(data: Any, keep_offsets: bool = False) -> Framing:
         framing = _uniform(data, size)
         if framing is not None:
             return framing
-    starts: list[int] | None = [] if keep_offsets else None
-    lengths: list[int] | None = [] if keep_offsets else None
+    # Machine integers, not Python ones (an int object per offset would cost 32 bytes more).
+    starts = array("q") if keep_offsets else None
+    lengths = array("q") if keep_offsets else None
     unpack = _LENGTH.unpack_from
     offset = count = decoded = 0
     while offset < size:
@@ -164,8 +166,8 @@ def scan(data: Any, keep_offsets: bool = False) -> Framing:
     return Framing(
         count,
         decoded,
-        starts=np.array(starts, dtype=np.int64),
-        lengths=np.array(lengths, dtype=np.int64),
+        starts=np.frombuffer(starts, dtype=np.int64),
+        lengths=np.frombuffer(lengths, dtype=np.int64),
     )
 
 
@@ -222,13 +224,10 @@ def decode(data: Any, framing: Framing) -> np.ndarray:
     assert framing.starts is not None and framing.lengths is not None, "scan(keep_offsets=True)"
     # Slices of `bytes` share CPython's 0- and 1-byte objects; a memoryview's would not.
     raw = data if isinstance(data, bytes) else bytes(data)
-    starts = framing.starts.tolist()
-    ends = (framing.starts + framing.lengths).tolist()
     for first in range(0, count, SLICE):
-        last = min(first + SLICE, count)
-        out[first:last] = [
-            raw[s:e] for s, e in zip(starts[first:last], ends[first:last], strict=True)
-        ]
+        starts = framing.starts[first : first + SLICE]
+        ends = (starts + framing.lengths[first : first + SLICE]).tolist()
+        out[first : first + SLICE] = [raw[s:e] for s, e in zip(starts.tolist(), ends, strict=True)]
     return out
 
 
