@@ -46,6 +46,8 @@ DISCOVERY_BACKENDS = ("mem", "file", "etcd", "kubernetes")
 REQUEST_PLANES = ("tcp", "nats")
 DEFAULT_NAMESPACE = "dynamo_bridge"
 ROLE_ENV = "DYN_BRIDGE_ROLE"
+# tritonserver's gRPC message limit, both ways (src/common.h MAX_GRPC_MESSAGE_SIZE); no flag there.
+MAX_GRPC_MESSAGE_SIZE = 2**31 - 1
 
 
 def _bool(text: str) -> bool:
@@ -169,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--grpc-max-message-size",
         type=_positive_int,
-        default=2**31 - 1,
+        default=MAX_GRPC_MESSAGE_SIZE,
         metavar="BYTES",
         help="triton door: the largest gRPC message received or sent (default 2147483647, "
         "tritonserver's fixed INT32_MAX; it has no flag). A server may hold a few copies of "
@@ -490,6 +492,8 @@ def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> D
                 "--grpc-use-ssl, --grpc-use-ssl-mutual and --grpc-restricted-protocol need "
                 "--frontend triton"
             )
+        if args.grpc_max_message_size != MAX_GRPC_MESSAGE_SIZE:
+            parser.error("--grpc-max-message-size needs --frontend triton")
         return None
     from .frontends.triton import DoorOptions
     from .frontends.triton.grpc.restrictions import parse_restricted_protocol

@@ -226,3 +226,23 @@ def test_a_small_request_is_answered_while_big_bytes_requests_are_in_flight(
         gate.open()
     for call in bigs.values():
         assert call.result(timeout=120).as_numpy("COUNT").tolist() == [1_000_000]
+
+
+def test_dynamos_door_meets_the_cap_on_the_worker(bridge_server):
+    """Dynamo's frontend hands the worker BYTES as lists: the worker refuses past the cap too."""
+    server = bridge_server(REPOSITORY, "--frontend", "dynamo", "--max-bytes-elements", "1000")
+    server.wait_model_ready("count_bytes")
+    with pytest.raises(InferenceServerException) as caught:
+        server.client().infer("count_bytes", [_grpc_bytes(_strings(1001))])
+    assert "has 1001 BYTES elements, more than the 1000 this server accepts" in str(caught.value)
+    result = server.client().infer("count_bytes", [_grpc_bytes(_strings(1000))])
+    assert result.as_numpy("COUNT").tolist() == [1000]
+
+
+def test_grpc_max_message_size_refuses_a_larger_request(bridge_server):
+    server = bridge_server(REPOSITORY, *DOOR, "--grpc-max-message-size", str(1 << 20))
+    with pytest.raises(InferenceServerException) as caught:
+        server.client().infer("count_bytes", [_grpc_bytes(_strings(300_000))])  # 1.5 MB
+    assert str(caught.value.status()) == "StatusCode.RESOURCE_EXHAUSTED"
+    result = server.client().infer("count_bytes", [_grpc_bytes(_strings(100_000))])
+    assert result.as_numpy("COUNT").tolist() == [100_000]
