@@ -119,6 +119,12 @@ def _decode_raw(
     if datatype == "BYTES":
         if budget is not None:
             budget.charge_elements(count)
+        if len(raw) < serialized_bytes.SMALL:
+            small = serialized_bytes.decode_small(raw, count)
+            if small is not None:
+                if budget is not None:
+                    budget.charge_decoded(small[1])
+                return small[0].reshape(shape)
         framing = serialized_bytes.scan(raw, keep_offsets=True)
         problem = serialized_bytes.framing_problem(framing, count, model, request_id, name)
         if problem is not None:

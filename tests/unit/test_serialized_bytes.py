@@ -105,3 +105,14 @@ def test_a_budget_refuses_past_either_limit_over_the_whole_request():
     budget.charge_decoded(100)
     with pytest.raises(OverLimit, match="has 101 bytes of BYTES inputs once decoded"):
         budget.charge_decoded(1)
+
+
+def test_the_small_path_agrees_and_gives_up_on_any_fault():
+    for items in (CASES["none"], CASES["mixed"], CASES["trailing NULs"], [b"ab"] * 100):
+        data = framed(items)
+        array, size = serialized_bytes.decode_small(data, len(items))
+        assert array.tolist() == items
+        assert size == serialized_bytes.scan(data).decoded_size
+    data = framed([b"a", b"bc"])
+    for bad, count in ((data, 1), (data, 3), (data[:-1], 2), (data + b"\x01", 2)):
+        assert serialized_bytes.decode_small(bad, count) is None
