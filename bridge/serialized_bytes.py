@@ -100,13 +100,13 @@ class Budget:
 class Framing(NamedTuple):  # a tuple: cheap to make on every request's path
     """What one walk over a serialized BYTES buffer found.
 
-    `count` counts an element cut short too (Triton's order: a cut prefix is reported first,
+    `elements` counts one cut short too (Triton's order: a cut prefix is reported first,
     then a wrong count, then the cut element). `uniform` is the one length every element has,
     when they all do; otherwise `starts` (when asked for) holds each element's first byte and
     `lengths` its length.
     """
 
-    count: int
+    elements: int
     decoded_size: int
     cut_prefix: int | None = None  # bytes left where a length prefix was cut
     cut_element: tuple[int, int] | None = None  # (length, bytes left) of an element cut short
@@ -178,14 +178,14 @@ def framing_problem(
             f"model '{model}', expecting 4 bytes but only {framing.cut_prefix} bytes available. "
             "Please make sure the string length indicator is in one buffer."
         )
-    if framing.count < expected:
+    if framing.elements < expected:
         return (
             f"{prefix}expected {expected} string elements for inference input '{name}' for "
-            f"model '{model}', got {framing.count}"
+            f"model '{model}', got {framing.elements}"
         )
-    if framing.count > expected:
+    if framing.elements > expected:
         return (
-            f"{prefix}unexpected number of string elements {framing.count} for inference input "
+            f"{prefix}unexpected number of string elements {framing.elements} for inference input "
             f"'{name}' for model '{model}', expecting {expected}"
         )
     if framing.cut_element is not None:
@@ -226,7 +226,7 @@ def decode(data: Any, framing: Framing) -> np.ndarray:
     One array, filled a slice at a time; each element is a new `bytes` (Triton's stub gives the
     model its own objects too), so `data` may be dropped afterwards.
     """
-    count = framing.count
+    count = framing.elements
     out = np.empty(count, dtype=np.object_)
     length = framing.uniform
     if length is not None:

@@ -33,7 +33,7 @@ CASES = {
 def test_decode_and_encode_agree_with_the_reference(items):
     data = framed(items)
     framing = serialized_bytes.scan(data, keep_offsets=True)
-    assert framing.count == len(items)
+    assert framing.elements == len(items)
     assert serialized_bytes.framing_problem(framing, len(items), "m", "", "S") is None
     decoded = serialized_bytes.decode(data, framing)
     assert decoded.dtype == np.object_ and decoded.shape == (len(items),)
@@ -42,7 +42,7 @@ def test_decode_and_encode_agree_with_the_reference(items):
     assert serialized_bytes.encode(decoded) == data
     # The walk that keeps no offsets finds the same.
     plain = serialized_bytes.scan(data)
-    assert (plain.count, plain.decoded_size) == (framing.count, framing.decoded_size)
+    assert (plain.elements, plain.decoded_size) == (framing.elements, framing.decoded_size)
 
 
 def test_encode_takes_any_shape_in_c_order():

@@ -66,7 +66,7 @@ def check_bytes_framing(
         raise invalid(problem)
     if budget is not None:
         try:
-            budget.charge_elements(framing.count)
+            budget.charge_elements(framing.elements)
             budget.charge_decoded(framing.decoded_size)
         except OverLimit as exc:
             raise invalid(str(exc)) from None
@@ -76,7 +76,7 @@ def charge_bytes(budget: Budget, data: bytes) -> None:
     """BYTES the door framed itself (from JSON): what they will cost once decoded."""
     framing = serialized_bytes.scan(data)
     try:
-        budget.charge_elements(framing.count)
+        budget.charge_elements(framing.elements)
         budget.charge_decoded(framing.decoded_size)
     except OverLimit as exc:
         raise invalid(str(exc)) from None
