@@ -33,6 +33,7 @@ from .logs import (
     hide_filter_banner,
     redirect_output,
 )
+from .serialized_bytes import DEFAULT_MAX_DECODED_SIZE, DEFAULT_MAX_ELEMENTS, BytesLimits
 
 if TYPE_CHECKING:
     from .frontends.triton import DoorOptions, HttpOptions
@@ -46,6 +47,8 @@ DISCOVERY_BACKENDS = ("mem", "file", "etcd", "kubernetes")
 REQUEST_PLANES = ("tcp", "nats")
 DEFAULT_NAMESPACE = "dynamo_bridge"
 ROLE_ENV = "DYN_BRIDGE_ROLE"
+# tritonserver's gRPC message limit, both ways (src/common.h MAX_GRPC_MESSAGE_SIZE); no flag there.
+MAX_GRPC_MESSAGE_SIZE = 2**31 - 1
 
 
 def _bool(text: str) -> bool:
@@ -55,6 +58,16 @@ def _bool(text: str) -> bool:
     if value in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, got '{text}'")
+    return value
 
 
 def add_tls_flags(p: argparse.ArgumentParser, wire: str, what: str) -> None:
@@ -155,6 +168,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="triton door, as tritonserver: the comma-separated protocol groups (health, "
         "metadata, inference, shared-memory, model-config, model-repository, statistics, trace, "
         "logging) answer only calls carrying the gRPC header '<key>: <value>'; repeatable",
+    )
+    p.add_argument(
+        "--grpc-max-message-size",
+        type=_positive_int,
+        default=MAX_GRPC_MESSAGE_SIZE,
+        metavar="BYTES",
+        help="triton door: the largest gRPC message received or sent (default 2147483647, "
+        "tritonserver's fixed INT32_MAX; it has no flag). A server may hold a few copies of "
+        "each request in flight: lower this to bound what one client can make it allocate",
+    )
+    p.add_argument(
+        "--max-bytes-elements",
+        type=_positive_int,
+        default=DEFAULT_MAX_ELEMENTS,
+        metavar="N",
+        help="the most BYTES (string) elements one inference request may carry over all its "
+        f"inputs (default {DEFAULT_MAX_ELEMENTS}); more is refused INVALID_ARG before "
+        "anything is decoded. tritonserver has no such limit; each element becomes a Python "
+        "object for the model",
+    )
+    p.add_argument(
+        "--max-bytes-decoded-size",
+        type=_positive_int,
+        default=DEFAULT_MAX_DECODED_SIZE,
+        metavar="BYTES",
+        help="the most memory one inference request's BYTES inputs may take once decoded into "
+        f"Python objects (default {DEFAULT_MAX_DECODED_SIZE}: 8 bytes an element, plus "
+        "33 + its length for elements of 2 bytes or more); more is refused INVALID_ARG before "
+        "anything is decoded. tritonserver has no such limit",
     )
     p.add_argument(
         "--http-port",
@@ -495,6 +537,8 @@ def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> D
             )
         if args.grpc_max_connections is not None:
             parser.error("--grpc-max-connections needs --frontend triton")
+        if args.grpc_max_message_size != MAX_GRPC_MESSAGE_SIZE:
+            parser.error("--grpc-max-message-size needs --frontend triton")
         return None
     from .frontends.triton import DoorOptions
     from .frontends.triton.grpc.restrictions import parse_restricted_protocol
@@ -510,6 +554,7 @@ def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> D
     if connections < 1:
         parser.error(f"--grpc-max-connections: {connections} is not >= 1")
     return DoorOptions(
+        max_message_size=args.grpc_max_message_size,
         restricted=restricted,
         max_connections=connections,
         use_ssl=args.grpc_use_ssl,
@@ -624,6 +669,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         http_restricted_api=restricted,
         exit_timeout=args.exit_timeout_secs,
         timings=timings,
+        bytes_limits=BytesLimits(args.max_bytes_elements, args.max_bytes_decoded_size),
         door=door,
         http=resolve_http(parser, args, restricted, http_limits),
         http_limits=http_limits,

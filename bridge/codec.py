@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +30,9 @@ from model_repository_loader.pb_utils import InferenceResponse, Tensor, TritonEr
 from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
 from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import RequestError
+
+from . import serialized_bytes
+from .serialized_bytes import Budget, BytesLimits, OverLimit
 
 # Dynamo's datatype names ⇄ KServe's.
 TO_KSERVE = {
@@ -87,7 +89,6 @@ _RAW_TYPES: dict[str, np.dtype] = {
     "BF16": np.dtype("<u2"),
 }
 _STORED_TYPES = {name: DATATYPE_TO_NUMPY[name] for name in (*_NUMERIC, "FP16", "BF16")}
-_LENGTH = struct.Struct("<I")
 
 
 class RawContentsError(ValueError):
@@ -99,17 +100,38 @@ def _request_prefix(request_id: str) -> str:
 
 
 def _decode_raw(
-    name: str, datatype: str, shape: list[int], raw: bytes, model: str, request_id: str
+    name: str,
+    datatype: str,
+    shape: list[int],
+    raw: bytes,
+    model: str,
+    request_id: str,
+    budget: Budget | None,
 ) -> np.ndarray:
     """`raw` (KServe's raw contents) as the stored array of `datatype`, writable, in `shape`.
 
     Numeric data is copied once (a memcpy): Triton hands models writable inputs, and `bytes`
     are read-only. Raises RawContentsError with Triton's text (naming `model` and `request_id`)
-    when the size does not fit.
+    when the size does not fit, OverLimit when BYTES would cost more than `budget` allows
+    (checked before the object array is made).
     """
     count = math.prod(shape)
     if datatype == "BYTES":
-        return _split_bytes(name, raw, count, model, request_id).reshape(shape)
+        if budget is not None:
+            budget.charge_elements(count)
+        if len(raw) < serialized_bytes.SMALL:
+            small = serialized_bytes.decode_small(raw, count)
+            if small is not None:
+                if budget is not None:
+                    budget.charge_decoded(small[1])
+                return small[0].reshape(shape)
+        framing = serialized_bytes.scan(raw, keep_offsets=True)
+        problem = serialized_bytes.framing_problem(framing, count, model, request_id, name)
+        if problem is not None:
+            raise RawContentsError(problem)
+        if budget is not None:
+            budget.charge_decoded(framing.decoded_size)
+        return serialized_bytes.decode(raw, framing).reshape(shape)
     raw_type = _RAW_TYPES[datatype]
     expected = count * raw_type.itemsize
     if len(raw) != expected:
@@ -123,43 +145,14 @@ def _decode_raw(
     return array.reshape(shape)
 
 
-def _split_bytes(name: str, raw: bytes, count: int, model: str, request_id: str) -> np.ndarray:
-    """KServe's length-prefixed BYTES contents → an object array of `count` `bytes`."""
-    out = np.empty(count, dtype=np.object_)
-    size = len(raw)
-    offset = 0
-    found = 0
-    while offset < size:
-        if offset + 4 > size:
-            raise RawContentsError(
-                f"incomplete string length for inference input '{name}', expecting 4 bytes "
-                f"but only {size - offset} bytes available"
-            )
-        (length,) = _LENGTH.unpack_from(raw, offset)
-        offset += 4
-        end = offset + length
-        if end > size:
-            raise RawContentsError(
-                f"incomplete string data for inference input '{name}', expecting string of "
-                f"length {length} but only {size - offset} bytes available"
-            )
-        if found < count:
-            out[found] = raw[offset:end]
-        found += 1
-        offset = end
-    if found != count:
-        raise RawContentsError(
-            f"{_request_prefix(request_id)}expected {count} string elements for inference "
-            f"input '{name}' for model '{model}', got {found}"
-        )
-    return out
-
-
-def decode_tensor(tensor: dict[str, Any], model: str = "", request_id: str = "") -> Tensor:
+def decode_tensor(
+    tensor: dict[str, Any], model: str = "", request_id: str = "", budget: Budget | None = None
+) -> Tensor:
     """A tensor dict (values as lists, or raw `bytes`) → `Tensor`.
 
     Raises RawContentsError for raw contents that do not fit (Triton's texts name `model` and
-    `request_id`), KeyError / TypeError / ValueError for a malformed dict.
+    `request_id`), OverLimit for BYTES over `budget`, KeyError / TypeError / ValueError for a
+    malformed dict.
     """
     metadata = tensor["metadata"]
     datatype = TO_KSERVE[metadata["data_type"]]
@@ -167,27 +160,41 @@ def decode_tensor(tensor: dict[str, Any], model: str = "", request_id: str = "")
     shape = metadata["shape"]
     if isinstance(values, bytes):
         name = metadata["name"]
-        array = _decode_raw(name, datatype, shape, values, model, request_id)
+        array = _decode_raw(name, datatype, shape, values, model, request_id, budget)
         return Tensor._from_wire(name, array, datatype)
+    if datatype == "BYTES" and budget is not None:
+        _charge_bytes_list(budget, values)
     array = _DECODERS[datatype](values)
     if len(shape) != 1 or shape[0] != array.shape[0]:  # 1-D needs no reshape (the usual case)
         array = array.reshape(shape)
     return Tensor._from_wire(metadata["name"], array, datatype)
 
 
-def decode_request(request: dict[str, Any], model_name: str = "") -> InferRequest:
+def _charge_bytes_list(budget: Budget, values: list) -> None:
+    """BYTES in the standard form (one list of ints per element): what they will decode to."""
+    budget.charge_elements(len(values))
+    budget.charge_decoded(8 * len(values) + sum(map(len, values)) + 33 * len(values))
+
+
+def decode_request(
+    request: dict[str, Any], model_name: str = "", limits: BytesLimits | None = None
+) -> InferRequest:
     """A Dynamo tensor request → the loader's `InferRequest`.
 
     Raises RequestError (INVALID_ARG) for a request the frontend let through but no model can
-    take: a reserved parameter of the wrong type, or a tensor that does not decode (raw
-    contents that do not fit their shape get Triton's texts, naming `model_name`).
+    take: a reserved parameter of the wrong type, a tensor that does not decode (raw contents
+    that do not fit their shape get Triton's texts, naming `model_name`), or BYTES inputs over
+    `limits` (refused before they are decoded).
     """
     parameters = request.get("parameters")
     outputs = request.get("outputs")
     request_id = request.get("id", "") or ""
+    budget = Budget(limits, model_name, request_id) if limits is not None else None
     try:
-        inputs = [decode_tensor(t, model_name, request_id) for t in request.get("tensors", ())]
-    except RawContentsError as exc:
+        inputs = [
+            decode_tensor(t, model_name, request_id, budget) for t in request.get("tensors", ())
+        ]
+    except (RawContentsError, OverLimit) as exc:
         raise RequestError(str(exc)) from None
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise RequestError(f"malformed inference input: {type(exc).__name__}: {exc}") from None
@@ -206,6 +213,25 @@ LARGE_REQUEST_ELEMENTS = 1 << 16
 DECODE_SLICE = 1 << 15
 
 
+# Raw BYTES contents larger than this are decoded off the event loop (worker.py): walking and
+# decoding them is per-element work (one numpy step per element group at best).
+OFF_LOOP_BYTES = 1 << 18
+
+
+def raw_bytes_size(request: dict[str, Any]) -> int:
+    """Bytes of raw BYTES contents over every tensor: a cheap size, no element is touched."""
+    total = 0
+    for tensor in request.get("tensors", ()):
+        try:
+            values = tensor["data"]["values"]
+            bytes_type = tensor["metadata"]["data_type"] == "Bytes"
+        except (KeyError, TypeError):
+            continue  # malformed: decode_request says why
+        if bytes_type and isinstance(values, bytes):
+            total += len(values)
+    return total
+
+
 def request_elements(request: dict[str, Any]) -> int:
     """List elements over every tensor: a cheap size, no element is touched.
 
@@ -222,13 +248,17 @@ def request_elements(request: dict[str, Any]) -> int:
     return total
 
 
-async def decode_request_in_slices(request: dict[str, Any], model_name: str = "") -> InferRequest:
+async def decode_request_in_slices(
+    request: dict[str, Any], model_name: str = "", limits: BytesLimits | None = None
+) -> InferRequest:
     """decode_request for a large request: big list tensors are converted a slice at a time,
     with the event loop free between slices, then assembled into one array.
 
     Raises RequestError as decode_request does.
     """
     tensors: list[dict[str, Any] | Tensor] = []
+    request_id = request.get("id", "") or ""
+    budget = Budget(limits, model_name, request_id) if limits is not None else None
     try:
         for tensor in request.get("tensors", ()):
             values = tensor["data"]["values"]
@@ -237,6 +267,8 @@ async def decode_request_in_slices(request: dict[str, Any], model_name: str = ""
                 continue
             metadata = tensor["metadata"]
             datatype = TO_KSERVE[metadata["data_type"]]
+            if datatype == "BYTES" and budget is not None:
+                _charge_bytes_list(budget, values)
             decode = _DECODERS[datatype]
             first = decode(values[:DECODE_SLICE])
             # Filled slice by slice: no concatenation at the end, which would block as one piece.
@@ -250,10 +282,18 @@ async def decode_request_in_slices(request: dict[str, Any], model_name: str = ""
                 array = array.reshape(shape)
             tensors.append(Tensor._from_wire(metadata["name"], array, datatype))
             await asyncio.sleep(0)
+    except OverLimit as exc:
+        raise RequestError(str(exc)) from None
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise RequestError(f"malformed inference input: {type(exc).__name__}: {exc}") from None
+    # What the slices charged is not charged again: only the smaller tensors are left.
+    rest = None
+    if limits is not None and budget is not None:
+        rest = BytesLimits(
+            limits.max_elements - budget.elements, limits.max_decoded_size - budget.decoded_size
+        )
     decoded = decode_request(
-        {**request, "tensors": [t for t in tensors if isinstance(t, dict)]}, model_name
+        {**request, "tensors": [t for t in tensors if isinstance(t, dict)]}, model_name, rest
     )
     # Keep the request's input order: decoded dict tensors fill the gaps left by big ones.
     small = iter(decoded.inputs)
@@ -375,16 +415,11 @@ def wants_bridge_form(request: dict[str, Any]) -> bool:
 
 def raw_contents(tensor: Tensor) -> bytes:
     """A tensor's contents as KServe's raw contents: C order, little endian, BYTES with 4-byte
-    length prefixes, FP16/BF16 as their 2-byte patterns. One copy, no per-element work but for
-    BYTES."""
+    length prefixes (framed with numpy, serialized_bytes.py), FP16/BF16 as their 2-byte
+    patterns. One copy, no per-element Python work."""
     datatype = tensor._datatype
     if datatype == "BYTES":
-        items = tensor._wire_array().ravel().tolist()
-        parts: list[bytes] = []
-        for item in items:
-            parts.append(_LENGTH.pack(len(item)))
-            parts.append(item)
-        return b"".join(parts)
+        return serialized_bytes.encode(tensor._wire_array())
     array = tensor._array
     raw_type = _RAW_TYPES[datatype]
     if array.dtype != raw_type and datatype != "BOOL":

@@ -12,6 +12,7 @@ from model_repository_loader.config import ConfigOptions
 from .frontends.triton.http.connections import ConnectionLimits
 from .metrics.triton import MetricsConfig
 from .restrictions import Restriction
+from .serialized_bytes import BytesLimits
 
 if TYPE_CHECKING:
     from .frontends.triton import DoorOptions, HttpOptions
@@ -86,6 +87,8 @@ class ServerOptions:
     # control port, the metrics port): `--http-header-timeout-secs`, ...
     http_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     timings: Timings = field(default_factory=Timings)
+    # `--max-bytes-elements`, `--max-bytes-decoded-size`: the door's checks and the workers'.
+    bytes_limits: BytesLimits = field(default_factory=BytesLimits)
 
 
 class StartupError(Exception):

@@ -23,6 +23,7 @@ import logging
 import re
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dynamo.llm import ModelInput, ModelType, WorkerType, register_model, unregister_model
@@ -40,6 +41,7 @@ from model_repository_loader.validation import (
 
 from .codec import (
     LARGE_REQUEST_ELEMENTS,
+    OFF_LOOP_BYTES,
     TO_DYNAMO,
     bridge_error,
     decode_request,
@@ -47,13 +49,19 @@ from .codec import (
     empty_final_response,
     encode_bridge_response,
     encode_response,
+    raw_bytes_size,
     request_elements,
     wants_bridge_form,
     wants_empty_final_response,
 )
 from .errors import request_failed
+from .serialized_bytes import BytesLimits
 
 log = logging.getLogger(__name__)
+
+# Large raw BYTES inputs are decoded here, off the event loop and one request at a time: the
+# loop keeps serving other models meanwhile, and only one object array is being built at once.
+_BYTES_DECODER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bytes-decode")
 
 _CONFIG_DTYPE_TO_KSERVE = {
     name: ("BYTES" if name == "TYPE_STRING" else name.removeprefix("TYPE_"))
@@ -110,8 +118,10 @@ class ModelWorker:
         model: ServedModel,
         generation: int = 1,
         serving: Callable[[], ServedModel | None] | None = None,
+        bytes_limits: BytesLimits | None = None,
     ) -> None:
-        self.model: ServedModel | None = model  # None once retired: see retire()
+        self.model: ServedModel | None = model
+        self.bytes_limits = bytes_limits or BytesLimits()  # None once retired: see retire()
         # The model that answers new requests: during a reload, the frontend may still route
         # to a retiring generation for a moment; those requests go to the newest model, so
         # no client sees the old version again once the new one has answered.
@@ -257,10 +267,15 @@ class ModelWorker:
         model: ServedModel | None = None
         try:
             try:
-                if request_elements(request) > LARGE_REQUEST_ELEMENTS:
-                    inference = await decode_request_in_slices(request, self.name)
+                limits = self.bytes_limits
+                if raw_bytes_size(request) > OFF_LOOP_BYTES:
+                    inference = await loop.run_in_executor(
+                        _BYTES_DECODER, decode_request, request, self.name, limits
+                    )
+                elif request_elements(request) > LARGE_REQUEST_ELEMENTS:
+                    inference = await decode_request_in_slices(request, self.name, limits)
                 else:
-                    inference = decode_request(request, self.name)
+                    inference = decode_request(request, self.name, limits)
                 if bridge:
                     inference.model_version = parse_model_version(
                         str(request.get("model_version") or "")

@@ -53,6 +53,7 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from .. import heap
 from ..cluster.control_endpoint import ControlEndpoint
 from ..cluster.remote_models import DynamoRemoteModels
+from ..serialized_bytes import BytesLimits
 from ..tuning import release_free_memory
 from ..worker import ModelWorker
 from .errors import ControlError, poll_failed
@@ -104,6 +105,8 @@ class ManagerOptions:
     # Whether other processes may serve models (any discovery but `mem`): only then do BLS calls
     # and ensemble steps look for models elsewhere.
     other_processes: bool = True
+    # What one request's BYTES inputs may cost once decoded (--max-bytes-elements, ...).
+    bytes_limits: BytesLimits = field(default_factory=BytesLimits)
 
 
 class ModelManager:
@@ -497,6 +500,7 @@ class ModelManager:
             model,
             generation,
             serving=lambda: models.get(name),  # the name's live model: never a retired one
+            bytes_limits=self.options.bytes_limits,
         )
         try:
             await worker.start()

@@ -107,6 +107,7 @@ class WorkerRole:
                 remote_frontend_grace=options.timings.remote_frontend_grace_secs,
                 routes_quiet_max=options.timings.routes_quiet_max_secs,
                 other_processes=options.discovery_backend != "mem",
+                bytes_limits=options.bytes_limits,
             ),
             self._loaded,
         )

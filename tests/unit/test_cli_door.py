@@ -46,6 +46,28 @@ def test_tls_and_restrictions_need_the_triton_door(capsys) -> None:
         assert refused(capsys, flag).endswith("need --frontend triton")
 
 
+def test_grpc_max_message_size(capsys, monkeypatch) -> None:
+    assert door("--frontend", "triton").max_message_size == 2**31 - 1  # Triton's, fixed there
+    monkeypatch.setenv("DYN_BRIDGE_GRPC_MAX_MESSAGE_SIZE", "1048576")
+    assert door("--frontend", "triton").max_message_size == 1 << 20
+    assert refused(capsys).endswith("--grpc-max-message-size needs --frontend triton")
+    monkeypatch.setenv("DYN_BRIDGE_GRPC_MAX_MESSAGE_SIZE", "0")
+    assert "expected a whole number of 1 or more, got '0'" in refused(
+        capsys, "--frontend", "triton"
+    )
+
+
+def test_bytes_limits_flags_and_their_environment_forms(monkeypatch) -> None:
+    parser = build_parser()
+    args = parse_with_environment(parser, ["--model-repository", "m"], os.environ)
+    assert (args.max_bytes_elements, args.max_bytes_decoded_size) == (1 << 24, 1 << 30)
+    monkeypatch.setenv("DYN_BRIDGE_MAX_BYTES_ELEMENTS", "5")
+    args = parse_with_environment(
+        parser, ["--model-repository", "m", "--max-bytes-decoded-size", "7"], os.environ
+    )
+    assert (args.max_bytes_elements, args.max_bytes_decoded_size) == (5, 7)
+
+
 def test_frontend_from_the_environment_is_checked(capsys, monkeypatch) -> None:
     monkeypatch.setenv("DYN_BRIDGE_FRONTEND", "tritonn")
     assert refused(capsys).endswith(

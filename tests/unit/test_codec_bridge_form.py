@@ -106,8 +106,9 @@ def test_a_size_that_does_not_fit_the_shape_is_refused_with_tritons_text():
 def test_a_broken_length_prefix_is_refused():
     error = refusal(raw("S", "Bytes", [2], b"\x01\x00\x00\x00a\x05\x00"))
     assert str(error) == (
-        "incomplete string length for inference input 'S', expecting 4 bytes but only 2 bytes "
-        "available"
+        "[request id: r7] incomplete string length indicator for inference input 'S' for model "
+        "'m', expecting 4 bytes but only 2 bytes available. Please make sure the string length "
+        "indicator is in one buffer."
     )
 
 
@@ -119,13 +120,21 @@ def test_a_length_beyond_the_data_is_refused():
     )
 
 
-@pytest.mark.parametrize(("shape", "got"), [([3], 2), ([1], 2)])
-def test_an_element_count_that_does_not_fit_the_shape_is_refused(shape, got):
+@pytest.mark.parametrize(
+    ("shape", "text"),
+    [
+        ([3], "expected 3 string elements for inference input 'S' for model 'm', got 2"),
+        (
+            [1],
+            "unexpected number of string elements 2 for inference input 'S' for model 'm', "
+            "expecting 1",
+        ),
+    ],
+)
+def test_an_element_count_that_does_not_fit_the_shape_is_refused(shape, text):
+    """The worker words framing faults as the door does (Triton's texts)."""
     error = refusal(raw("S", "Bytes", shape, b"\x01\x00\x00\x00a\x00\x00\x00\x00"))
-    assert str(error) == (
-        f"[request id: r7] expected {shape[0]} string elements for inference input 'S' for "
-        f"model 'm', got {got}"
-    )
+    assert str(error) == f"[request id: r7] {text}"
 
 
 def test_raw_and_list_tensors_mix_in_one_request():

@@ -73,7 +73,9 @@ class TritonDoorRole:
         cards = ModelCards(self.options.discovery_backend, self.options.namespace)
         directory = Directory(runtime, self.options.namespace, cards, self.local_worker)
         self.local_changes(directory.changed)
-        self.service = TritonService(directory, ready=self.ready)
+        self.service = TritonService(
+            directory, ready=self.ready, bytes_limits=self.options.bytes_limits
+        )
         self.grpc = GrpcServer(self.service, self.door_options)
         if self.options.http is not None:
             self.http = HttpServer(self.service, self.options.http)

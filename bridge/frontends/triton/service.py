@@ -37,6 +37,7 @@ from model_repository_loader.validation import (
     unknown_model_error,
 )
 
+from ...serialized_bytes import BytesLimits
 from .directory import Directory, EndpointWithdrawn, ModelEntry
 from .model_cards import FOREIGN_VERSION
 from .settings import LogSettings, TraceSettings
@@ -160,8 +161,15 @@ class Target:
 class TritonService:
     """Triton's answers over the models of one Dynamo namespace."""
 
-    def __init__(self, directory: Directory, ready: Callable[[], bool] = lambda: True) -> None:
+    def __init__(
+        self,
+        directory: Directory,
+        ready: Callable[[], bool] = lambda: True,
+        bytes_limits: BytesLimits | None = None,
+    ) -> None:
         self.directory = directory
+        # What one request's BYTES inputs may cost once decoded: the wires check it first.
+        self.bytes_limits = bytes_limits or BytesLimits()
         self._ready = ready  # the composition root's own readiness (starting, stopping)
         self.shm = SharedMemory()
         self.logging = LogSettings(directory)

@@ -10,17 +10,36 @@ so a huge shape costs nothing.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import math
-import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from model_repository_loader.pb_utils.constants import ELEMENT_SIZES
 from model_repository_loader.validation import config_datatype_name
 
-from ...codec import TO_DYNAMO
+from ... import serialized_bytes
+from ...codec import OFF_LOOP_BYTES, TO_DYNAMO
+from ...serialized_bytes import Budget, OverLimit
 from .status import invalid
+
+# Where the door walks large BYTES contents: off the event loop, two requests at a time (the
+# walk allocates nothing per element, so this bounds time, not memory).
+_WALKS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bytes-check")
+
+
+def _run_all(checks: list[Callable[[], None]]) -> None:
+    for check in checks:
+        check()
+
+
+async def run_deferred(checks: list[Callable[[], None]]) -> None:
+    """Run the checks `check_tensor` deferred, in order, on a thread; raises what they raise."""
+    if checks:
+        await asyncio.get_running_loop().run_in_executor(_WALKS, _run_all, checks)
 
 
 def request_prefix(request_id: str) -> str:
@@ -29,47 +48,38 @@ def request_prefix(request_id: str) -> str:
 
 
 def check_bytes_framing(
-    model: str, request_id: str, name: str, shape: Sequence[int], data: bytes
+    model: str,
+    request_id: str,
+    name: str,
+    shape: Sequence[int],
+    data: bytes,
+    budget: Budget | None = None,
 ) -> None:
     """BYTES: every element a 4-byte little-endian length then its bytes, as many elements as
-    the shape says. One pass over the length prefixes, in Triton's order [V]: a cut length
-    prefix first; then the count (an element cut short still counts); then the cut element."""
-    expected = math.prod(shape)
-    size = len(data)
-    offset = 0
-    count = 0
-    cut: tuple[int, int] | None = None  # (length, bytes available) of an element cut short
-    unpack = struct.Struct("<I").unpack_from
-    while offset < size:
-        if size - offset < 4:
-            raise invalid(
-                f"{request_prefix(request_id)}incomplete string length indicator for inference "
-                f"input '{name}' for model '{model}', expecting 4 bytes but only "
-                f"{size - offset} bytes available. Please make sure the string length indicator "
-                "is in one buffer."
-            )
-        (length,) = unpack(data, offset)
-        offset += 4
-        count += 1
-        if length > size - offset:
-            cut = (length, size - offset)
-            break
-        offset += length
-    if count < expected:
-        raise invalid(
-            f"{request_prefix(request_id)}expected {expected} string elements for inference "
-            f"input '{name}' for model '{model}', got {count}"
-        )
-    if count > expected:
-        raise invalid(
-            f"{request_prefix(request_id)}unexpected number of string elements {count} for "
-            f"inference input '{name}' for model '{model}', expecting {expected}"
-        )
-    if cut is not None:
-        raise invalid(
-            f"incomplete string data for inference input '{name}', expecting string of length "
-            f"{cut[0]} but only {cut[1]} bytes available"
-        )
+    the shape says, in Triton's order [V]: a cut length prefix first; then the count (an element
+    cut short still counts); then the cut element. One walk that allocates nothing per element
+    (one numpy pass when the elements share a length, serialized_bytes.py). Then `budget`: what
+    the request's BYTES will cost once decoded, refused before a worker decodes anything."""
+    framing = serialized_bytes.scan(data)
+    problem = serialized_bytes.framing_problem(framing, math.prod(shape), model, request_id, name)
+    if problem is not None:
+        raise invalid(problem)
+    if budget is not None:
+        try:
+            budget.charge_elements(framing.elements)
+            budget.charge_decoded(framing.decoded_size)
+        except OverLimit as exc:
+            raise invalid(str(exc)) from None
+
+
+def charge_bytes(budget: Budget, data: bytes) -> None:
+    """BYTES the door framed itself (from JSON): what they will cost once decoded."""
+    framing = serialized_bytes.scan(data)
+    try:
+        budget.charge_elements(framing.elements)
+        budget.charge_decoded(framing.decoded_size)
+    except OverLimit as exc:
+        raise invalid(str(exc)) from None
 
 
 def _config_datatype(config: mc.ModelConfig | None, name: str) -> str | None:
@@ -88,10 +98,16 @@ def check_tensor(
     shape: Sequence[int],
     data: bytes,
     config: mc.ModelConfig | None,
+    budget: Budget | None = None,
+    deferred: list[Callable[[], None]] | None = None,
 ) -> None:
     """An input's datatype, shape and bytes agree (DoorError INVALID_ARG with Triton's text
     if not). `config` (the model's, when known) only names the datatype an unknown datatype
-    should be."""
+    should be. `budget` bounds the request's BYTES inputs (serialized_bytes.BytesLimits).
+
+    With a `deferred` list, the walk over large BYTES contents is appended there instead of
+    run: the caller runs it off the event loop (`run_deferred`), since its cost grows with the
+    element count."""
     if datatype not in TO_DYNAMO:
         expects = _config_datatype(config, name)
         if expects is None:
@@ -107,7 +123,12 @@ def check_tensor(
             f"'{name}' for model '{model}', got [{dims}]"
         )
     if datatype == "BYTES":
-        check_bytes_framing(model, request_id, name, shape, data)
+        if deferred is not None and len(data) > OFF_LOOP_BYTES:
+            deferred.append(
+                functools.partial(check_bytes_framing, model, request_id, name, shape, data, budget)
+            )
+            return
+        check_bytes_framing(model, request_id, name, shape, data, budget)
         return
     expected = math.prod(shape) * ELEMENT_SIZES[datatype]
     if expected != len(data):

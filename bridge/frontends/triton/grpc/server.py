@@ -3,7 +3,11 @@
 As tritonserver: `--grpc-address` is honoured (127.0.0.1 unless told otherwise), TLS with
 `--grpc-use-ssl` / `--grpc-server-cert` / `--grpc-server-key` / `--grpc-root-cert`, client
 certificates required with `--grpc-use-ssl-mutual`, and messages of up to INT32_MAX bytes both
-ways (Triton's MAX_GRPC_MESSAGE_SIZE; gRPC's default would cap requests at 4 MiB).
+ways by default (Triton's MAX_GRPC_MESSAGE_SIZE, src/grpc/grpc_server.cc `SetMaxMessageSize`,
+which no flag of tritonserver changes [S]; gRPC's default would cap requests at 4 MiB).
+`--grpc-max-message-size` lowers it: a request in flight is held in a few copies (gRPC's
+buffer, the protobuf, the bridge form), so this bounds what one client can make the door
+allocate.
 
 At most `--grpc-max-connections` connections at once (gRPC core's
 `grpc.max_allowed_incoming_connections`: it closes the ones beyond), so that idle connections
@@ -52,6 +56,7 @@ class DoorOptions:
     port: int = 8001
     address: str = "127.0.0.1"
     namespace: str = "dynamo_bridge"
+    max_message_size: int = MAX_MESSAGE_SIZE  # `--grpc-max-message-size`, both directions
     use_ssl: bool = False
     use_ssl_mutual: bool = False
     server_cert: Path | None = None
@@ -134,8 +139,8 @@ class GrpcServer:
         server = grpc.aio.server(
             interceptors=interceptors,
             options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
-                ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
+                ("grpc.max_receive_message_length", self.options.max_message_size),
+                ("grpc.max_send_message_length", self.options.max_message_size),
                 ("grpc.max_allowed_incoming_connections", self.options.max_connections),
                 ("grpc.server_handshake_timeout_ms", int(HANDSHAKE_TIMEOUT_S * 1000)),
             ],

@@ -23,6 +23,7 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ..service import TritonService
 from ..status import DoorError
+from ..tensor_checks import run_deferred
 from .status import grpc_status
 from .tensors import to_bridge_request, to_infer_response, wants_empty_final
 
@@ -210,7 +211,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def _model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
         service = self.service
         target = await service.target(request.model_name, request.model_version, stream=False)
-        body = to_bridge_request(request, target.version, target.entry.config, service.shm)
+        body = await _converted(service, request, target)
         answers: list[dict] = []
         dynamo_context = Context()
         try:
@@ -267,7 +268,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             if request is MALFORMED:
                 raise DoorError(ErrorCode.INTERNAL, UNPARSABLE)
             target = await service.target(request.model_name, request.model_version, stream=True)
-            body = to_bridge_request(request, target.version, target.entry.config, service.shm)
+            body = await _converted(service, request, target)
             decoupled = target.decoupled
             # Triton sends the empty final response only for decoupled models [V].
             empty_final = decoupled and wants_empty_final(request)
@@ -314,3 +315,18 @@ async def _answer(context: Any, handler: Callable[[Any], Awaitable[Any]], reques
         return await handler(request)
     except DoorError as exc:
         await context.abort(grpc_status(exc.code), exc.message)
+
+
+async def _converted(service: TritonService, request: pb.ModelInferRequest, target: Any) -> dict:
+    """The request in the bridge form; large BYTES inputs are checked off the event loop."""
+    deferred: list[Callable[[], None]] = []
+    body = to_bridge_request(
+        request,
+        target.version,
+        target.entry.config,
+        service.shm,
+        service.bytes_limits,
+        deferred,
+    )
+    await run_deferred(deferred)
+    return body

@@ -16,6 +16,7 @@ and the differential suite check them).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ....codec import TO_DYNAMO, TO_KSERVE
+from ....serialized_bytes import Budget, BytesLimits
 from ..shm import PARAMETERS as SHM_PARAMETERS
 from ..shm import SharedMemory, placement
 from ..status import DoorError, invalid
@@ -123,10 +125,15 @@ def to_bridge_request(
     model_version: str,
     config: mc.ModelConfig | None = None,
     shm: SharedMemory | None = None,
+    limits: BytesLimits | None = None,
+    deferred: list[Callable[[], None]] | None = None,
 ) -> dict[str, Any]:
     """A ModelInferRequest → the bridge form a bridge worker answers in (worker_protocol.md §2).
 
-    Raises DoorError (INVALID_ARG, Triton's text) for data that does not fit its declaration.
+    Raises DoorError (INVALID_ARG, Triton's text) for data that does not fit its declaration,
+    or for BYTES inputs that would cost more than `limits` once decoded. With `deferred`, the
+    checks of large BYTES inputs are left there for the caller to run off the event loop
+    (tensor_checks.run_deferred).
     `config` (the model's, when known) only names the datatype an unknown datatype should be.
     Inputs placed in a registered shared memory region (shm.py) are read from it; they take no
     entry of `raw_input_contents`.
@@ -136,6 +143,7 @@ def to_bridge_request(
     raw_count = len(raw)
     model = request.model_name
     request_id = request.id
+    budget = Budget(limits, model, request_id) if limits is not None else None
     tensors = []
     index = 0
     for tensor in request.inputs:
@@ -160,7 +168,7 @@ def to_bridge_request(
             index += 1
         else:
             data = _typed_contents(request, tensor)
-        check_tensor(model, request_id, name, datatype, shape, data, config)
+        check_tensor(model, request_id, name, datatype, shape, data, config, budget, deferred)
         data_type = TO_DYNAMO[datatype]
         metadata: dict[str, Any] = {"name": name, "data_type": data_type, "shape": shape}
         if parameters is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import zlib
+from collections.abc import Callable
 
 from dynamo.runtime import Context
 from starlette.requests import ClientDisconnect, Request
@@ -22,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ..status import DoorError
+from ..tensor_checks import run_deferred
 from .status import error_response
 from .tensors import HEADER_LENGTH, parse_json, split_body, to_bridge_request, to_response
 
@@ -102,7 +104,11 @@ async def infer(request: Request) -> Response:
         return error_response(exc, "text/plain")
     document = parse_json(header)
     config = target.entry.config
-    bridge, plan = to_bridge_request(document, binary, model, target.version, config, service.shm)
+    deferred: list[Callable[[], None]] = []
+    bridge, plan = to_bridge_request(
+        document, binary, model, target.version, config, service.shm, service.bytes_limits, deferred
+    )
+    await run_deferred(deferred)  # large BYTES inputs are walked off the event loop
     del raw, body, header, binary, document  # the bridge form holds what is needed
     answers: list[dict] = []
     context = Context()

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,10 +37,11 @@ from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ....codec import TO_DYNAMO, TO_KSERVE
+from ....serialized_bytes import Budget, BytesLimits
 from ..classification import classify
 from ..shm import BYTE_SIZE, OFFSET, REGION, SharedMemory
 from ..status import DoorError, invalid
-from ..tensor_checks import check_tensor
+from ..tensor_checks import charge_bytes, check_tensor
 
 HEADER_LENGTH = "inference-header-content-length"
 BINARY_DATA_SIZE = "binary_data_size"
@@ -276,10 +277,15 @@ def to_bridge_request(
     model_version: str,
     config: mc.ModelConfig | None = None,
     shm: SharedMemory | None = None,
+    limits: BytesLimits | None = None,
+    deferred: list[Callable[[], None]] | None = None,
 ) -> tuple[dict[str, Any], InferPlan]:
     """A parsed request header and its binary part → (the bridge form, the response's plan).
 
-    Raises DoorError (INVALID_ARG, Triton's texts) for whatever does not fit.
+    Raises DoorError (INVALID_ARG, Triton's texts) for whatever does not fit, or for BYTES
+    inputs that would cost more than `limits` once decoded. With `deferred`, the checks of
+    large BYTES inputs are left there for the caller to run off the event loop
+    (tensor_checks.run_deferred).
     """
     plan = InferPlan()
     out: dict[str, Any] = {"model": model, "bridge_form": 1, "model_version": model_version}
@@ -296,6 +302,7 @@ def to_bridge_request(
         parameters = parameters_dict(raw, _REQUEST_WIRE_PARAMETERS, "parameters")
         if parameters:
             out["parameters"] = parameters
+    budget = Budget(limits, model, plan.request_id) if limits is not None else None
     tensors = []
     unchecked: list[tuple[str, str, list[int], bytes]] = []  # raw bytes: the core's checks
     offset = 0
@@ -320,6 +327,8 @@ def to_bridge_request(
             raise _sources_error(given)
         if given[0] == "data":
             data = _packed_json(name, datatype, tensor["data"], math.prod(shape))
+            if datatype == "BYTES" and budget is not None:
+                charge_bytes(budget, data)
         elif given[0] == BINARY_DATA_SIZE:
             size = _unsigned(raw_parameters[BINARY_DATA_SIZE], BINARY_DATA_SIZE)
             if offset + size > len(binary):
@@ -344,7 +353,7 @@ def to_bridge_request(
     if offset != len(binary):
         raise invalid(f"unexpected additional input data for model '{model}'")
     for name, datatype, shape, data in unchecked:  # once every input took its bytes [V]
-        check_tensor(model, plan.request_id, name, datatype, shape, data, config)
+        check_tensor(model, plan.request_id, name, datatype, shape, data, config, budget, deferred)
     out["tensors"] = tensors
     if "outputs" in document:
         outputs = []
