@@ -4,7 +4,10 @@ What each RPC answers is decided by the protocol-neutral service (../service.py)
 only unpacks requests, turns a `DoorError` into its gRPC status with Triton's text (status.py),
 and runs ModelStreamInfer as Triton does [V]: requests on one stream run concurrently, an error
 travels in `error_message` and the stream goes on, every streamed answer carries
-`triton_final_response` (a unary one does not).
+`triton_final_response` (a unary one does not). A stream's answers wait for its client in a
+bounded outbox, so a client that stops reading holds its models' `send()` (bridge/worker.py)
+rather than the server's memory, and the handler gives the event loop a turn whenever it is
+full; a client that cancels or goes away cancels the stream's requests (their Dynamo context).
 """
 
 from __future__ import annotations
