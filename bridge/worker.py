@@ -29,6 +29,7 @@ from dynamo.runtime import DistributedRuntime, Endpoint
 from tritonclient.grpc import model_config_pb2 as mc
 
 from model_repository_loader.errors import failed_requests_text
+from model_repository_loader.inference import respond_may_wait
 from model_repository_loader.model import ServedModel
 from model_repository_loader.pb_utils import InferenceResponse, TritonError
 from model_repository_loader.validation import (
@@ -374,9 +375,10 @@ class _Responses:
 
     The queue is bounded: a response that finds RESPONSES_AHEAD others waiting blocks its
     sender's thread until the loop takes one, the client is gone (`close`), or a final
-    response came (a closing model fails what is open). A final response and a response
-    given on the loop's own thread (early errors, cancellation callbacks) never wait, so the
-    loop itself is never blocked. The sender sets `_sender_waiting` before it looks at the
+    response came (a closing model fails what is open). A final response, a response given on
+    the loop's own thread (early errors, cancellation callbacks) and one the loader says must
+    not wait (`respond_may_wait`: preserve_ordering's shared gate) never wait, so the loop
+    itself is never blocked. The sender sets `_sender_waiting` before it looks at the
     length again under `_room`'s lock, and the loop pops before it reads the flag: one of them
     always sees the other, so no wake-up is lost.
     """
@@ -434,7 +436,7 @@ class _Responses:
             self._ended = True
             if self._sender_waiting:
                 self._release()
-        elif len(self._items) >= RESPONSES_AHEAD and threading.get_ident() != self._loop_thread:
+        elif len(self._items) >= RESPONSES_AHEAD and self._may_wait():
             self._wait_for_room()
             if self.gone:
                 return
@@ -442,6 +444,10 @@ class _Responses:
         if not self._wake_pending:
             self._wake_pending = True
             self._loop.call_soon_threadsafe(self._wake)
+
+    def _may_wait(self) -> bool:
+        # Never the loop itself, and never a thread that holds a lock the loop may need.
+        return threading.get_ident() != self._loop_thread and respond_may_wait()
 
     def _wait_for_room(self) -> None:
         """On the sender's thread: wait until the client took a response, or left."""

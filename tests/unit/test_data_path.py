@@ -14,6 +14,7 @@ import numpy as np
 from bridge.worker import _GONE, RESPONSES_AHEAD, _Responses
 from model_repository_loader import pb_utils
 from model_repository_loader.execution import Pending
+from model_repository_loader.inference import holding_a_shared_lock
 
 
 def pending() -> Pending:
@@ -195,5 +196,24 @@ def test_a_final_and_a_response_on_the_loop_never_wait() -> None:
         await asyncio.to_thread(responses.respond, response(-1), True)
         await asyncio.to_thread(thread.join, 10)
         assert not thread.is_alive() and sent[0] == 1
+
+    asyncio.run(main())
+
+
+def test_a_response_through_a_shared_gate_never_waits() -> None:
+    # preserve_ordering hands responses over under a lock the loop may need (a cancelled
+    # request is answered through it): waiting for one client there could wait for ever.
+    async def main() -> None:
+        responses = _Responses(asyncio.get_running_loop(), "m")
+
+        def gate() -> None:
+            with holding_a_shared_lock():
+                for i in range(RESPONSES_AHEAD + 3):
+                    responses.respond(response(i), False)
+
+        thread = threading.Thread(target=gate, daemon=True)
+        thread.start()
+        await asyncio.to_thread(thread.join, 10)
+        assert not thread.is_alive() and len(responses._items) == RESPONSES_AHEAD + 3
 
     asyncio.run(main())
