@@ -32,6 +32,7 @@ import tritonclient.grpc as grpcclient
 
 from tests.e2e.support import REPOSITORIES, WAIT_S, int32_input, wait_until
 from tests.harness.bridge_server import BridgeServer
+from tests.harness.cluster import Cluster, start_all
 
 FLOOD = REPOSITORIES / "stream_flood"
 LIMIT_S = 20  # the model's own stop (README.md): every wait below is bounded by it
@@ -41,7 +42,7 @@ STALL_S = 2.0
 RSS_GROWTH_BOUND = 256 << 20
 ADDRESS_SPACE_HEADROOM = 2 << 30  # RLIMIT_AS above what the started server maps
 
-pytestmark = pytest.mark.parametrize("model", ["flood", "flood_process"])
+MODELS = pytest.mark.parametrize("model", ["flood", "flood_process"])
 
 
 def _status_bytes(pid: int, field: str) -> int:
@@ -57,10 +58,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeServer]:
     with BridgeServer(FLOOD, "--frontend=triton", log_path=log_path) as bridge:
         for name in ("flood", "flood_process", "echo"):
             bridge.wait_model_ready(name)
-        assert bridge.process is not None
-        pid = bridge.process.pid
-        limit = _status_bytes(pid, "VmSize") + ADDRESS_SPACE_HEADROOM
-        resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
+        _limit_memory(bridge)
         yield bridge
 
 
@@ -83,25 +81,44 @@ def _echo_over_http(bridge: BridgeServer) -> int:
     return int(answer.json()["outputs"][0]["data"][0])
 
 
-def _check_after_leave(bridge: BridgeServer, report: Path, peak_before: int, other) -> None:
-    """The checks once the client has gone (module docstring)."""
-    assert other(bridge) == 7
+def _limit_memory(process: BridgeServer) -> None:
+    """An address-space limit on a started server: a regression fails instead of swapping."""
+    assert process.process is not None
+    pid = process.process.pid
+    limit = _status_bytes(pid, "VmSize") + ADDRESS_SPACE_HEADROOM
+    resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
+
+
+def _peaks(*processes: BridgeServer) -> list[int]:
+    """Each process's peak RSS so far."""
+    peaks = []
+    for process in processes:
+        assert process.process is not None and process.running, f"{process.program} died"
+        peaks.append(_status_bytes(process.process.pid, "VmHWM"))
+    return peaks
+
+
+def _check_after_leave(
+    door: BridgeServer, report: Path, peaks_before: list[int], other, *more: BridgeServer
+) -> None:
+    """The checks once the client has gone (module docstring); `more`: the other processes
+    whose memory counts (a worker behind the door)."""
+    assert other(door) == 7
     seen_then = _report(report)
     assert seen_then is None or seen_then["cancelled"], (
         f"another model was answered only after the flooding one stopped by itself: {seen_then}"
     )
     seen = wait_until(lambda: _report(report), "the model's report", timeout=LIMIT_S + WAIT_S)
     assert seen["cancelled"] and not seen["self_stopped"], seen
-    assert bridge.process is not None and bridge.running, "the server died"
-    growth = _status_bytes(bridge.process.pid, "VmHWM") - peak_before
-    assert growth < RSS_GROWTH_BOUND, f"the server's peak RSS grew by {growth >> 20} MB"
+    processes = (door, *more)
+    for process, before, after in zip(processes, peaks_before, _peaks(*processes), strict=True):
+        growth = after - before
+        assert growth < RSS_GROWTH_BOUND, f"{process.program}: peak RSS grew by {growth >> 20} MB"
 
 
-def test_sse_client_that_goes_away_cancels_the_model(server, model, tmp_path) -> None:
-    assert server.process is not None
-    peak_before = _status_bytes(server.process.pid, "VmHWM")
-    report = tmp_path / "report.json"
-    url = f"http://{server.http_url}/v2/models/{model}/generate_stream"
+def _read_three_then_leave(door: BridgeServer, model: str, report: Path) -> None:
+    """generate_stream: read three events, stop reading for a while, close the connection."""
+    url = f"http://{door.http_url}/v2/models/{model}/generate_stream"
     body = {"IN": 0, "parameters": {"report": str(report), "limit_s": LIMIT_S}}
     with httpx.Client(timeout=WAIT_S) as client:
         with client.stream("POST", url, json=body) as response:
@@ -111,12 +128,19 @@ def test_sse_client_that_goes_away_cancels_the_model(server, model, tmp_path) ->
             assert len(first) == 3 and len(first[0]["OUT"]) == 1024
             time.sleep(STALL_S)  # a slow client (module docstring)
         # Leaving the block closes the connection with the rest unread.
-    _check_after_leave(server, report, peak_before, _echo_over_grpc)
 
 
+@MODELS
+def test_sse_client_that_goes_away_cancels_the_model(server, model, tmp_path) -> None:
+    peaks_before = _peaks(server)
+    report = tmp_path / "report.json"
+    _read_three_then_leave(server, model, report)
+    _check_after_leave(server, report, peaks_before, _echo_over_grpc)
+
+
+@MODELS
 def test_grpc_stream_cancelled_mid_flood_cancels_the_model(server, model, tmp_path) -> None:
-    assert server.process is not None
-    peak_before = _status_bytes(server.process.pid, "VmHWM")
+    peaks_before = _peaks(server)
     report = tmp_path / "report.json"
     received = 0
     three = threading.Event()
@@ -141,4 +165,24 @@ def test_grpc_stream_cancelled_mid_flood_cancels_the_model(server, model, tmp_pa
     finally:
         reading.set()
         client.close()
-    _check_after_leave(server, report, peak_before, _echo_over_http)
+    _check_after_leave(server, report, peaks_before, _echo_over_http)
+
+
+def test_sse_through_the_request_plane_cancels_the_model_in_its_worker(tmp_path) -> None:
+    """The door in another process than the worker (RequestPlaneRoute): the client's leave
+    crosses Dynamo's request plane as the request's cancellation, and neither process piles
+    up the responses the client does not read."""
+    cluster = Cluster(tmp_path / "cluster")
+    worker = cluster.worker(FLOOD)
+    door = cluster.frontend("--frontend=triton")
+    try:
+        start_all([worker, door])
+        door.wait_model_ready("flood")
+        for process in (worker, door):
+            _limit_memory(process)
+        peaks_before = _peaks(door, worker)
+        report = tmp_path / "report.json"
+        _read_three_then_leave(door, "flood", report)
+        _check_after_leave(door, report, peaks_before, _echo_over_grpc, worker)
+    finally:
+        cluster.stop()
