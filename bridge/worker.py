@@ -357,11 +357,13 @@ def _answering_version(model: ServedModel, requested: int) -> str:
 
 
 # How many responses of one request may wait for its client before the model's `send()` blocks
-# (backpressure). The loop drains the whole queue at each wake-up, so a client that keeps up
-# never comes near it and a burst still costs the loop one wake-up per 32 responses at most;
-# a client that stops reading holds at most 32 responses here (a token stream: a few KB; 1 MB
-# tensors: 32 MB) instead of everything the model can produce (issue 22: 1.3 GB and more).
+# (backpressure). A client that keeps up never comes near it (the loop takes each response as
+# it comes); one that stops reading holds at most 32 responses here (a token stream: a few KB;
+# 1 MB tensors: 32 MB) instead of everything the model can produce (issue 22: 1.3 GB and more).
+# A waiting sender goes on once the client has taken half of them, so a model ahead of its
+# client costs one thread wake-up per 16 responses, not one per response.
 RESPONSES_AHEAD = 32
+_RESUME_AT = RESPONSES_AHEAD // 2
 
 
 class _Responses:
@@ -374,13 +376,13 @@ class _Responses:
     looks at the deque again, so no response can be left behind without a wake-up.
 
     The queue is bounded: a response that finds RESPONSES_AHEAD others waiting blocks its
-    sender's thread until the loop takes one, the client is gone (`close`), or a final
-    response came (a closing model fails what is open). A final response, a response given on
+    sender's thread until the loop has taken half of them, the client is gone (`close`), or a
+    final response came (a closing model fails what is open). A final response, a response given on
     the loop's own thread (early errors, cancellation callbacks) and one the loader says must
     not wait (`respond_may_wait`: preserve_ordering's shared gate) never wait, so the loop
-    itself is never blocked. The sender sets `_sender_waiting` before it looks at the
-    length again under `_room`'s lock, and the loop pops before it reads the flag: one of them
-    always sees the other, so no wake-up is lost.
+    itself is never blocked. A sender counts itself in `_senders_waiting` before it looks at
+    the length again under `_room`'s lock, and the loop pops before it reads the count: one of
+    them always sees the other, so no wake-up is lost.
     """
 
     __slots__ = (
@@ -392,7 +394,7 @@ class _Responses:
         "_waiter",
         "_wake_pending",
         "_room",
-        "_sender_waiting",
+        "_senders_waiting",
         "_ended",
         "gone",
     )
@@ -410,7 +412,7 @@ class _Responses:
         self._waiter: asyncio.Future[None] | None = None
         self._wake_pending = False
         self._room = threading.Condition(threading.Lock())
-        self._sender_waiting = False
+        self._senders_waiting = 0
         self._ended = False  # a final response is queued: nothing after it is read
         self.gone = False  # nobody listens any more: drop what the model sends
 
@@ -434,7 +436,7 @@ class _Responses:
                 item = TritonError(failed_requests_text(self._name, what), TritonError.INTERNAL)
         if final:
             self._ended = True
-            if self._sender_waiting:
+            if self._senders_waiting:
                 self._release()
         elif len(self._items) >= RESPONSES_AHEAD and self._may_wait():
             self._wait_for_room()
@@ -450,15 +452,15 @@ class _Responses:
         return threading.get_ident() != self._loop_thread and respond_may_wait()
 
     def _wait_for_room(self) -> None:
-        """On the sender's thread: wait until the client took a response, or left."""
+        """On the sender's thread: wait until the client took half the queue, or left."""
         with self._room:
-            self._sender_waiting = True
+            self._senders_waiting += 1
             try:
-                while len(self._items) >= RESPONSES_AHEAD and not (self.gone or self._ended):
+                while len(self._items) > _RESUME_AT and not (self.gone or self._ended):
                     # The timeout only guards against a wake-up this class forgot to give.
                     self._room.wait(1.0)
             finally:
-                self._sender_waiting = False
+                self._senders_waiting -= 1
 
     def _release(self) -> None:
         with self._room:
@@ -468,7 +470,7 @@ class _Responses:
         """On the loop: nobody reads this request's responses any more. Later ones are
         dropped, and a sender waiting for room goes on (its response dropped too)."""
         self.gone = True
-        if self._sender_waiting:
+        if self._senders_waiting:
             self._release()
 
     def client_gone(self) -> None:
@@ -491,7 +493,7 @@ class _Responses:
             finally:
                 self._waiter = None
         item = items.popleft()
-        if self._sender_waiting:
+        if self._senders_waiting and len(items) <= _RESUME_AT:
             self._release()
         return item
 
