@@ -21,6 +21,8 @@ from __future__ import annotations
 import itertools
 import json
 import resource
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -165,6 +167,46 @@ def test_grpc_stream_cancelled_mid_flood_cancels_the_model(server, model, tmp_pa
     finally:
         reading.set()
         client.close()
+    _check_after_leave(server, report, peaks_before, _echo_over_http)
+
+
+# A gRPC client in its own process that reads three responses, stops reading, then exits
+# without closing anything: the kernel closes its connection (a client that vanishes).
+_VANISHING_CLIENT = """
+import os, sys, threading, time
+import numpy as np
+import tritonclient.grpc as grpcclient
+url, model, report, limit_s, stall_s = sys.argv[1:]
+three = threading.Event()
+count = [0]
+def callback(result, error):
+    count[0] += 1
+    if count[0] >= 3:
+        three.set()
+        time.sleep(3600)  # the reader thread stops reading
+client = grpcclient.InferenceServerClient(url)
+client.start_stream(callback)
+tensor = grpcclient.InferInput("IN", [1], "INT32")
+tensor.set_data_from_numpy(np.array([0], dtype=np.int32))
+client.async_stream_infer(
+    model, [tensor], parameters={"report": report, "limit_s": int(limit_s)}
+)
+if not three.wait(30):
+    os._exit(3)
+time.sleep(float(stall_s))
+os._exit(0)
+"""
+
+
+@MODELS
+def test_grpc_client_that_vanishes_mid_flood_cancels_the_model(server, model, tmp_path) -> None:
+    peaks_before = _peaks(server)
+    report = tmp_path / "report.json"
+    arguments = [server.grpc_url, model, str(report), str(LIMIT_S), str(STALL_S)]
+    client = subprocess.run(
+        [sys.executable, "-c", _VANISHING_CLIENT, *arguments], timeout=WAIT_S + STALL_S
+    )
+    assert client.returncode == 0, "the client got no responses"
     _check_after_leave(server, report, peaks_before, _echo_over_http)
 
 
