@@ -21,6 +21,7 @@ import functools
 import hashlib
 import logging
 import re
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +32,7 @@ from dynamo.runtime import DistributedRuntime, Endpoint
 from tritonclient.grpc import model_config_pb2 as mc
 
 from model_repository_loader.errors import failed_requests_text
+from model_repository_loader.inference import respond_may_wait
 from model_repository_loader.model import ServedModel
 from model_repository_loader.pb_utils import InferenceResponse, TritonError
 from model_repository_loader.validation import (
@@ -342,10 +344,9 @@ class ModelWorker:
         finally:
             if watching:
                 self._cancellations.unwatch(responses)
-            if not finished:
-                responses.gone = True
-                if pending is not None:
-                    pending.cancel()
+            if not finished and pending is not None:
+                pending.cancel()  # first: a sender let go below sees is_cancelled() at once
+            responses.close()
             if mine:
                 self._request_done()
 
@@ -377,6 +378,16 @@ def _answering_version(model: ServedModel, requested: int) -> str:
     return str(getattr(model.latest, "version", ""))
 
 
+# How many responses of one request may wait for its client before the model's `send()` blocks
+# (backpressure). A client that keeps up never comes near it (the loop takes each response as
+# it comes); one that stops reading holds at most 32 responses here (a token stream: a few KB;
+# 1 MB tensors: 32 MB) instead of everything the model can produce (issue 22: 1.3 GB and more).
+# A waiting sender goes on once the client has taken half of them, so a model ahead of its
+# client costs one thread wake-up per 16 responses, not one per response.
+RESPONSES_AHEAD = 32
+_RESUME_AT = RESPONSES_AHEAD // 2
+
+
 class _Responses:
     """One request's responses, handed from the model's threads to the event loop in order.
 
@@ -385,12 +396,34 @@ class _Responses:
     wake-up, not one per response. Every flag here is a plain attribute: reads and writes of
     one attribute are atomic under the GIL, and the loop only clears `_wake_pending` before it
     looks at the deque again, so no response can be left behind without a wake-up.
+
+    The queue is bounded: a response that finds RESPONSES_AHEAD others waiting blocks its
+    sender's thread until the loop has taken half of them, the client is gone (`close`), or a
+    final response came (a closing model fails what is open). A final response, a response given on
+    the loop's own thread (early errors, cancellation callbacks) and one the loader says must
+    not wait (`respond_may_wait`: preserve_ordering's shared gate) never wait, so the loop
+    itself is never blocked. A sender counts itself in `_senders_waiting` before it looks at
+    the length again under `_room`'s lock, and the loop pops before it reads the count: one of
+    them always sees the other, so no wake-up is lost.
     """
 
-    __slots__ = ("_loop", "_name", "encode", "_items", "_waiter", "_wake_pending", "gone")
+    __slots__ = (
+        "_loop",
+        "_loop_thread",
+        "_name",
+        "encode",
+        "_items",
+        "_waiter",
+        "_wake_pending",
+        "_room",
+        "_senders_waiting",
+        "_ended",
+        "gone",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop, name: str) -> None:
         self._loop = loop
+        self._loop_thread = threading.get_ident()  # built on the loop (generate)
         self._name = name
         # encode(response or None, final) -> the dict yielded: the standard form unless the
         # request asked for the bridge form.
@@ -400,6 +433,9 @@ class _Responses:
         self._items: deque[tuple[Any, bool]] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._wake_pending = False
+        self._room = threading.Condition(threading.Lock())
+        self._senders_waiting = 0
+        self._ended = False  # a final response is queued: nothing after it is read
         self.gone = False  # nobody listens any more: drop what the model sends
 
     def respond(self, response: InferenceResponse | None, final: bool) -> None:
@@ -420,10 +456,44 @@ class _Responses:
                 log.exception("'%s': a response could not be encoded", self._name)
                 what = f"the response could not be encoded: {exc!r}"
                 item = TritonError(failed_requests_text(self._name, what), TritonError.INTERNAL)
+        if final:
+            self._ended = True
+            if self._senders_waiting:
+                self._release()
+        elif len(self._items) >= RESPONSES_AHEAD and self._may_wait():
+            self._wait_for_room()
+            if self.gone:
+                return
         self._items.append((item, final))
         if not self._wake_pending:
             self._wake_pending = True
             self._loop.call_soon_threadsafe(self._wake)
+
+    def _may_wait(self) -> bool:
+        # Never the loop itself, and never a thread that holds a lock the loop may need.
+        return threading.get_ident() != self._loop_thread and respond_may_wait()
+
+    def _wait_for_room(self) -> None:
+        """On the sender's thread: wait until the client took half the queue, or left."""
+        with self._room:
+            self._senders_waiting += 1
+            try:
+                while len(self._items) > _RESUME_AT and not (self.gone or self._ended):
+                    # The timeout only guards against a wake-up this class forgot to give.
+                    self._room.wait(1.0)
+            finally:
+                self._senders_waiting -= 1
+
+    def _release(self) -> None:
+        with self._room:
+            self._room.notify_all()
+
+    def close(self) -> None:
+        """On the loop: nobody reads this request's responses any more. Later ones are
+        dropped, and a sender waiting for room goes on (its response dropped too)."""
+        self.gone = True
+        if self._senders_waiting:
+            self._release()
 
     def client_gone(self) -> None:
         """On the loop: the client cancelled, timed out or disconnected."""
@@ -444,7 +514,10 @@ class _Responses:
                 await waiter
             finally:
                 self._waiter = None
-        return items.popleft()
+        item = items.popleft()
+        if self._senders_waiting and len(items) <= _RESUME_AT:
+            self._release()
+        return item
 
 
 class _CancellationPoller:

@@ -9,8 +9,9 @@ transport, the model and BLS.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from .pb_utils import InferenceResponse, Tensor
@@ -19,8 +20,33 @@ ParameterValue = bool | int | float | str
 
 # respond(response, final): `response` is None only for a flag-only final (no data);
 # `final` is True on the last call for a request. Called from any thread, never concurrently
-# for the same request.
+# for the same request. A caller may make it wait (backpressure: its client is behind), but
+# only while `respond_may_wait()` says so.
 Respond = Callable[[InferenceResponse | None, bool], None]
+
+_thread_state = threading.local()
+
+
+def respond_may_wait() -> bool:
+    """Whether a `Respond` called on this thread now may block it until its caller catches up.
+
+    False inside `holding_a_shared_lock()`: a thread that holds a lock other requests' answers
+    pass through (preserve_ordering's gate) must not wait on one client, or the thread that
+    would let it go (a caller answering a cancelled request through the same gate) waits for
+    the lock, and neither moves.
+    """
+    return not getattr(_thread_state, "shared_lock", False)
+
+
+@contextlib.contextmanager
+def holding_a_shared_lock() -> Iterator[None]:
+    """Mark this thread's `Respond` calls as ones that must not wait (`respond_may_wait`)."""
+    outer = getattr(_thread_state, "shared_lock", False)
+    _thread_state.shared_lock = True
+    try:
+        yield
+    finally:
+        _thread_state.shared_lock = outer
 
 
 @dataclass(slots=True)

@@ -5,6 +5,10 @@ at once; later requests' responses wait until every earlier request has sent its
 
 A `respond` that raises ends its request (answered INTERNAL if it can be, as `Pending.deliver`
 does) and the gate moves on, so one failed hand-over never holds back the requests behind it.
+
+Responses that pass the gate are never held back for a slow client (the gate is shared: see
+`inference.respond_may_wait`), and those queued behind an unfinished request are not bounded
+either: a model with preserve_ordering gets no backpressure from its streams' clients.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Callable
 
 from .. import pb_utils
 from ..execution import Pending, answer_failure
+from ..inference import holding_a_shared_lock
 
 _Respond = Callable[[pb_utils.InferenceResponse | None, bool], None]
 
@@ -45,8 +50,9 @@ class InOrder:
         final: bool,
     ) -> None:
         # Delivery happens under the lock: respond callbacks only hand the response over, and
-        # holding the lock is what keeps two threads from interleaving out of order.
-        with self._lock:
+        # holding the lock is what keeps two threads from interleaving out of order. So they
+        # must not wait for their clients here (inference.respond_may_wait).
+        with self._lock, holding_a_shared_lock():
             if ticket < self._head:
                 return  # the request already ended (its respond failed)
             if ticket != self._head:

@@ -11,9 +11,10 @@ import threading
 
 import numpy as np
 
-from bridge.worker import _GONE, _Responses
+from bridge.worker import _GONE, RESPONSES_AHEAD, _Responses
 from model_repository_loader import pb_utils
 from model_repository_loader.execution import Pending
+from model_repository_loader.inference import holding_a_shared_lock
 
 
 def pending() -> Pending:
@@ -134,3 +135,85 @@ def test_a_response_that_cannot_be_encoded_fails_the_request_not_the_model_threa
     assert isinstance(item, pb_utils.TritonError)
     assert item.code() == pb_utils.TritonError.INTERNAL
     assert "the response could not be encoded: ValueError('cannot carry this')" in item.message()
+
+
+def _sender_thread(responses: _Responses, count: int) -> tuple[threading.Thread, list[int]]:
+    """A model thread sending `count` non-final responses; the list holds how many went."""
+    sent: list[int] = [0]
+
+    def model() -> None:
+        for i in range(count):
+            responses.respond(response(i), False)
+            sent[0] = i + 1
+
+    thread = threading.Thread(target=model, daemon=True)
+    thread.start()
+    return thread, sent
+
+
+def test_a_sender_ahead_of_its_client_waits_and_goes_on_as_the_client_reads() -> None:
+    async def main() -> None:
+        responses = _Responses(asyncio.get_running_loop(), "m")
+        thread, sent = _sender_thread(responses, RESPONSES_AHEAD + 5)
+        # Nobody reads: the sender stops at the bound (its next send waits for room).
+        while sent[0] < RESPONSES_AHEAD:
+            await asyncio.sleep(0.01)
+        thread.join(0.2)
+        assert thread.is_alive() and sent[0] == RESPONSES_AHEAD
+        assert len(responses._items) == RESPONSES_AHEAD
+        for _ in range(RESPONSES_AHEAD + 5):  # the client reads: every response arrives
+            await asyncio.wait_for(responses.next(), timeout=10)
+        await asyncio.to_thread(thread.join, 10)
+        assert not thread.is_alive() and sent[0] == RESPONSES_AHEAD + 5
+
+    asyncio.run(main())
+
+
+def test_a_waiting_sender_is_let_go_when_the_client_leaves() -> None:
+    async def main() -> None:
+        responses = _Responses(asyncio.get_running_loop(), "m")
+        thread, sent = _sender_thread(responses, RESPONSES_AHEAD + 100)
+        while sent[0] < RESPONSES_AHEAD:
+            await asyncio.sleep(0.01)
+        responses.close()  # what generate() does once its client is gone
+        await asyncio.to_thread(thread.join, 10)
+        assert not thread.is_alive()
+        assert len(responses._items) == RESPONSES_AHEAD  # the rest was dropped
+
+    asyncio.run(main())
+
+
+def test_a_final_and_a_response_on_the_loop_never_wait() -> None:
+    # The loop answers early errors and cancellations itself: it must never block on its own
+    # queue. A final response (a closing model fails what is open) lets a waiting sender go.
+    async def main() -> None:
+        responses = _Responses(asyncio.get_running_loop(), "m")
+        for i in range(RESPONSES_AHEAD + 3):  # on the loop's thread: no wait
+            responses.respond(response(i), False)
+        thread, sent = _sender_thread(responses, 1)
+        thread.join(0.2)
+        assert thread.is_alive() and sent[0] == 0
+        await asyncio.to_thread(responses.respond, response(-1), True)
+        await asyncio.to_thread(thread.join, 10)
+        assert not thread.is_alive() and sent[0] == 1
+
+    asyncio.run(main())
+
+
+def test_a_response_through_a_shared_gate_never_waits() -> None:
+    # preserve_ordering hands responses over under a lock the loop may need (a cancelled
+    # request is answered through it): waiting for one client there could wait for ever.
+    async def main() -> None:
+        responses = _Responses(asyncio.get_running_loop(), "m")
+
+        def gate() -> None:
+            with holding_a_shared_lock():
+                for i in range(RESPONSES_AHEAD + 3):
+                    responses.respond(response(i), False)
+
+        thread = threading.Thread(target=gate, daemon=True)
+        thread.start()
+        await asyncio.to_thread(thread.join, 10)
+        assert not thread.is_alive() and len(responses._items) == RESPONSES_AHEAD + 3
+
+    asyncio.run(main())

@@ -4,7 +4,10 @@ What each RPC answers is decided by the protocol-neutral service (../service.py)
 only unpacks requests, turns a `DoorError` into its gRPC status with Triton's text (status.py),
 and runs ModelStreamInfer as Triton does [V]: requests on one stream run concurrently, an error
 travels in `error_message` and the stream goes on, every streamed answer carries
-`triton_final_response` (a unary one does not).
+`triton_final_response` (a unary one does not). A stream's answers wait for its client in a
+bounded outbox, so a client that stops reading holds its models' `send()` (bridge/worker.py)
+rather than the server's memory, and the handler gives the event loop a turn whenever it is
+full; a client that cancels or goes away cancels the stream's requests (their Dynamo context).
 """
 
 from __future__ import annotations
@@ -234,7 +237,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Each request of the stream runs on its own as it arrives; their responses share the
         stream in the order they are produced (each request's own in order)."""
-        out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        out = _Outbox()
         running: set[asyncio.Task] = set()
 
         async def read() -> None:
@@ -246,7 +249,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 if running:
                     await asyncio.wait(set(running))
             finally:
-                out.put_nowait(None)
+                out.end()
 
         reader = asyncio.ensure_future(read())
         try:
@@ -257,11 +260,11 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             for task in (reader, *running):
                 task.cancel()
 
-    async def _stream_one(self, request: Any, out: asyncio.Queue) -> None:
+    async def _stream_one(self, request: Any, out: _Outbox) -> None:
         with self.service.calls:  # a shutdown waits for it
             await self._stream_request(request, out)
 
-    async def _stream_request(self, request: Any, out: asyncio.Queue) -> None:
+    async def _stream_request(self, request: Any, out: _Outbox) -> None:
         service = self.service
         dynamo_context = Context()
         try:
@@ -280,25 +283,55 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 answered = answered or not item.get("empty")
                 if "error" in item:
                     message = DoorError.from_item(item["error"]).message
-                    out.put_nowait(pb.ModelStreamInferResponse(error_message=message))
+                    await out.put(pb.ModelStreamInferResponse(error_message=message))
                 elif item.get("empty"):
                     if empty_final:
-                        out.put_nowait(
+                        await out.put(
                             pb.ModelStreamInferResponse(
                                 infer_response=to_infer_response(request, item, final, service.shm)
                             )
                         )
                 else:
                     response = to_infer_response(request, item, final, service.shm)
-                    out.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
+                    await out.put(pb.ModelStreamInferResponse(infer_response=response))
         except DoorError as exc:
-            out.put_nowait(pb.ModelStreamInferResponse(error_message=exc.message))
+            await out.put(pb.ModelStreamInferResponse(error_message=exc.message))
         except asyncio.CancelledError:
             dynamo_context.stop_generating()
             raise
         except Exception as exc:  # never let one request end the stream of the others
             log.exception("stream request failed")
-            out.put_nowait(pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
+            await out.put(pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
+
+
+# How many answers of one stream may wait for the client: past it, the stream's requests stop
+# taking responses from their workers, whose queues fill, and the models' `send()` blocks
+# (bridge/worker.py RESPONSES_AHEAD). What gRPC's own flow control already holds comes on top;
+# 32 absorbs a burst of one request while a slow client costs at most 32 answers here.
+STREAM_ANSWERS_AHEAD = 32
+
+
+class _Outbox:
+    """The answers of one ModelStreamInfer call on their way to its client, bounded."""
+
+    def __init__(self) -> None:
+        self._answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        self._room = asyncio.Semaphore(STREAM_ANSWERS_AHEAD)
+
+    async def put(self, answer: pb.ModelStreamInferResponse) -> None:
+        await self._room.acquire()
+        self._answers.put_nowait(answer)
+
+    def end(self) -> None:
+        """No answer follows (never waits: the end is not counted)."""
+        self._answers.put_nowait(None)
+
+    async def get(self) -> pb.ModelStreamInferResponse | None:
+        """The next answer, or None at the end."""
+        answer = await self._answers.get()
+        if answer is not None:
+            self._room.release()
+        return answer
 
 
 def _setting(value: pb.LogSettingsRequest.SettingValue) -> bool | int | str | None:

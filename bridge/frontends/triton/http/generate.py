@@ -26,7 +26,10 @@ What was checked against Triton 2.51 [V]:
   any response (unknown model or version, bad body, missing inputs) is a plain `{"error"}`.
 
 A client that goes away stops its request (the Dynamo context), mid-stream or while `generate`
-waits for its answer, as Triton cancels it.
+or `generate_stream` waits for its first answer, as Triton cancels it: the model sees
+`is_cancelled()`. A stream sends one event per turn of the event loop, and a model faster than
+its client waits in `send()` (bridge/worker.py), so a slow or vanished client costs neither
+memory nor the other requests' turns (issue 22).
 """
 
 from __future__ import annotations
@@ -35,13 +38,14 @@ import asyncio
 import json
 import math
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import numpy as np
 from dynamo.runtime import Context
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 from tritonclient.grpc import model_config_pb2 as mc
 
 from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
@@ -321,9 +325,9 @@ async def _collect(
     return answers
 
 
-async def _disconnected(request: Request) -> None:
+async def _disconnected(receive: Receive) -> None:
     """Returns once the client has gone (its body was read: the next message says so)."""
-    while (await request.receive())["type"] != "http.disconnect":
+    while (await receive())["type"] != "http.disconnect":
         pass
 
 
@@ -331,7 +335,7 @@ async def generate(request: Request) -> Response:
     service, target, body = await _prepare(request)
     context = Context()
     collecting = asyncio.ensure_future(_collect(service, target, body, context))
-    gone = asyncio.ensure_future(_disconnected(request))
+    gone = asyncio.ensure_future(_disconnected(request.receive))
     try:
         await asyncio.wait({collecting, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -363,6 +367,58 @@ def _error_event(message: str) -> bytes:
     return _event({"error": message})
 
 
+async def _first_response(items: AsyncIterator[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first item that is a response (None: the stream ended with none)."""
+    async for item in items:
+        if not item.get("empty"):
+            return item
+    return None
+
+
+class _EventStream(StreamingResponse):
+    """Server-Sent Events that end, and stop their request, when the client goes away.
+
+    Starlette's StreamingResponse hears of a disconnect only when its loop gives the event
+    loop a turn, and uvicorn's `send()` to a closed connection returns at once without one:
+    with a model faster than the rendering, the stream rendered its backlog for ever while
+    nothing else ran and the model never saw `is_cancelled()` (issue 22). Here a task waits
+    for the `http.disconnect` message and stops the request's Dynamo context (the path a gRPC
+    cancel takes: the worker cancels the request for the model), and every event is followed
+    by a turn of the event loop.
+    """
+
+    def __init__(self, events: AsyncGenerator[bytes, None], status_code: int, context: Context):
+        super().__init__(events, status_code=status_code, media_type=EVENT_STREAM)
+        self._events = events
+        self._context = context
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gone = asyncio.ensure_future(_disconnected(receive))
+        gone.add_done_callback(self._client_gone)
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": self.status_code,
+                    "headers": self.raw_headers,
+                }
+            )
+            async for event in self._events:
+                if gone.done():
+                    return
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+                await asyncio.sleep(0)  # one event per turn of the loop (docstring)
+            if not gone.done():
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            gone.cancel()
+            await self._events.aclose()  # its `finally` stops the context
+
+    def _client_gone(self, watcher: asyncio.Future[None]) -> None:
+        if not watcher.cancelled():
+            self._context.stop_generating()
+
+
 async def generate_stream(request: Request) -> Response:
     service, target, body = await _prepare(request)
     name, request_id = body["model"], body.get("id", "")
@@ -374,13 +430,20 @@ async def generate_stream(request: Request) -> Response:
             return _error_event(DoorError.from_item(item["error"]).message)
         return _event(response_document(name, request_id, item))
 
-    # The status line waits for the first response (module docstring).
-    first: dict[str, Any] | None = None
+    # The status line waits for the first response (module docstring), or the client's leave.
+    waiting = asyncio.ensure_future(_first_response(items))
+    gone = asyncio.ensure_future(_disconnected(request.receive))
     try:
-        async for item in items:
-            if not item.get("empty"):
-                first = item
-                break
+        await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not waiting.done():  # the client went away, or this call was cancelled
+            context.stop_generating()
+            waiting.cancel()
+    if not waiting.done():
+        return Response(b"", status_code=499)  # nobody reads it
+    try:
+        first = waiting.result()
     except BaseException:
         context.stop_generating()
         raise
@@ -391,7 +454,7 @@ async def generate_stream(request: Request) -> Response:
             return _error_answer(first)
         status = MODEL_ERROR_STATUS
 
-    async def events() -> AsyncIterator[bytes]:
+    async def events() -> AsyncGenerator[bytes, None]:
         try:
             if first is None:
                 return
@@ -402,7 +465,6 @@ async def generate_stream(request: Request) -> Response:
         except DoorError as exc:  # the request plane failed mid-stream
             yield _error_event(exc.message)
         finally:
-            # Also when the client went away: Starlette cancels this generator then.
             context.stop_generating()
 
-    return StreamingResponse(events(), status_code=status, media_type=EVENT_STREAM)
+    return _EventStream(events(), status, context)
