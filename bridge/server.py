@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 from . import heap
 from .control import ControlPort
+from .frontends.triton.http.limits import DEFAULT_MAX_INPUT_SIZE
 from .frontends.triton.http.server import HttpConfigError
 from .frontends.triton.role import TritonDoorRole
 from .metrics.server import MetricsServer
@@ -117,7 +118,13 @@ async def serve(options: ServerOptions) -> None:
     control: ControlPort | None = None
     if options.control_port is not None:  # any role: it reaches the workers through Dynamo
         control = ControlPort(
-            runtime, options.namespace, options.control_port, options.http_restricted_api
+            runtime,
+            options.namespace,
+            options.control_port,
+            options.http_restricted_api,
+            max_input_size=(
+                options.http.max_input_size if options.http is not None else DEFAULT_MAX_INPUT_SIZE
+            ),
         )
         try:
             await control.start()

@@ -9,7 +9,8 @@ load reaches whichever worker knows the model. The workers apply their `--model-
 (load/unload in explicit mode only) and answer with Triton's texts and codes.
 
 Loading runs code, so every request here is guarded as http/security.py says: loopback only,
-refused from web pages (Origin / Host), JSON bodies only, bounded body size and read time, and
+refused from web pages (Origin / Host), JSON bodies only, bodies up to `--http-max-input-size`
+(with the triton door; Triton's 64 MB otherwise) received in bounded time, and
 the `--http-restricted-api` groups (`model-repository`, `health`).
 """
 
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from dynamo.runtime import DistributedRuntime
 
 from ..frontends.triton.directory import Directory
+from ..frontends.triton.http.limits import DEFAULT_MAX_INPUT_SIZE
 from ..frontends.triton.http.server import HttpOptions, HttpServer
 from ..frontends.triton.service import TritonService
 from ..restrictions import Restriction
@@ -39,10 +41,17 @@ class ControlPort:
         namespace: str,
         port: int,
         restricted: Mapping[str, Restriction],
+        max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
     ) -> None:
         self._directory = Directory(runtime, namespace)
         self._service = TritonService(self._directory)
-        options = HttpOptions(port=port, address=ADDRESS, restricted=dict(restricted), control=True)
+        options = HttpOptions(
+            port=port,
+            address=ADDRESS,
+            restricted=dict(restricted),
+            control=True,
+            max_input_size=max_input_size,
+        )
         self._http = HttpServer(self._service, options)
 
     @property

@@ -4,6 +4,8 @@ Triton answers a body its JSON parser refuses with 500 "failed to parse the requ
 buffer: ..." [V], and a JSON value of the wrong kind with its parser's own 500 texts (e.g.
 "attempt to access JSON non-string as string"), so those are INTERNAL here, in one place.
 `/infer` reads its JSON header itself (tensors.py: the binary extension, 400 by design).
+JSON nested deeper than Triton's limit is its 400 before any parsing (limits.py); a large body
+is parsed on a thread (`read_json`).
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from starlette.requests import Request
+
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ..status import DoorError
+from .limits import check_depth, off_loop
 
 PARSE_FAILED = "failed to parse the request JSON buffer"
 EMPTY_DOCUMENT = f"{PARSE_FAILED}: The document is empty. at 0"
@@ -37,7 +42,22 @@ def json_document(
         if required:
             raise internal(EMPTY_DOCUMENT)
         return None
+    check_depth(raw)
     try:
         return json.loads(raw, object_pairs_hook=object_pairs_hook)
     except (ValueError, RecursionError) as exc:
         raise internal(f"{PARSE_FAILED}: {exc}") from None
+
+
+async def read_json(
+    request: Request,
+    *,
+    required: bool = True,
+    object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None,
+) -> Any:
+    """The request body's JSON value (`json_document`), parsed off the event loop when large."""
+    raw = await request.body()
+    return await off_loop(
+        len(raw),
+        lambda: json_document(raw, required=required, object_pairs_hook=object_pairs_hook),
+    )

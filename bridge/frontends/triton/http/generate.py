@@ -32,7 +32,6 @@ waits for its answer, as Triton cancels it.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import struct
 from collections.abc import AsyncIterator
@@ -50,8 +49,8 @@ from model_repository_loader.validation import config_datatype_name
 from ....codec import TO_DYNAMO, TO_KSERVE
 from ..service import Target, TritonService
 from ..status import DoorError, invalid
-from .bodies import internal, json_document
-from .status import http_status, json_response
+from .bodies import internal, read_json
+from .status import encode_json, http_status, json_response
 
 EXACTLY_ONE = (
     "generate expects model to produce exactly 1 response, use generate stream for model that "
@@ -80,8 +79,8 @@ def _object(pairs: list[tuple[str, Any]]) -> _Members:
     return members
 
 
-def _parse_body(raw: bytes) -> _Members:
-    document = json_document(raw, object_pairs_hook=_object)
+async def _parse_body(request: Request) -> _Members:
+    document = await read_json(request, object_pairs_hook=_object)
     if not isinstance(document, _Members):
         raise internal("attempt to get members for non-object")
     return document
@@ -156,7 +155,7 @@ def _values_bytes(name: str, datatype: str, values: list[Any]) -> bytes:
                 raise internal(
                     "Unable to parse JSON bytes array: attempt to access JSON non-string as string"
                 )
-            data = value.encode()
+            data = value.encode("utf-8", "surrogatepass")
             parts.append(struct.pack("<I", len(data)) + data)
         return b"".join(parts)
     if datatype == "BOOL":
@@ -291,10 +290,6 @@ def _error_answer(item: dict[str, Any]) -> Response:
     return json_response({"error": error.message}, status)
 
 
-def _dumps(document: dict[str, Any]) -> str:
-    return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
-
-
 # -- handlers ---------------------------------------------------------------------------------
 
 
@@ -303,7 +298,7 @@ async def _prepare(request: Request) -> tuple[TritonService, Target, dict[str, A
     name = request.path_params["model"]
     # Both routes take decoupled models (generate checks the count of responses itself).
     target = await service.target(name, request.path_params.get("version", ""), stream=True)
-    document = _parse_body(await request.body())
+    document = await _parse_body(request)
     return service, target, bridge_request(target, name, document)
 
 
@@ -356,7 +351,7 @@ async def generate(request: Request) -> Response:
 
 
 def _event(document: dict[str, Any]) -> bytes:
-    return f"data: {_dumps(document)}\n\n".encode()
+    return b"data: " + encode_json(document) + b"\n\n"
 
 
 def _error_event(message: str) -> bytes:

@@ -41,6 +41,8 @@ from ..classification import classify
 from ..shm import BYTE_SIZE, OFFSET, REGION, SharedMemory
 from ..status import DoorError, invalid
 from ..tensor_checks import check_tensor
+from .limits import DEFAULT_MAX_INPUT_SIZE, check_depth, json_input_too_large
+from .status import encode_json
 
 HEADER_LENGTH = "inference-header-content-length"
 BINARY_DATA_SIZE = "binary_data_size"
@@ -119,13 +121,13 @@ _DECODER = json.JSONDecoder()
 
 def parse_json(text: bytes) -> dict[str, Any]:
     """The request's JSON header. As Triton's parser, what follows the first JSON value is
-    ignored (a header length that is too long is then caught by the binary data's sizes)."""
+    ignored (a header length that is too long is then caught by the binary data's sizes).
+    Nesting past Triton's limit is its 400 (limits.py)."""
+    check_depth(text)
     try:
         document, _ = _DECODER.raw_decode(text.decode("utf-8", "surrogateescape").lstrip())
     except ValueError as exc:  # JSONDecodeError
         raise malformed(f"failed to parse the request JSON buffer: {exc}") from None
-    except RecursionError:
-        raise malformed("failed to parse the request JSON buffer: nested too deeply") from None
     if not isinstance(document, dict):
         raise malformed(
             "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"
@@ -202,13 +204,19 @@ def _flatten(data: list[Any]) -> list[Any]:
     return out
 
 
-def _packed_json(name: str, datatype: str, data: Any, count: int) -> bytes:
-    """An input's JSON `data` as the raw bytes of `datatype` (Triton's kind checks)."""
+def _packed_json(name: str, datatype: str, data: Any, count: int, limit: int) -> bytes:
+    """An input's JSON `data` as the raw bytes of `datatype` (Triton's kind checks), at most
+    `limit` bytes (`--http-max-input-size`; fixed types checked from the shape first, as
+    Triton does)."""
     if datatype in _BINARY_ONLY:
         raise invalid(
             f"receiving {datatype} data via JSON is not supported. Please use the binary data "
             f"format for input {name}"
         )
+    if datatype != "BYTES":
+        size = count * np.dtype(DATATYPE_TO_NUMPY[datatype]).itemsize
+        if size > limit:
+            raise invalid(json_input_too_large(name, size, limit))
     values = _array(data, "data")
     kinds = set(map(type, values))
     if list in kinds:
@@ -226,7 +234,10 @@ def _packed_json(name: str, datatype: str, data: Any, count: int) -> bytes:
             encoded = text.encode("utf-8", "surrogatepass")
             parts.append(_LENGTH.pack(len(encoded)))
             parts.append(encoded)
-        return b"".join(parts)
+        packed = b"".join(parts)
+        if len(packed) > limit:
+            raise invalid(json_input_too_large(name, len(packed), limit))
+        return packed
     if not values:
         return b""
     if datatype == "BOOL":
@@ -276,6 +287,7 @@ def to_bridge_request(
     model_version: str,
     config: mc.ModelConfig | None = None,
     shm: SharedMemory | None = None,
+    max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
 ) -> tuple[dict[str, Any], InferPlan]:
     """A parsed request header and its binary part → (the bridge form, the response's plan).
 
@@ -319,7 +331,8 @@ def to_bridge_request(
         if len(given) != 1:
             raise _sources_error(given)
         if given[0] == "data":
-            data = _packed_json(name, datatype, tensor["data"], math.prod(shape))
+            count = math.prod(shape)
+            data = _packed_json(name, datatype, tensor["data"], count, max_input_size)
         elif given[0] == BINARY_DATA_SIZE:
             size = _unsigned(raw_parameters[BINARY_DATA_SIZE], BINARY_DATA_SIZE)
             if offset + size > len(binary):
@@ -399,11 +412,6 @@ def _json_values(name: str, datatype: str, values: bytes) -> list[Any]:
     return np.frombuffer(values, dtype=DATATYPE_TO_NUMPY[datatype]).tolist()
 
 
-def dump_json(document: Any) -> bytes:
-    text = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
-    return text.encode("utf-8", "surrogateescape")
-
-
 def to_response(
     model: str,
     item: dict[str, Any],
@@ -453,4 +461,4 @@ def to_response(
             output["data"] = _json_values(name, datatype, values)
         outputs.append(output)
     document["outputs"] = outputs
-    return dump_json(document), chunks
+    return encode_json(document), chunks
