@@ -41,6 +41,7 @@ from ..classification import classify
 from ..shm import BYTE_SIZE, OFFSET, REGION, SharedMemory
 from ..status import DoorError, invalid
 from ..tensor_checks import check_tensor
+from .bodies import PARSE_FAILED, SURROGATE_INVALID, lone_surrogate_at
 from .limits import DEFAULT_MAX_INPUT_SIZE, check_depth, json_input_too_large
 from .status import encode_json
 
@@ -124,6 +125,8 @@ def parse_json(text: bytes) -> dict[str, Any]:
     ignored (a header length that is too long is then caught by the binary data's sizes).
     Nesting past Triton's limit is its 400 (limits.py)."""
     check_depth(text)
+    if (offset := lone_surrogate_at(text)) is not None:
+        raise malformed(f"{PARSE_FAILED}: {SURROGATE_INVALID} at {offset}")
     try:
         document, _ = _DECODER.raw_decode(text.decode("utf-8", "surrogateescape").lstrip())
     except ValueError as exc:  # JSONDecodeError
