@@ -14,8 +14,9 @@ matches is a 404, as on Triton. One rule, keyed by method, covers every state-ch
   generate, generate_stream; on the control port every route), before its body is read:
   - from a web page only from the door's own origin: an `Origin` (or a `Sec-Fetch-Site` other
     than same-origin / none, which browsers send with every request) is 403 unless the Origin
-    is exactly the request's scheme and Host, and that Host is a loopback name or one listed
-    in `--http-allowed-hosts`. Origin == Host alone is not enough: a rebinding page has that;
+    has the request's scheme and is a loopback name on the door's port, or exactly the
+    request's Host when that Host is a loopback name or one listed in `--http-allowed-hosts`.
+    Origin == Host alone is not enough: a rebinding page has that;
   - bodies labelled as only what real clients send: no Content-Type (tritonclient.http),
     `application/json` (curl -H, Triton's C++ client for JSON tensors), `application/octet-stream`
     (tritonclient.http.aio for every body, the C++ client for binary tensors), and
@@ -251,12 +252,16 @@ class _Guard:
             raise Refused(400, body_too_large(int(length), self.max_input_size))
 
     def _own_origin(self, origin: str, scope: Scope, host: str | None) -> bool:
-        """The Origin is the door's own: the request's scheme and exactly its Host, and that
-        Host a name the door was told it has (module docstring)."""
+        """The Origin is the door's own (module docstring): the request's scheme, and a
+        loopback name on the door's port, or exactly the request's Host when that Host is a
+        name the door was told it has (a forwarded port)."""
         scheme, sep, authority = origin.strip().lower().partition("://")
-        if not sep or scheme != scope.get("scheme", "http") or host is None:
+        if not sep or scheme != scope.get("scheme", "http"):
             return False
-        return self.hosts.trusted(host) and _split_host(authority) == _split_host(host)
+        name, port = _split_host(authority)
+        if _is_loopback_name(name) and port == str((scope.get("server") or ("", 0))[1]):
+            return True
+        return host is not None and self.hosts.trusted(host) and (name, port) == _split_host(host)
 
     def _capped(self, receive: Receive, headers: Mapping[str, str]) -> Receive:
         """`receive` that refuses a body growing past the limit (a chunked body has no
