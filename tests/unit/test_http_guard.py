@@ -1,6 +1,7 @@
 """The HTTP door's request rules in-process: the Host rule (`--http-allowed-hosts`), the JSON
 nesting limit, bounded inflation and the JSON encoder that never raises (http/security.py,
-limits.py, status.py). Over real HTTP: tests/e2e/test_http_guard.py."""
+limits.py, status.py), and the gRPC wire's texts (grpc/status.py). Over real HTTP:
+tests/e2e/test_http_guard.py."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import gzip
 import json
 
 import pytest
+from tritonclient.grpc import service_pb2 as pb
 
 from bridge.cli import build_parser, parse_with_environment, resolve_http
+from bridge.frontends.triton.grpc.status import wire_text
 from bridge.frontends.triton.http.infer import _decompress
 from bridge.frontends.triton.http.limits import NESTING_TOO_DEEP, check_depth
 from bridge.frontends.triton.http.security import HostRule, parse_allowed_hosts
@@ -90,3 +93,14 @@ def test_json_answers_never_raise_on_surrogates_or_bytes() -> None:
     assert body == b'{"error":"input \'\\ud800\' and byte \xff and \xc3\xa9"}'
     decoded = json.loads(body.decode("utf-8", "surrogateescape"))
     assert decoded["error"].startswith("input '\ud800'")
+
+
+def test_grpc_texts_with_surrogates_can_be_sent() -> None:
+    """The gRPC wire's edge: a status's details and a stream's error message are built from
+    `wire_text`, which protobuf and grpc can encode (the raw text raises)."""
+    message = "input 'IN\udcff' and '\ud800'"
+    with pytest.raises(UnicodeEncodeError):
+        pb.ModelStreamInferResponse(error_message=message)
+    sent = pb.ModelStreamInferResponse(error_message=wire_text(message))
+    assert sent.error_message == "input 'IN\\udcff' and '\\ud800'"
+    assert wire_text("plain é") == "plain é"

@@ -23,7 +23,7 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ..service import TritonService
 from ..status import DoorError
-from .status import grpc_status
+from .status import grpc_status, wire_text
 from .tensors import to_bridge_request, to_infer_response, wants_empty_final
 
 log = logging.getLogger(__name__)
@@ -279,7 +279,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 answered = answered or not item.get("empty")
                 if "error" in item:
                     message = DoorError.from_item(item["error"]).message
-                    out.put_nowait(pb.ModelStreamInferResponse(error_message=message))
+                    out.put_nowait(pb.ModelStreamInferResponse(error_message=wire_text(message)))
                 elif item.get("empty"):
                     if empty_final:
                         out.put_nowait(
@@ -291,13 +291,15 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                     response = to_infer_response(request, item, final, service.shm)
                     out.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
         except DoorError as exc:
-            out.put_nowait(pb.ModelStreamInferResponse(error_message=exc.message))
+            out.put_nowait(pb.ModelStreamInferResponse(error_message=wire_text(exc.message)))
         except asyncio.CancelledError:
             dynamo_context.stop_generating()
             raise
         except Exception as exc:  # never let one request end the stream of the others
             log.exception("stream request failed")
-            out.put_nowait(pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
+            out.put_nowait(
+                pb.ModelStreamInferResponse(error_message=wire_text(f"internal error: {exc}"))
+            )
 
 
 def _setting(value: pb.LogSettingsRequest.SettingValue) -> bool | int | str | None:
@@ -313,4 +315,4 @@ async def _answer(context: Any, handler: Callable[[Any], Awaitable[Any]], reques
     try:
         return await handler(request)
     except DoorError as exc:
-        await context.abort(grpc_status(exc.code), exc.message)
+        await context.abort(grpc_status(exc.code), wire_text(exc.message))
