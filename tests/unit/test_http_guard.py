@@ -8,16 +8,23 @@ from __future__ import annotations
 import gzip
 import json
 
+import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from bridge.cli import build_parser, parse_with_environment, resolve_http
+from bridge.codec import TO_DYNAMO
 from bridge.frontends.triton.grpc.status import wire_text
 from bridge.frontends.triton.http.infer import _decompress
 from bridge.frontends.triton.http.limits import NESTING_TOO_DEEP, check_depth
 from bridge.frontends.triton.http.security import HostRule, parse_allowed_hosts
 from bridge.frontends.triton.http.status import encode_json
-from bridge.frontends.triton.http.tensors import parse_json
+from bridge.frontends.triton.http.tensors import (
+    InferPlan,
+    parse_json,
+    to_bridge_request,
+    to_response,
+)
 from bridge.frontends.triton.status import DoorError
 from model_repository_loader.pb_utils.errors import ErrorCode
 
@@ -104,3 +111,49 @@ def test_grpc_texts_with_surrogates_can_be_sent() -> None:
     sent = pb.ModelStreamInferResponse(error_message=wire_text(message))
     assert sent.error_message == "input 'IN\\udcff' and '\\ud800'"
     assert wire_text("plain é") == "plain é"
+
+
+def test_long_json_tensors_are_packed_and_rendered_in_slices_alike() -> None:
+    """Past a slice (and past 1 MB for an answer) the work is done in steps, so the event loop's
+    thread can take the GIL between them; the bytes are the same as in one step."""
+    count = 600_000  # over two slices
+    values = np.random.default_rng(1).random(count).astype(np.float32)
+    ints = list(range(-300, count - 300))
+    document = {
+        "inputs": [
+            {"name": "F", "shape": [count], "datatype": "FP32", "data": values.tolist()},
+            {"name": "I", "shape": [count], "datatype": "INT8", "data": ints},
+            {
+                "name": "B",
+                "shape": [count],
+                "datatype": "BOOL",
+                "data": [True, False] * (count // 2),
+            },
+        ]
+    }
+    bridge, _ = to_bridge_request(document, memoryview(b""), "m", "")
+    packed = {t["metadata"]["name"]: t["data"]["values"] for t in bridge["tensors"]}
+    assert packed["F"] == values.tobytes()
+    assert packed["I"] == np.array(ints, np.int64).astype(np.int8).tobytes()  # wraps
+    assert packed["B"] == np.array([True, False] * (count // 2)).tobytes()
+    with pytest.raises(DoorError, match="non-signed-integer"):
+        too_big = {"name": "I", "shape": [count], "datatype": "INT8", "data": [*ints[:-1], 2**63]}
+        to_bridge_request({"inputs": [too_big]}, memoryview(b""), "m", "")
+    special = np.concatenate([values, np.array([np.nan, np.inf, -0.0], np.float32)])
+    item = {
+        "model_version": "1",
+        "tensors": [
+            {
+                "metadata": {
+                    "name": "OUT",
+                    "data_type": TO_DYNAMO["FP32"],
+                    "shape": [len(special)],
+                },
+                "data": {"values": special.tobytes()},
+            }
+        ],
+    }
+    head, _ = to_response("m", item, InferPlan(request_id="r"), None)
+    whole = {"name": "OUT", "datatype": "FP32", "shape": [len(special)], "data": special.tolist()}
+    expected = {"id": "r", "model_name": "m", "model_version": "1", "outputs": [whole]}
+    assert head == json.dumps(expected, separators=(",", ":")).encode()

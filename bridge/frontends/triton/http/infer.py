@@ -3,10 +3,10 @@
 The model is looked up before the body is read as JSON, as Triton does (an unknown model is
 404 whatever the body). The body may be compressed (`Content-Encoding: gzip` or `deflate`), and
 the answer is compressed when `Accept-Encoding` asks for one of them, as Triton's HTTP server
-does [V]; it is inflated in slices and never past `--http-max-input-size` (limits.py), on a
-thread when large, as is the parsing of a large body. A decoupled model cannot answer here
-(UNSUPPORTED, Triton's HTTP text; it has generate_stream); a default model must answer exactly
-once. The request plane's context is
+does [V]. A body is inflated in slices and never past `--http-max-input-size` (limits.py);
+inflating, parsing and packing a large body, and rendering a large answer, run on a thread.
+A decoupled model cannot answer here (UNSUPPORTED, Triton's HTTP text; it has
+generate_stream); a default model must answer exactly once. The request plane's context is
 stopped when the client goes away before the answer, so the worker stops too.
 """
 
@@ -74,6 +74,15 @@ def _decompress(body: bytes, encoding: str | None, limit: int = DEFAULT_MAX_INPU
             f"failed to decompress the request body ({encoding}): the data is cut short",
         )
     return bytes(out)
+
+
+def _compress(content: bytes, encoding: str) -> bytes:
+    return gzip.compress(content, 1) if encoding == "gzip" else zlib.compress(content, 1)
+
+
+def _answer_size(item: dict[str, Any]) -> int:
+    """The bytes of a response's tensors: what rendering it as JSON costs grows with."""
+    return sum(len(tensor["data"]["values"]) for tensor in item.get("tensors", ()))
 
 
 def _response_encoding(accept: str | None) -> str | None:
@@ -155,7 +164,9 @@ async def infer(request: Request) -> Response:
         checked = answer.get("rejected") and error.code != ErrorCode.NOT_FOUND
         return error_response(error, "application/json" if checked else "text/plain")
     try:
-        head, chunks = to_response(model, answer, plan, config, service.shm)
+        head, chunks = await off_loop(
+            _answer_size(answer), partial(to_response, model, answer, plan, config, service.shm)
+        )
     except DoorError as exc:  # e.g. FP16 asked for as JSON: found past the model, text/plain [V]
         return error_response(exc, "text/plain")
     encoding = _response_encoding(headers.get("accept-encoding"))
@@ -171,7 +182,7 @@ async def infer(request: Request) -> Response:
         out_headers = {"content-type": "application/json"}
         content = head
     if encoding is not None:
-        content = gzip.compress(content, 1) if encoding == "gzip" else zlib.compress(content, 1)
+        content = await off_loop(len(content), partial(_compress, content, encoding))
         out_headers["content-encoding"] = encoding
     return Response(content, headers=out_headers)
 

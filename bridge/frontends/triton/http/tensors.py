@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -207,6 +208,34 @@ def _flatten(data: list[Any]) -> list[Any]:
     return out
 
 
+# Elements per step over a long list: each step is one C call holding the GIL, and between
+# steps the event loop's thread can take it (the packing runs on a thread; infer.py).
+_SLICE = 1 << 18
+_RENDER_WHOLE_BYTES = 1 << 20
+
+
+def _kinds(values: list[Any]) -> set[type]:
+    kinds: set[type] = set()
+    for start in range(0, len(values), _SLICE):
+        kinds.update(map(type, values[start : start + _SLICE]))
+    return kinds
+
+
+def _within(values: list[int], low: int, high: int) -> bool:
+    for start in range(0, len(values), _SLICE):
+        part = values[start : start + _SLICE]
+        if min(part) < low or max(part) > high:
+            return False
+    return True
+
+
+def _wide(values: list[Any], dtype: type) -> np.ndarray:
+    out: np.ndarray = np.empty(len(values), dtype)
+    for start in range(0, len(values), _SLICE):
+        out[start : start + _SLICE] = values[start : start + _SLICE]
+    return out
+
+
 def _packed_json(name: str, datatype: str, data: Any, count: int, limit: int) -> bytes:
     """An input's JSON `data` as the raw bytes of `datatype` (Triton's kind checks), at most
     `limit` bytes (`--http-max-input-size`; fixed types checked from the shape first, as
@@ -221,10 +250,10 @@ def _packed_json(name: str, datatype: str, data: Any, count: int, limit: int) ->
         if size > limit:
             raise invalid(json_input_too_large(name, size, limit))
     values = _array(data, "data")
-    kinds = set(map(type, values))
+    kinds = _kinds(values)
     if list in kinds:
         values = _flatten(values)
-        kinds = set(map(type, values))
+        kinds = _kinds(values)
     if len(values) != count:
         raise malformed("Unable to parse 'data': Shape does not match true shape of 'data' field")
     if datatype == "BYTES":
@@ -246,20 +275,20 @@ def _packed_json(name: str, datatype: str, data: Any, count: int, limit: int) ->
     if datatype == "BOOL":
         if kinds != {bool}:
             raise _kind_error("data", "non-boolean as boolean")
-        return np.array(values, dtype=np.bool_).tobytes()
+        return _wide(values, np.bool_).tobytes()
     if datatype in _SIGNED or datatype in _UNSIGNED:
         low, high = _INT64 if datatype in _SIGNED else _UINT64
-        if kinds != {int} or min(values) < low or max(values) > high:
+        if kinds != {int} or not _within(values, low, high):
             if datatype in _SIGNED:
                 raise _kind_error("data", "non-signed-integer as signed-integer")
             raise _kind_error("data", "non-unsigned-integer as unsigned-integer")
-        wide = np.array(values, dtype=np.int64 if datatype in _SIGNED else np.uint64)
+        wide = _wide(values, np.int64 if datatype in _SIGNED else np.uint64)
         return wide.astype(DATATYPE_TO_NUMPY[datatype]).tobytes()  # wraps, as a C cast
     if datatype in _FLOATS:
         if not kinds <= {int, float}:
             raise _kind_error("data", "non-number as double")
         try:
-            wide = np.array(values, dtype=np.float64)
+            wide = _wide(values, np.float64)
         except OverflowError:  # an integer beyond any double
             raise _kind_error("data", "non-number as double") from None
         with np.errstate(over="ignore"):  # beyond FP32's range is ±inf, as Triton's cast
@@ -404,7 +433,9 @@ def _bytes_elements(values: bytes) -> list[str]:
     return out
 
 
-def _json_values(name: str, datatype: str, values: bytes) -> list[Any]:
+def _json_values(name: str, datatype: str, values: bytes) -> list[Any] | bytes:
+    """An output's JSON `data`: a list, or for a large numeric output its JSON text, rendered
+    in slices (one `json.dumps` of millions of numbers holds the GIL for seconds)."""
     if datatype == "BYTES":
         return _bytes_elements(values)
     if datatype in _BINARY_ONLY:
@@ -412,7 +443,14 @@ def _json_values(name: str, datatype: str, values: bytes) -> list[Any]:
             f"sending {datatype} data via JSON is not supported. Please use the binary data "
             "format for output"
         )
-    return np.frombuffer(values, dtype=DATATYPE_TO_NUMPY[datatype]).tolist()
+    array = np.frombuffer(values, dtype=DATATYPE_TO_NUMPY[datatype])
+    if array.nbytes <= _RENDER_WHOLE_BYTES:
+        return array.tolist()
+    parts = [
+        json.dumps(array[start : start + _SLICE].tolist(), separators=(",", ":"))[1:-1]
+        for start in range(0, len(array), _SLICE)
+    ]
+    return ("[" + ",".join(parts) + "]").encode()
 
 
 def to_response(
@@ -437,6 +475,8 @@ def to_response(
         document["parameters"] = parameters
     outputs = []
     chunks: list[bytes] = []
+    rendered: dict[bytes, bytes] = {}  # placeholder → an output's data rendered in slices
+    nonce = secrets.token_hex(16)  # no string from the client can equal a placeholder
     batching = config is not None and config.max_batch_size > 0
     for tensor in item.get("tensors", ()):
         metadata = tensor["metadata"]
@@ -461,7 +501,16 @@ def to_response(
             output["parameters"] = {BINARY_DATA_SIZE: len(values)}
             chunks.append(bytes(values))
         else:
-            output["data"] = _json_values(name, datatype, values)
+            data = _json_values(name, datatype, values)
+            if isinstance(data, bytes):  # spliced in once the document is written
+                token = f"{nonce}:{len(rendered)}"
+                rendered[token.encode()] = data
+                output["data"] = token
+            else:
+                output["data"] = data
         outputs.append(output)
     document["outputs"] = outputs
-    return encode_json(document), chunks
+    head = encode_json(document)
+    for placeholder, json_text in rendered.items():
+        head = head.replace(b'"' + placeholder + b'"', json_text, 1)
+    return head, chunks
