@@ -220,7 +220,7 @@ class _Guard:
             if self.restriction is not None and not self.restriction.allows(headers):
                 raise Refused(403, restricted_text(self.restriction.header), "text/plain")
             if writes and _has_body(headers):
-                receive = self._capped(receive, headers)
+                receive = self._capped(receive)
                 if self.deadlines:
                     receive = self._bounded(receive)
             await self.app(scope, receive, tracked)
@@ -263,7 +263,7 @@ class _Guard:
             return True
         return host is not None and self.hosts.trusted(host) and (name, port) == _split_host(host)
 
-    def _capped(self, receive: Receive, headers: Mapping[str, str]) -> Receive:
+    def _capped(self, receive: Receive) -> Receive:
         """`receive` that refuses a body growing past the limit (a chunked body has no
         Content-Length to refuse it by)."""
         size = 0
