@@ -6,18 +6,32 @@ deadline of `--deadline` seconds, and its outcome is recorded: `ok`, the gRPC st
 or `TIMEOUT` (no answer before the deadline: the defect this script looks for). A good request
 after all of them shows the server is unharmed.
 
+The triton door's HTTP port gets HTTP_CASES, written as raw bytes on a socket (what a web page,
+a rebinding attacker or a broken client sends: foreign origins, non-JSON labels, bodies over
+`--http-max-input-size`, decompression bombs, nesting past 100, lone surrogates), each with the
+status it must get (`UNEXPECTED` otherwise); a good infer follows. The server that this script
+starts for them runs under a memory limit, so a bomb that is inflated fails instead of filling
+the machine.
+
     python -m benchmarks.fuzz_malformed                 # starts a bridge on REPOSITORIES
     python -m benchmarks.fuzz_malformed --port 8001     # or talk to a running server
+    python -m benchmarks.fuzz_malformed --http-port 8000  # and its triton door's HTTP port
 
-Bounded: one request at a time, each with its deadline; about 2 × len(CASES) requests.
+Bounded: one request at a time, each with its deadline; about 2 × len(CASES) + len(HTTP_CASES)
+requests.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
+import resource
+import socket
 import struct
 import sys
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -321,6 +335,188 @@ WIRE_CASES: dict[str, Callable[[], bytes]] = {
 }
 
 
+# -- HTTP (the triton door) ------------------------------------------------------------------
+
+MAX_INPUT = 1 << 26  # the door's default --http-max-input-size (Triton's)
+_INFER = f"/v2/models/{FP32}/infer"
+_GOOD = json.dumps(
+    {"inputs": [{"name": "INPUT0", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}
+).encode()
+_PAGE = {"Origin": "https://attacker.example"}
+_FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+def _infer_json(name: str = "INPUT0", data: bytes = b"[1,2]", extra: bytes = b"") -> bytes:
+    return (
+        b'{"inputs":[{"name":"' + name.encode("latin-1") + b'","shape":[1,2],"datatype":"FP32",'
+        b'"data":' + data + b"}]" + extra + b"}"
+    )
+
+
+def _http(
+    method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+) -> bytes:
+    """A request as bytes; `Content-Length` from the body unless the headers give one."""
+    given = {"Host": "127.0.0.1", **(headers or {})}
+    if body and "Transfer-Encoding" not in given:
+        given.setdefault("Content-Length", str(len(body)))
+    head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in given.items())
+    return head.encode("latin-1") + b"Connection: close\r\n\r\n" + body
+
+
+def _chunked(total: int) -> bytes:
+    chunk = b" " * (1 << 20)
+    count = total // len(chunk) + 1
+    framed = b"%x\r\n" % len(chunk) + chunk + b"\r\n"
+    return framed * count + b"0\r\n\r\n"
+
+
+def _bomb(encoding: str) -> bytes:
+    zeros = b"\0" * (1 << 30)  # 1 GB inflated, about 1 MB sent
+    return gzip.compress(zeros, 9) if encoding == "gzip" else zlib.compress(zeros, 9)
+
+
+# name → (the request's bytes, the status it must get).
+HTTP_CASES: dict[str, Callable[[], tuple[bytes, int]]] = {
+    "http_page_text_plain_infer": lambda: (
+        _http("POST", _INFER, _GOOD, {**_PAGE, "Content-Type": "text/plain"}),
+        403,
+    ),
+    "http_page_form_logging": lambda: (
+        _http("POST", "/v2/logging", b'{"log_info":false}', {**_PAGE, **_FORM}),
+        403,
+    ),
+    "http_page_multipart_load": lambda: (
+        _http(
+            "POST",
+            "/v2/repository/models/x/load",
+            b"{}",
+            {**_PAGE, "Content-Type": "multipart/form-data; boundary=b"},
+        ),
+        403,
+    ),
+    "http_fetch_cross_site_shm": lambda: (
+        _http(
+            "POST",
+            "/v2/systemsharedmemory/region/r/register",
+            b'{"key":"/k","byte_size":8}',
+            {"Sec-Fetch-Site": "cross-site", **_FORM},
+        ),
+        403,
+    ),
+    "http_null_origin_trace": lambda: (
+        _http("POST", "/v2/trace/setting", b"{}", {"Origin": "null"}),
+        403,
+    ),
+    "http_text_plain_generate": lambda: (
+        _http("POST", f"/v2/models/{FP32}/generate", b"{}", {"Content-Type": "text/plain"}),
+        415,
+    ),
+    "http_rebinding_host": lambda: (
+        _http("GET", "/v2/health/live", b"", {"Host": "evil.example"}),
+        403,
+    ),
+    "http_rebinding_origin_is_host": lambda: (
+        _http("POST", _INFER, _GOOD, {"Host": "evil.example", "Origin": "http://evil.example"}),
+        403,
+    ),
+    "http_content_length_over_limit": lambda: (
+        _http("POST", _INFER, b"", {"Content-Length": str(MAX_INPUT + 1)}),
+        400,
+    ),
+    "http_chunked_over_limit": lambda: (
+        _http("POST", _INFER, _chunked(MAX_INPUT), {"Transfer-Encoding": "chunked"}),
+        400,
+    ),
+    "http_gzip_bomb": lambda: (
+        _http("POST", _INFER, _bomb("gzip"), {"Content-Encoding": "gzip"}),
+        400,
+    ),
+    "http_deflate_bomb": lambda: (
+        _http("POST", _INFER, _bomb("deflate"), {"Content-Encoding": "deflate"}),
+        400,
+    ),
+    "http_gzip_cut_short": lambda: (
+        _http("POST", _INFER, gzip.compress(_GOOD)[:-9], {"Content-Encoding": "gzip"}),
+        400,
+    ),
+    "http_deep_json_infer": lambda: (_http("POST", _INFER, _infer_json(data=b"[" * 200_000)), 400),
+    "http_deep_json_logging": lambda: (
+        _http("POST", "/v2/logging", b'{"log_info":' + b"[" * 150 + b"]" * 150 + b"}"),
+        400,
+    ),
+    "http_json_input_over_limit": lambda: (
+        _http(
+            "POST",
+            _INFER,
+            b'{"inputs":[{"name":"INPUT0","shape":[1,%d],"datatype":"FP32","data":[1]}]}'
+            % (MAX_INPUT // 4 + 1),
+        ),
+        400,
+    ),
+    "http_surrogate_input_name": lambda: (_http("POST", _INFER, _infer_json("\\ud800")), 400),
+    "http_surrogate_id_generate": lambda: (
+        _http("POST", f"/v2/models/{FP32}/generate", b'{"id":"\\udfff","INPUT0":[1.0]}'),
+        500,  # Triton's parse failure on every JSON route but infer (400 there)
+    ),
+    "http_not_utf8_input_name": lambda: (_http("POST", _INFER, _infer_json("IN\xff")), 400),
+    "http_header_length_too_long": lambda: (
+        _http("POST", _INFER, _GOOD, {"Inference-Header-Content-Length": "99999"}),
+        400,
+    ),
+}
+
+
+def send_http(port: int, request: bytes, deadline: float) -> tuple[str, str]:
+    """(status or `TIMEOUT` / `closed`, the error text): one request on its own connection.
+    The server may answer and close before a refused body is all sent."""
+    with socket.create_connection(("127.0.0.1", port), timeout=deadline) as sock:
+        try:
+            sock.sendall(request)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # answered early; the answer is still there to read
+        answer = b""
+        try:
+            while data := sock.recv(1 << 16):
+                answer += data
+        except TimeoutError:
+            return "TIMEOUT", ""
+        except ConnectionResetError:
+            pass
+    if not answer:
+        return "closed", ""
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status = head.split(b" ", 2)[1].decode()
+    try:
+        text = json.loads(body.decode("utf-8", "surrogateescape")).get("error", "")
+    except ValueError:
+        text = body[:200].decode("utf-8", "replace")
+    return status, str(text)
+
+
+def run_http(port: int, deadline: float, names: list[str] | None = None) -> dict[str, tuple]:
+    """Send each HTTP case once; {name: (outcome, detail, seconds)}, outcome `UNEXPECTED ...`
+    when the status is not the one the case must get."""
+    results: dict[str, tuple] = {}
+    for name in [n for n in names if n in HTTP_CASES] if names else list(HTTP_CASES):
+        request, expected = HTTP_CASES[name]()
+        started = time.monotonic()
+        status, detail = send_http(port, request, deadline)
+        del request
+        outcome = status if status in (str(expected), "TIMEOUT") else f"UNEXPECTED {status}"
+        results[name] = (outcome, detail, time.monotonic() - started)
+    good, _ = send_http(port, _http("POST", _INFER, _GOOD), deadline)
+    results["http_good/after"] = ("ok" if good == "200" else good, "", 0.0)
+    return results
+
+
+def _memory_limit(pid: int, headroom: int = 768 << 20) -> None:
+    """Cap the server's address space at what it has now plus `headroom` (soft limit)."""
+    with open(f"/proc/{pid}/status") as status:
+        size = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+    resource.prlimit(pid, resource.RLIMIT_AS, (size + headroom, resource.RLIM_INFINITY))
+
+
 def send(
     stub: service_pb2_grpc.GRPCInferenceServiceStub,
     request: pb.ModelInferRequest,
@@ -379,29 +575,44 @@ def run(port: int, deadline: float, names: list[str] | None = None) -> dict[str,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, help="a running server's gRPC port")
+    parser.add_argument("--http-port", type=int, help="a running triton door's HTTP port")
     parser.add_argument("--deadline", type=float, default=5.0, help="seconds per request")
     parser.add_argument("cases", nargs="*", help="only these cases (default: all)")
     args = parser.parse_args(argv)
-    server = None
-    port = args.port
+    servers = []
+    port, http_port = args.port, args.http_port
     if port is None:
         sys.path.insert(0, str(ROOT))
         from tests.harness.bridge_server import BridgeServer
 
         more = [arg for path in REPOSITORIES[1:] for arg in ("--model-repository", str(path))]
-        server = BridgeServer(REPOSITORIES[0], *more, "--model-control-mode", "none").start()
-        port = server.grpc_port
+        servers.append(BridgeServer(REPOSITORIES[0], *more, "--model-control-mode", "none"))
+        servers[-1].start()
+        port = servers[-1].grpc_port
+        # The HTTP cases need the triton door (the server above runs the default one).
+        door = BridgeServer(REPOSITORIES[0], "--frontend", "triton")
+        servers.append(door)
+        door.start()
+        http_port = door.http_port
+        assert door.process is not None
+        _memory_limit(door.process.pid)
     try:
         results = run(port, args.deadline, args.cases or None)
+        if http_port is not None:
+            results |= run_http(http_port, args.deadline, args.cases or None)
     finally:
-        if server is not None:
+        for server in servers:
             server.stop()
     width = max(map(len, results))
     for key, (outcome, detail, seconds) in results.items():
         print(f"{key:<{width}}  {outcome:<16} {seconds:5.2f}s  {detail[:110]!r}")
     waited = [key for key, (outcome, *_) in results.items() if outcome == "TIMEOUT"]
+    wrong = [key for key, (outcome, *_) in results.items() if outcome.startswith("UNEXPECTED")]
     print(f"\n{len(waited)} of {len(results)} got no answer within {args.deadline:g} s: {waited}")
-    return 1 if waited or results["good/after"][0] != "ok" else 0
+    if wrong:
+        print(f"{len(wrong)} HTTP cases got another status than Triton's: {wrong}")
+    unharmed = all(results[k][0] == "ok" for k in ("good/after", "http_good/after") if k in results)
+    return 1 if waited or wrong or not unharmed else 0
 
 
 if __name__ == "__main__":

@@ -255,6 +255,23 @@ def build_parser() -> argparse.ArgumentParser:
         "Dynamo's frontend has no such limit)",
     )
     p.add_argument(
+        "--http-allowed-hosts",
+        default=None,
+        metavar="HOST[:PORT],...",
+        help="triton door: the Host names its HTTP port answers to, against DNS rebinding "
+        "(comma list; no port: any; '*': any name). Loopback names always; default: only "
+        "those on a loopback --http-address, any elsewhere. A web page may POST only from its "
+        "own origin on one of these names",
+    )
+    p.add_argument(
+        "--http-max-input-size",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="as tritonserver: the largest HTTP request JSON, decompressed body and JSON input, "
+        "and here also the largest request body (default 67108864, 64 MB)",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         default=8002,
@@ -598,11 +615,24 @@ def resolve_http(
             parser.error("--http-use-ssl and --http-use-ssl-mutual need --frontend triton")
         return None
     from .frontends.triton import HttpOptions
+    from .frontends.triton.http.limits import DEFAULT_MAX_INPUT_SIZE
+    from .frontends.triton.http.security import parse_allowed_hosts
 
+    max_input_size = args.http_max_input_size
+    if max_input_size is None:
+        max_input_size = DEFAULT_MAX_INPUT_SIZE
+    if max_input_size <= 0:
+        parser.error("--http-max-input-size must be a positive number of bytes")
+    try:
+        allowed_hosts = parse_allowed_hosts(args.http_allowed_hosts)
+    except ValueError as exc:
+        parser.error(str(exc))
     return HttpOptions(
         port=args.http_port,
         address=args.http_address,
         restricted=restricted,
+        allowed_hosts=allowed_hosts,
+        max_input_size=max_input_size,
         use_ssl=args.http_use_ssl,
         use_ssl_mutual=args.http_use_ssl_mutual,
         server_cert=args.http_server_cert,

@@ -35,6 +35,7 @@ from collections.abc import Callable
 
 from . import heap
 from .control import ControlPort
+from .frontends.triton.http.limits import DEFAULT_MAX_INPUT_SIZE
 from .frontends.triton.http.server import HttpConfigError
 from .frontends.triton.role import TritonDoorRole
 from .metrics.server import MetricsServer
@@ -175,6 +176,9 @@ async def serve(options: ServerOptions) -> None:
             options.http_restricted_api,
             options.http_limits,
             ready=lambda: watch.usable() and not stop.is_set(),
+            max_input_size=(
+                options.http.max_input_size if options.http is not None else DEFAULT_MAX_INPUT_SIZE
+            ),
         )
         try:
             await control.start()

@@ -9,7 +9,8 @@ load reaches whichever worker knows the model. The workers apply their `--model-
 (load/unload in explicit mode only) and answer with Triton's texts and codes.
 
 Loading runs code, so every request here is guarded as http/security.py says: loopback only,
-refused from web pages (Origin / Host), JSON bodies only, bounded body size and read time, and
+refused from web pages (Origin / Host), JSON bodies only, bodies up to `--http-max-input-size`
+(with the triton door; Triton's 64 MB otherwise) received in bounded time, and
 the `--http-restricted-api` groups (`model-repository`, `health`); and every connection as
 http/connections.py says (head and body deadlines, keep-alive, a cap).
 """
@@ -23,6 +24,7 @@ from dynamo.runtime import DistributedRuntime
 
 from ..frontends.triton.directory import Directory
 from ..frontends.triton.http.connections import ConnectionLimits
+from ..frontends.triton.http.limits import DEFAULT_MAX_INPUT_SIZE
 from ..frontends.triton.http.server import HttpOptions, HttpServer
 from ..frontends.triton.service import TritonService
 from ..restrictions import Restriction
@@ -43,12 +45,18 @@ class ControlPort:
         restricted: Mapping[str, Restriction],
         limits: ConnectionLimits,
         ready: Callable[[], bool] = lambda: True,
+        max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
     ) -> None:
         self._directory = Directory(runtime, namespace)
         # `ready`: the process's own readiness (discovery works), on top of the models'.
         self._service = TritonService(self._directory, ready=ready)
         options = HttpOptions(
-            port=port, address=ADDRESS, restricted=dict(restricted), control=True, limits=limits
+            port=port,
+            address=ADDRESS,
+            restricted=dict(restricted),
+            control=True,
+            limits=limits,
+            max_input_size=max_input_size,
         )
         self._http = HttpServer(self._service, options)
 

@@ -7,7 +7,7 @@
 - Nobody unasked loads code: a foreign Origin, a non-loopback Host, a non-JSON body and (with
   `--http-restricted-api`) a request without the key are refused before any model code runs.
 - The HTTP layer holds: a stalled client (silent, inside a request head, or inside a body) is
-  dropped while others are served, an oversized body is a 413, a chunked body loads, a
+  dropped while others are served, an oversized body is Triton's 400, a chunked body loads, a
   malformed request is a 400 and a fault of ours a 500. The control port is the HTTP wire's
   repository and health routes (bridge/control/port.py); the guards are http/security.py's.
 """
@@ -35,6 +35,7 @@ from tests.harness.ports import free_port
 
 TRAVERSAL = "invalid model name '{}', model name must not contain path traversal characters"
 OVERRIDE_PREFIX = "dynamo-bridge-override-"
+FORM = "application/x-www-form-urlencoded"
 # Writes a file named "ran" beside itself when imported: proof that a load ran model code.
 PROBE = (
     "import os\nopen(os.path.join(os.path.dirname(__file__), 'ran'), 'w').close()\n"
@@ -208,7 +209,10 @@ def test_browser_requests_and_non_json_bodies_run_no_code(setup) -> None:
         ({"Origin": f"http://127.0.0.1:{port + 1}"}, 403),  # another local site
         ({"Host": f"attacker.example:{port}"}, 403),  # DNS rebinding
         ({"Content-Type": "text/plain"}, 415),
-        ({"Content-Type": "application/x-www-form-urlencoded"}, 415),
+        ({"Content-Type": "multipart/form-data; boundary=x"}, 415),
+        # A browser's form label: refused (curl's and libcurl's same label is served).
+        ({"Origin": "https://attacker.example", "Content-Type": FORM}, 403),
+        ({"Sec-Fetch-Site": "cross-site", "Content-Type": FORM}, 403),
     ]
     for headers, expected in refusals:
         status, answer = post(port, load, {"parameters": {}}, headers=headers)
@@ -221,6 +225,8 @@ def test_browser_requests_and_non_json_bodies_run_no_code(setup) -> None:
     assert post(port, load, {"parameters": {}}, headers=own) == (200, None)
     assert ran.exists()
     assert post(port, load, raw=b"{}") == (200, None)
+    # libcurl's label (Triton's C++ client, perf_analyzer, curl -d), from no browser.
+    assert post(port, load, raw=b"{}", headers={"Content-Type": FORM}) == (200, None)
 
 
 def test_restricted_api_requires_its_header(bridge_server, tmp_path) -> None:
@@ -310,8 +316,8 @@ def test_http_robustness(setup) -> None:
             b"Content-Type: application/json\r\nContent-Length: 268435457\r\n\r\n"
         )
         answer = read_until_closed(sock)
-    assert answer.startswith(b"HTTP/1.1 413 ")
-    assert b"request body too large" in answer
+    assert answer.startswith(b"HTTP/1.1 400 ")  # Triton's status and text (http/limits.py)
+    assert b"request JSON size of 268435457 bytes exceeds the maximum allowed input size" in answer
 
     # `Expect: 100-continue` (curl sends it for bodies over 1 KiB): the body is asked for.
     with socket.create_connection(("127.0.0.1", port)) as sock:

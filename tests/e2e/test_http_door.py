@@ -166,7 +166,7 @@ def test_a_client_that_goes_away_mid_body(door: BridgeServer):
         sock.sendall(
             b"POST "
             + INFER.encode()
-            + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n"
+            + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n"
             + b"{" * 1000
         )
     with httpx.Client(base_url=f"http://{door.http_url}", timeout=30) as client:
@@ -291,7 +291,7 @@ def test_a_client_that_goes_away_cancels_its_request(bridge_server, tmp_path: Pa
     ).encode()
     with socket.create_connection((LOCALHOST, server.http_port)) as sock:
         sock.sendall(
-            b"POST /v2/models/gate/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+            b"POST /v2/models/gate/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n"
             % len(body)
             + body
         )

@@ -93,7 +93,11 @@ def test_loads_from_web_pages_are_refused_on_the_http_port(bridge_server, tmp_pa
         ({"Origin": "https://attacker.example", "Content-Type": "text/plain"}, 403),
         ({"Origin": "null"}, 403),
         ({"Host": "attacker.example"}, 403),  # DNS rebinding, on a loopback door
-        ({"Content-Type": "application/x-www-form-urlencoded"}, 415),
+        ({"Content-Type": "text/plain"}, 415),
+        (
+            {"Sec-Fetch-Site": "cross-site", "Content-Type": "application/x-www-form-urlencoded"},
+            403,
+        ),
     ):
         answer = httpx.post(url, content=b"{}", headers=headers, timeout=30)
         assert answer.status_code == status, (headers, answer.text)

@@ -382,6 +382,9 @@ def test_a_compressed_body_is_bounded_once_inflated(encoding: str):
     with pytest.raises(DoorError) as caught:
         _decompress(packed, encoding, limit=4096)
     assert caught.value.code == ErrorCode.INVALID_ARG
-    assert "decompresses to more than 4096 bytes" in caught.value.message
+    assert caught.value.message == (
+        "Decompressed data size exceeds the maximum allowed value of 4096 bytes. Use "
+        "--http-max-input-size to increase the limit."
+    )
     with pytest.raises(DoorError, match="cut short"):
         _decompress(packed[: len(packed) // 2], encoding)

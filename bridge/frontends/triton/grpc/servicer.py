@@ -27,7 +27,7 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from ..service import TritonService
 from ..status import DoorError
 from ..tensor_checks import run_deferred
-from .status import grpc_status
+from .status import grpc_status, wire_text
 from .tensors import to_bridge_request, to_infer_response, wants_empty_final
 
 log = logging.getLogger(__name__)
@@ -283,7 +283,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 answered = answered or not item.get("empty")
                 if "error" in item:
                     message = DoorError.from_item(item["error"]).message
-                    await out.put(pb.ModelStreamInferResponse(error_message=message))
+                    await out.put(pb.ModelStreamInferResponse(error_message=wire_text(message)))
                 elif item.get("empty"):
                     if empty_final:
                         await out.put(
@@ -295,13 +295,15 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                     response = to_infer_response(request, item, final, service.shm)
                     await out.put(pb.ModelStreamInferResponse(infer_response=response))
         except DoorError as exc:
-            await out.put(pb.ModelStreamInferResponse(error_message=exc.message))
+            await out.put(pb.ModelStreamInferResponse(error_message=wire_text(exc.message)))
         except asyncio.CancelledError:
             dynamo_context.stop_generating()
             raise
         except Exception as exc:  # never let one request end the stream of the others
             log.exception("stream request failed")
-            await out.put(pb.ModelStreamInferResponse(error_message=f"internal error: {exc}"))
+            await out.put(
+                pb.ModelStreamInferResponse(error_message=wire_text(f"internal error: {exc}"))
+            )
 
 
 # How many answers of one stream may wait for the client: past it, the stream's requests stop
@@ -347,7 +349,7 @@ async def _answer(context: Any, handler: Callable[[Any], Awaitable[Any]], reques
     try:
         return await handler(request)
     except DoorError as exc:
-        await context.abort(grpc_status(exc.code), exc.message)
+        await context.abort(grpc_status(exc.code), wire_text(exc.message))
 
 
 async def _converted(service: TritonService, request: pb.ModelInferRequest, target: Any) -> dict:

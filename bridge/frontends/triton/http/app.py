@@ -192,7 +192,13 @@ def make_app(service: TritonService, options: HttpOptions) -> Starlette:
     each route guarded as security.py says."""
     table = control_routes() if options.control else routes()
     app = Starlette(
-        routes=security.guard(table, options.restricted, control=options.control),
+        routes=security.guard(
+            table,
+            options.restricted,
+            control=options.control,
+            hosts=security.HostRule.for_address(options.address, options.allowed_hosts),
+            max_input_size=options.max_input_size,
+        ),
         middleware=[Middleware(RawPath)],
         exception_handlers={
             DoorError: _door_error,

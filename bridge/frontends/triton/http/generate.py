@@ -35,7 +35,6 @@ memory nor the other requests' turns (issue 22).
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import struct
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -54,8 +53,8 @@ from model_repository_loader.validation import config_datatype_name
 from ....codec import TO_DYNAMO, TO_KSERVE
 from ..service import Target, TritonService
 from ..status import DoorError, invalid
-from .bodies import internal, json_document
-from .status import http_status, json_response
+from .bodies import internal, read_json
+from .status import encode_json, http_status, json_response
 
 EXACTLY_ONE = (
     "generate expects model to produce exactly 1 response, use generate stream for model that "
@@ -84,8 +83,8 @@ def _object(pairs: list[tuple[str, Any]]) -> _Members:
     return members
 
 
-def _parse_body(raw: bytes) -> _Members:
-    document = json_document(raw, object_pairs_hook=_object)
+async def _parse_body(request: Request) -> _Members:
+    document = await read_json(request, object_pairs_hook=_object)
     if not isinstance(document, _Members):
         raise internal("attempt to get members for non-object")
     return document
@@ -160,7 +159,7 @@ def _values_bytes(name: str, datatype: str, values: list[Any]) -> bytes:
                 raise internal(
                     "Unable to parse JSON bytes array: attempt to access JSON non-string as string"
                 )
-            data = value.encode()
+            data = value.encode("utf-8", "surrogatepass")
             parts.append(struct.pack("<I", len(data)) + data)
         return b"".join(parts)
     if datatype == "BOOL":
@@ -295,10 +294,6 @@ def _error_answer(item: dict[str, Any]) -> Response:
     return json_response({"error": error.message}, status)
 
 
-def _dumps(document: dict[str, Any]) -> str:
-    return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
-
-
 # -- handlers ---------------------------------------------------------------------------------
 
 
@@ -307,7 +302,7 @@ async def _prepare(request: Request) -> tuple[TritonService, Target, dict[str, A
     name = request.path_params["model"]
     # Both routes take decoupled models (generate checks the count of responses itself).
     target = await service.target(name, request.path_params.get("version", ""), stream=True)
-    document = _parse_body(await request.body())
+    document = await _parse_body(request)
     return service, target, bridge_request(target, name, document)
 
 
@@ -360,7 +355,7 @@ async def generate(request: Request) -> Response:
 
 
 def _event(document: dict[str, Any]) -> bytes:
-    return f"data: {_dumps(document)}\n\n".encode()
+    return b"data: " + encode_json(document) + b"\n\n"
 
 
 def _error_event(message: str) -> bytes:

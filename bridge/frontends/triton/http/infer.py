@@ -3,7 +3,9 @@
 The model is looked up before the body is read as JSON, as Triton does (an unknown model is
 404 whatever the body). The body may be compressed (`Content-Encoding: gzip` or `deflate`), and
 the answer is compressed when `Accept-Encoding` asks for one of them, as Triton's HTTP server
-does [V]. A decoupled model cannot answer here (UNSUPPORTED, Triton's HTTP text; it has
+does [V]. A body is inflated in slices and never past `--http-max-input-size` (limits.py);
+inflating, parsing and packing a large body, and rendering a large answer, run on a thread.
+A decoupled model cannot answer here (UNSUPPORTED, Triton's HTTP text; it has
 generate_stream); a default model must answer exactly once. The request plane's context is
 stopped when the client goes away before the answer, so the worker stops too.
 """
@@ -14,54 +16,76 @@ import asyncio
 import gzip
 import zlib
 from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 from dynamo.runtime import Context
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+from tritonclient.grpc import model_config_pb2 as mc
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
+from ....serialized_bytes import BytesLimits
+from ..shm import SharedMemory
 from ..status import DoorError
 from ..tensor_checks import run_deferred
+from .limits import DEFAULT_MAX_INPUT_SIZE, decompressed_too_large, off_loop
 from .status import error_response
-from .tensors import HEADER_LENGTH, parse_json, split_body, to_bridge_request, to_response
+from .tensors import (
+    HEADER_LENGTH,
+    InferPlan,
+    parse_json,
+    split_body,
+    to_bridge_request,
+    to_response,
+)
 
 _COMPRESSIONS = ("gzip", "deflate")
 DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
 
 
-# The largest body a compressed request may grow to: a small body must not become an
-# unbounded allocation (a "zip bomb"). Triton's own bound on a gRPC message, INT32_MAX.
-MAX_DECOMPRESSED_BYTES = 2**31 - 1
 # zlib's window bits: a gzip wrapper, or a zlib wrapper (what HTTP calls "deflate").
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+_INFLATE_SLICE = 1 << 20  # output per step: never more than the limit allocated, nor past it
 
 
-def _decompress(body: bytes, encoding: str | None, limit: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+def _decompress(body: bytes, encoding: str | None, limit: int = DEFAULT_MAX_INPUT_SIZE) -> bytes:
+    """The body inflated, in slices, refused (Triton's 400) as soon as it passes `limit`."""
     if not encoding or encoding == "identity":
         return body
     wbits = _WBITS.get(encoding)
     if wbits is None:
         raise DoorError(ErrorCode.UNSUPPORTED, f"unsupported Content-Encoding '{encoding}'")
     inflater = zlib.decompressobj(wbits)
+    out = bytearray()
+    pending = body
     try:
-        out = inflater.decompress(body, limit)
+        while pending and not inflater.eof:
+            out += inflater.decompress(pending, min(_INFLATE_SLICE, limit + 1 - len(out)))
+            if len(out) > limit:
+                raise DoorError(ErrorCode.INVALID_ARG, decompressed_too_large(limit))
+            pending = inflater.unconsumed_tail
     except zlib.error as exc:
         raise DoorError(
             ErrorCode.INVALID_ARG, f"failed to decompress the request body ({encoding}): {exc}"
         ) from None
-    if inflater.unconsumed_tail:
-        raise DoorError(
-            ErrorCode.INVALID_ARG,
-            f"the request body ({encoding}) decompresses to more than {limit} bytes",
-        )
     if not inflater.eof:
         raise DoorError(
             ErrorCode.INVALID_ARG,
             f"failed to decompress the request body ({encoding}): the data is cut short",
         )
-    return out
+    return bytes(out)
+
+
+def _compress(content: bytes, encoding: str) -> bytes:
+    return gzip.compress(content, 1) if encoding == "gzip" else zlib.compress(content, 1)
+
+
+def _answer_size(item: dict[str, Any]) -> int:
+    """The bytes of a response's tensors: what rendering it as JSON costs grows with."""
+    return sum(len(tensor["data"]["values"]) for tensor in item.get("tensors", ()))
 
 
 def _response_encoding(accept: str | None) -> str | None:
@@ -85,6 +109,23 @@ async def _watch_disconnect(request: Request, context: Context) -> None:
             return
 
 
+def _to_bridge(
+    header: bytes,
+    binary: memoryview,
+    model: str,
+    version: str,
+    config: mc.ModelConfig | None,
+    shm: SharedMemory,
+    limit: int,
+    bytes_limits: BytesLimits,
+    deferred: list[Callable[[], None]],
+) -> tuple[dict[str, Any], InferPlan]:
+    document = parse_json(header)
+    return to_bridge_request(
+        document, binary, model, version, config, shm, bytes_limits, deferred, limit
+    )
+
+
 async def infer(request: Request) -> Response:
     service = request.app.state.service
     params = request.path_params
@@ -98,18 +139,31 @@ async def infer(request: Request) -> Response:
             raw = await request.body()
         except ClientDisconnect:  # gone before its body arrived: nobody to answer, nothing to log
             return Response(b"", status_code=400)
-        body = _decompress(raw, headers.get("content-encoding"))
+        limit = request.app.state.options.max_input_size
+        encoding = headers.get("content-encoding")
+        body = await off_loop(len(raw), partial(_decompress, raw, encoding, limit))
         header, binary = split_body(body, headers.get(HEADER_LENGTH))
     except DoorError as exc:  # refused before the request is parsed: Triton's label [V]
         return error_response(exc, "text/plain")
-    document = parse_json(header)
     config = target.entry.config
     deferred: list[Callable[[], None]] = []
-    bridge, plan = to_bridge_request(
-        document, binary, model, target.version, config, service.shm, service.bytes_limits, deferred
+    bridge, plan = await off_loop(
+        len(body),
+        partial(
+            _to_bridge,
+            header,
+            binary,
+            model,
+            target.version,
+            config,
+            service.shm,
+            limit,
+            service.bytes_limits,
+            deferred,
+        ),
     )
     await run_deferred(deferred)  # large BYTES inputs are walked off the event loop
-    del raw, body, header, binary, document  # the bridge form holds what is needed
+    del raw, body, header, binary  # the bridge form holds what is needed
     answers: list[dict] = []
     context = Context()
     watcher = asyncio.ensure_future(_watch_disconnect(request, context))
@@ -131,7 +185,9 @@ async def infer(request: Request) -> Response:
         checked = answer.get("rejected") and error.code != ErrorCode.NOT_FOUND
         return error_response(error, "application/json" if checked else "text/plain")
     try:
-        head, chunks = to_response(model, answer, plan, config, service.shm)
+        head, chunks = await off_loop(
+            _answer_size(answer), partial(to_response, model, answer, plan, config, service.shm)
+        )
     except DoorError as exc:  # e.g. FP16 asked for as JSON: found past the model, text/plain [V]
         return error_response(exc, "text/plain")
     encoding = _response_encoding(headers.get("accept-encoding"))
@@ -147,7 +203,7 @@ async def infer(request: Request) -> Response:
         out_headers = {"content-type": "application/json"}
         content = head
     if encoding is not None:
-        content = gzip.compress(content, 1) if encoding == "gzip" else zlib.compress(content, 1)
+        content = await off_loop(len(content), partial(_compress, content, encoding))
         out_headers["content-encoding"] = encoding
     return Response(content, headers=out_headers)
 

@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..service import TritonService
-from .bodies import internal, json_document
+from .bodies import internal, read_json
 from .status import json_response
 
 NON_OBJECT = "attempt to get members for non-object"
@@ -41,7 +41,7 @@ NON_BOOLEAN = "attempt to access JSON non-boolean as boolean"
 
 async def _document(request: Request) -> dict[str, Any]:
     """The body as a JSON object ({} for an empty body or one that is no object)."""
-    document = json_document(await request.body(), required=False)
+    document = await read_json(request, required=False)
     return document if isinstance(document, dict) else {}
 
 

@@ -1,30 +1,50 @@
-"""Who may call what on the HTTP door: restricted API groups, and the guard on model loading.
+"""Who may call what on the HTTP door: the web-page guard, the Host rule, body limits and the
+restricted API groups.
 
-Both are attached to the routes themselves (`guard(routes, options)` wraps each route's ASGI
+All are attached to the routes themselves (`guard(routes, options)` wraps each route's ASGI
 app), so whatever spelling of a path reaches a handler has passed its checks; a path no route
-matches is a 404, as on Triton.
+matches is a 404, as on Triton. One rule, keyed by method, covers every state-changing route:
 
+- **Host** (every request): DNS rebinding points a name the attacker owns at the door, so a
+  page of theirs becomes same-origin with it. `--http-allowed-hosts` lists the names the door
+  answers to (`name`, `name:port`, `[v6]:port`; no port: any; `*`: any name); loopback names
+  (`localhost`, 127.0.0.0/8, `[::1]`) always. With no list a door on a loopback address
+  answers only to those, and a door on another address to any Host. Another Host is 403.
+- **Every POST** (load, unload, index, shared memory, `/v2/logging`, trace settings, infer,
+  generate, generate_stream; on the control port every route), before its body is read:
+  - from a web page only from the door's own origin: an `Origin` (or a `Sec-Fetch-Site` other
+    than same-origin / none, which browsers send with every request) is 403 unless the Origin
+    has the request's scheme and is a loopback name on the door's port, or exactly the
+    request's Host when that Host is a loopback name or one listed in `--http-allowed-hosts`.
+    Origin == Host alone is not enough: a rebinding page has that;
+  - bodies labelled as only what real clients send: no Content-Type (tritonclient.http),
+    `application/json` (curl -H, Triton's C++ client for JSON tensors), `application/octet-stream`
+    (tritonclient.http.aio for every body, the C++ client for binary tensors), and
+    `application/x-www-form-urlencoded` only from a non-browser (libcurl's default label for
+    `curl -d` and for every non-infer POST of Triton's C++ client and perf_analyzer). Anything
+    else (text/plain, multipart/form-data, ...) is 415. A browser's "simple" cross-site POST
+    carries an Origin and is refused above, whatever its label;
+  - a body over `--http-max-input-size` (Triton's flag, 64 MB by default, as its
+    HTTP_DEFAULT_MAX_INPUT_SIZE) is Triton's 400 "request JSON size of <n> bytes exceeds the
+    maximum allowed input size of <m> bytes. Use --http-max-input-size to increase the limit.",
+    from Content-Length or while a chunked body is read.
+  Every refusal is `{"error": text}` and closes the connection (its body was not read).
 - `--http-restricted-api=<group>[,<group>...]:<key>=<value>` (tritonserver's flag and groups,
   bridge/restrictions.py): the routes of those groups answer only requests carrying the header
   `<key>: <value>`; any other gets Triton's 403 "This API is restricted, expecting header
   '<key>'" [V] before its body is read.
-- A load runs code, so whoever sends one must be someone the operator meant. The repository
-  writes (load, unload), and every route of the control port, refuse before reading the body:
-  a request from a web page (403: an `Origin` other than the door's own loopback origin; on a
-  door bound to loopback, a `Host` that is not a loopback name, i.e. DNS rebinding), a body
-  labelled as anything but JSON (415; no Content-Type at all is taken, as tritonclient.http
-  sends none, and browsers always send an Origin with a POST), a body over MAX_BODY_BYTES (413,
-  from Content-Length or while reading a chunked body), a body that stalls for READ_TIMEOUT_S
-  or takes over REQUEST_TIMEOUT_S in all (408). Such a refusal closes the connection.
-  Every route's head and body deadlines, and the connection cap, are connections.py's.
+- A load runs code: its body (and every body on the control port) must also arrive within
+  READ_TIMEOUT_S of silence and REQUEST_TIMEOUT_S in all (408).
+- Every route's head and body deadlines, keep-alive and the connection cap are
+  connections.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.routing import BaseRoute, Route
@@ -32,10 +52,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ....restrictions import Restriction
 from . import generate, health, infer, models, repository, settings, shared_memory
+from .limits import DEFAULT_MAX_INPUT_SIZE, body_too_large
+from .status import encode_json
 
-MAX_BODY_BYTES = 256 * 1024 * 1024  # a model's files travel in the body of a load
-READ_TIMEOUT_S = 5.0  # longest silence while a guarded request's body is awaited
-REQUEST_TIMEOUT_S = 120.0  # longest time to receive one whole guarded request
+READ_TIMEOUT_S = 5.0  # longest silence while a load's body is awaited
+REQUEST_TIMEOUT_S = 120.0  # longest time to receive one whole load
 
 # Each handler's group, as Triton groups its HTTP routes.
 GROUP_OF: dict[Callable[..., Any], str] = {
@@ -61,8 +82,15 @@ GROUP_OF: dict[Callable[..., Any], str] = {
     settings.logging: "logging",
     settings.trace: "trace",
 }
-# The routes that run code on the workers.
-WRITES = frozenset({repository.load, repository.unload})
+# The routes that run code on the workers: their bodies also have deadlines.
+LOADS = frozenset({repository.load, repository.unload})
+# The method of every route that changes state (a GET never does on Triton's API).
+STATE_CHANGING = "POST"
+# Body labels real clients send (module docstring); form-urlencoded only from non-browsers.
+_BODY_TYPES = frozenset({"application/json", "application/octet-stream"})
+_CLIENT_FORM = "application/x-www-form-urlencoded"
+_SAME_SITE_FETCH = frozenset({"same-origin", "none"})
+_LOOPBACK_NAMES = ("localhost", "localhost.")
 
 
 def restricted_text(header: str) -> str:
@@ -78,17 +106,55 @@ class Refused(Exception):
         self.media_type = media_type
 
 
-class Limits:
-    """The body limits of guarded requests (attributes, so a test or an operator may tune)."""
+@dataclass(frozen=True, slots=True)
+class HostRule:
+    """The names the door answers to. A loopback name is always one (a rebinding attacker's
+    page never has one); `names` are those `--http-allowed-hosts` lists as (name, port or "");
+    `any_host`: the Host is not checked (`*`, or a door on a non-loopback address with no
+    list), and only loopback names are then trusted as a web page's origin."""
 
-    max_body = MAX_BODY_BYTES
+    names: frozenset[tuple[str, str]] = frozenset()
+    any_host: bool = False
+
+    @classmethod
+    def for_address(cls, address: str, allowed: Iterable[str] | None = None) -> HostRule:
+        if allowed is None:
+            return cls(any_host=not _is_loopback_name(address))
+        entries = [entry.strip().lower() for entry in allowed if entry.strip()]
+        names = frozenset(_split_host(entry) for entry in entries if entry != "*")
+        return cls(names, any_host="*" in entries)
+
+    def allows(self, host: str) -> bool:
+        return self.any_host or self.trusted(host)
+
+    def trusted(self, host: str) -> bool:
+        """`host` is a name of the door's: loopback, or listed."""
+        name, port = _split_host(host)
+        return _is_loopback_name(name) or (name, port) in self.names or (name, "") in self.names
+
+
+def parse_allowed_hosts(text: str | None) -> tuple[str, ...] | None:
+    """`--http-allowed-hosts` as given: a comma list of `name[:port]`, `[v6][:port]` or `*`."""
+    if text is None:
+        return None
+    entries = tuple(entry.strip() for entry in text.split(",") if entry.strip())
+    for entry in entries:
+        name, port = _split_host(entry)
+        if not name or (port and not port.isdigit()) or any(c in name for c in "/@ "):
+            raise ValueError(f"--http-allowed-hosts: '{entry}' is not a host name[:port]")
+    return entries
+
+
+class Limits:
+    """The deadlines of a load's body (attributes, so a test or an operator may tune)."""
+
     read_timeout = READ_TIMEOUT_S
     request_timeout = REQUEST_TIMEOUT_S
 
 
 def _is_loopback_name(name: str) -> bool:
     name = name.strip().lower()
-    if name in ("localhost", "localhost."):
+    if name in _LOOPBACK_NAMES:
         return True
     try:
         return ipaddress.ip_address(name.strip("[]")).is_loopback
@@ -108,15 +174,29 @@ def _split_host(host: str) -> tuple[str, str]:
     return host, ""
 
 
+def _media_type(content_type: str) -> str:
+    return content_type.split(";", 1)[0].strip().lower()
+
+
 class _Guard:
     """One route's checks in front of its ASGI app (module docstring)."""
 
     def __init__(
-        self, app: ASGIApp, restriction: Restriction | None, loading: bool, limits: Limits
+        self,
+        app: ASGIApp,
+        restriction: Restriction | None,
+        every_method: bool,
+        deadlines: bool,
+        hosts: HostRule,
+        max_input_size: int,
+        limits: Limits,
     ) -> None:
         self.app = app
         self.restriction = restriction
-        self.loading = loading
+        self.every_method = every_method  # the control port: every request as a write
+        self.deadlines = deadlines
+        self.hosts = hosts
+        self.max_input_size = max_input_size
         self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -129,62 +209,83 @@ class _Guard:
             await send(message)
 
         try:
-            if self.loading:
-                self._admit_loader(scope, headers)
+            host = headers.get("host")
+            if host is not None and not self.hosts.allows(host):
+                raise Refused(403, f"refused: Host '{host}' is not an allowed host")
+            writes = self.every_method or scope.get("method") == STATE_CHANGING
+            if writes:
+                self._admit_write(scope, headers)
             if self.restriction is not None and not self.restriction.allows(headers):
                 raise Refused(403, restricted_text(self.restriction.header), "text/plain")
-            if self.loading:
-                receive = self._bounded(receive, headers)
+            if writes and _has_body(headers):
+                receive = self._capped(receive)
+                if self.deadlines:
+                    receive = self._bounded(receive)
             await self.app(scope, receive, tracked)
         except Refused as exc:
             if started:
                 raise
             await _refuse(send, exc)
 
-    def _admit_loader(self, scope: Scope, headers: Mapping[str, str]) -> None:
-        server = scope.get("server") or ("", 0)
-        on_loopback = _is_loopback_name(str(server[0]))
-        host = headers.get("host")
-        if on_loopback and host is not None and not _is_loopback_name(_split_host(host)[0]):
-            raise Refused(403, f"refused: Host '{host}' is not a loopback name")
+    def _admit_write(self, scope: Scope, headers: Mapping[str, str]) -> None:
         origin = headers.get("origin")
-        if origin is not None and not self._own_origin(origin, scope, host, on_loopback):
+        fetch_site = headers.get("sec-fetch-site", "").strip().lower()
+        browser = origin is not None or bool(fetch_site)
+        if origin is not None and not self._own_origin(origin, scope, headers.get("host")):
             raise Refused(403, f"cross-origin request refused: Origin '{origin}' is not allowed")
+        if fetch_site and fetch_site not in _SAME_SITE_FETCH:
+            raise Refused(403, f"cross-origin request refused: Sec-Fetch-Site '{fetch_site}'")
         content_type = headers.get("content-type")
         if content_type is not None and _has_body(headers):
-            if content_type.split(";", 1)[0].strip().lower() != "application/json":
+            media = _media_type(content_type)
+            if media not in _BODY_TYPES and (browser or media != _CLIENT_FORM):
                 raise Refused(
                     415,
-                    f"the request body must be JSON: Content-Type '{content_type}' is not "
-                    "application/json",
+                    f"unsupported Content-Type '{content_type}': the request body must be "
+                    "JSON (application/json) or Triton's binary tensor data "
+                    "(application/octet-stream)",
                 )
         length = headers.get("content-length", "0").strip() or "0"
-        if length.isdigit() and int(length) > self.limits.max_body:
-            raise Refused(413, self._too_large())
+        if length.isdigit() and int(length) > self.max_input_size:
+            raise Refused(400, body_too_large(int(length), self.max_input_size))
 
-    @staticmethod
-    def _own_origin(origin: str, scope: Scope, host: str | None, on_loopback: bool) -> bool:
+    def _own_origin(self, origin: str, scope: Scope, host: str | None) -> bool:
+        """The Origin is the door's own (module docstring): the request's scheme, and a
+        loopback name on the door's port, or exactly the request's Host when that Host is a
+        name the door was told it has (a forwarded port)."""
         scheme, sep, authority = origin.strip().lower().partition("://")
         if not sep or scheme != scope.get("scheme", "http"):
             return False
         name, port = _split_host(authority)
-        server_port = str((scope.get("server") or ("", 0))[1])
-        if on_loopback:
-            return _is_loopback_name(name) and port == server_port
-        return host is not None and authority == host.strip().lower()
+        if _is_loopback_name(name) and port == str((scope.get("server") or ("", 0))[1]):
+            return True
+        return host is not None and self.hosts.trusted(host) and (name, port) == _split_host(host)
 
-    def _too_large(self) -> str:
-        return f"request body too large: the limit is {self.limits.max_body} bytes"
+    def _capped(self, receive: Receive) -> Receive:
+        """`receive` that refuses a body growing past the limit (a chunked body has no
+        Content-Length to refuse it by)."""
+        size = 0
+        limit = self.max_input_size
 
-    def _bounded(self, receive: Receive, headers: Mapping[str, str]) -> Receive:
-        """`receive` with the body's size and time limits."""
+        async def capped() -> Message:
+            nonlocal size
+            message = await receive()
+            if message["type"] == "http.request":
+                size += len(message.get("body", b""))
+                if size > limit:
+                    raise Refused(400, body_too_large(size, limit, complete=False))
+            return message
+
+        return capped
+
+    def _bounded(self, receive: Receive) -> Receive:
+        """`receive` with a load's deadlines."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.request_timeout
-        size = 0
-        done = not _has_body(headers)
+        done = False
 
         async def bounded() -> Message:
-            nonlocal size, done
+            nonlocal done
             if done:  # after the body: a disconnect, waited for by whoever asks
                 return await receive()
             wait = min(self.limits.read_timeout, deadline - loop.time())
@@ -193,9 +294,6 @@ class _Guard:
             except asyncio.TimeoutError:
                 raise Refused(408, "request not received in time") from None
             if message["type"] == "http.request":
-                size += len(message.get("body", b""))
-                if size > self.limits.max_body:
-                    raise Refused(413, self._too_large())
                 done = not message.get("more_body", False)
             return message
 
@@ -208,7 +306,7 @@ def _has_body(headers: Mapping[str, str]) -> bool:
 
 
 async def _refuse(send: Send, refusal: Refused) -> None:
-    body = json.dumps({"error": str(refusal)}, separators=(",", ":")).encode()
+    body = encode_json({"error": str(refusal)})
     await send(
         {
             "type": "http.response.start",
@@ -227,17 +325,21 @@ def guard(
     routes: Iterable[BaseRoute],
     restricted: Mapping[str, Restriction],
     control: bool = False,
+    hosts: HostRule | None = None,
+    max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
     limits: Limits | None = None,
 ) -> list[BaseRoute]:
-    """`routes` with their checks attached. `control`: every route guards like a load (the
-    control port)."""
+    """`routes` with their checks attached. `control`: every route guarded as a write, with a
+    load's deadlines (the control port)."""
+    hosts = hosts if hosts is not None else HostRule()
     limits = limits or Limits()
     out = []
     for route in routes:
         if isinstance(route, Route):
             restriction = restricted.get(GROUP_OF.get(route.endpoint, ""))
-            loading = control or route.endpoint in WRITES
-            if restriction is not None or loading:
-                route.app = _Guard(route.app, restriction, loading, limits)
+            deadlines = control or route.endpoint in LOADS
+            route.app = _Guard(
+                route.app, restriction, control, deadlines, hosts, max_input_size, limits
+            )
         out.append(route)
     return out

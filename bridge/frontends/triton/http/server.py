@@ -24,6 +24,7 @@ from ....restrictions import Restriction
 from ..service import TritonService
 from .app import make_app
 from .connections import ConnectionLimits
+from .limits import DEFAULT_MAX_INPUT_SIZE
 from .listener import Listener, ListenerError, bind
 
 log = logging.getLogger("dynamo_bridge")
@@ -42,6 +43,10 @@ class HttpOptions:
     # The control port (`--control-port`): the repository and health routes only, every one
     # guarded as a load is (security.py).
     control: bool = False
+    # `--http-allowed-hosts`: the Host names the door answers to (None: loopback names on a
+    # loopback address, any elsewhere; security.py), and `--http-max-input-size` (limits.py).
+    allowed_hosts: tuple[str, ...] | None = None
+    max_input_size: int = DEFAULT_MAX_INPUT_SIZE
     # TLS (`--http-use-ssl`, `--http-use-ssl-mutual`, `--http-server-cert`, `--http-server-key`,
     # `--http-root-cert`: the bridge's names, in the style of tritonserver's gRPC ones).
     use_ssl: bool = False

@@ -29,7 +29,7 @@ from ....logs import LOG_FORMATS, LOG_SETTING_TYPES
 from ..service import TritonService
 from ..settings import TRACE_DEFAULTS
 from ..status import DoorError
-from .bodies import internal, json_document
+from .bodies import internal, read_json
 from .status import json_response
 
 _JSON_TYPE_ERRORS = {
@@ -51,7 +51,7 @@ async def logging(request: Request) -> Response:
     service: TritonService = request.app.state.service
     if request.method == "GET":
         return json_response(service.logging.current())
-    document = json_document(await request.body())
+    document = await read_json(request)
     changes: dict[str, Any] = {}
     refused: DoorError | None = None
     if isinstance(document, dict):
@@ -109,6 +109,6 @@ async def trace(request: Request) -> Response:
     model = request.path_params.get("model", "")
     changes = {}
     if request.method == "POST":
-        changes = _trace_changes(json_document(await request.body()))
+        changes = _trace_changes(await read_json(request))
     # An empty update reads, with the unknown-model check a read has too.
     return json_response(_trace_document(await service.trace.update(model, changes)))

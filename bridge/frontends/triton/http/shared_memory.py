@@ -28,7 +28,7 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ..service import TritonService
 from ..status import DoorError, invalid
-from .bodies import internal, json_document
+from .bodies import internal, read_json
 from .status import json_response
 
 CUDA_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
@@ -72,7 +72,7 @@ async def system_status(request: Request) -> Response:
 
 async def system_register(request: Request) -> Response:
     service: TritonService = request.app.state.service
-    document = json_document(await request.body())
+    document = await read_json(request)
     key = _required(document, "key")
     if not isinstance(key, str):
         raise internal("attempt to access JSON non-string as string")
@@ -99,7 +99,7 @@ async def cuda_status(request: Request) -> Response:
 
 
 async def cuda_register(request: Request) -> Response:
-    document = json_document(await request.body())
+    document = await read_json(request)
     handle = _member(_required(document, "raw_handle"), "b64")
     _member(document, "device_id")
     _member(document, "byte_size")

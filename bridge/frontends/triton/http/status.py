@@ -4,10 +4,17 @@ Triton 2.51's HTTP server answers a failed call with one status per error code a
 text in a JSON object [V]: INVALID_ARG, UNKNOWN, ALREADY_EXISTS and CANCELLED are 400 Bad
 Request, NOT_FOUND 404, INTERNAL 500, UNSUPPORTED 501, UNAVAILABLE 503. The HTTP door maps
 here, and nowhere else.
+
+Every JSON body the door writes is encoded by `encode_json`, which never raises on text that
+is not valid Unicode: a byte the request held that was not UTF-8 (read with surrogateescape)
+goes back out as that byte, as Triton echoes it, and a lone surrogate (a `"\ud800"` escape in a
+request's name or id) as the JSON escape it came in as. Such a name is then the client's 400,
+not a 500 and a traceback.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 
 from starlette.responses import Response
@@ -32,14 +39,38 @@ def http_status(code: ErrorCode) -> int:
     return HTTP_STATUS.get(code, 500)
 
 
-def json_response(document: object, status: int = 200) -> Response:
-    """A compact JSON body, as Triton writes it (no spaces)."""
+_SURROGATES = "dynamo_bridge.json_surrogates"
+
+
+def _write_surrogates(error: UnicodeError) -> tuple[bytes, int]:
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    out = bytearray()
+    for char in error.object[error.start : error.end]:
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:  # surrogateescape's stand-in for a byte
+            out.append(code - 0xDC00)
+        else:
+            out += f"\\u{code:04x}".encode()
+    return bytes(out), error.end
+
+
+codecs.register_error(_SURROGATES, _write_surrogates)
+
+
+def encode_json(document: object) -> bytes:
+    """A compact JSON body, as Triton writes it (no spaces, UTF-8 unescaped), whatever its
+    strings hold (module docstring)."""
     text = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
-    return Response(text.encode(), status_code=status, media_type="application/json")
+    return text.encode("utf-8", _SURROGATES)
+
+
+def json_response(document: object, status: int = 200) -> Response:
+    return Response(encode_json(document), status_code=status, media_type="application/json")
 
 
 def error_body(message: str) -> bytes:
-    return json.dumps({"error": message}, separators=(",", ":"), ensure_ascii=False).encode()
+    return encode_json({"error": message})
 
 
 def error_response(error: DoorError, media_type: str = "application/json") -> Response:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -42,6 +43,9 @@ from ..classification import classify
 from ..shm import BYTE_SIZE, OFFSET, REGION, SharedMemory
 from ..status import DoorError, invalid
 from ..tensor_checks import charge_bytes, check_tensor
+from .bodies import PARSE_FAILED, SURROGATE_INVALID, lone_surrogate_at
+from .limits import DEFAULT_MAX_INPUT_SIZE, check_depth, json_input_too_large
+from .status import encode_json
 
 HEADER_LENGTH = "inference-header-content-length"
 BINARY_DATA_SIZE = "binary_data_size"
@@ -120,13 +124,15 @@ _DECODER = json.JSONDecoder()
 
 def parse_json(text: bytes) -> dict[str, Any]:
     """The request's JSON header. As Triton's parser, what follows the first JSON value is
-    ignored (a header length that is too long is then caught by the binary data's sizes)."""
+    ignored (a header length that is too long is then caught by the binary data's sizes).
+    Nesting past Triton's limit is its 400 (limits.py)."""
+    check_depth(text)
+    if (offset := lone_surrogate_at(text)) is not None:
+        raise malformed(f"{PARSE_FAILED}: {SURROGATE_INVALID} at {offset}")
     try:
         document, _ = _DECODER.raw_decode(text.decode("utf-8", "surrogateescape").lstrip())
     except ValueError as exc:  # JSONDecodeError
         raise malformed(f"failed to parse the request JSON buffer: {exc}") from None
-    except RecursionError:
-        raise malformed("failed to parse the request JSON buffer: nested too deeply") from None
     if not isinstance(document, dict):
         raise malformed(
             "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"
@@ -203,18 +209,52 @@ def _flatten(data: list[Any]) -> list[Any]:
     return out
 
 
-def _packed_json(name: str, datatype: str, data: Any, count: int) -> bytes:
-    """An input's JSON `data` as the raw bytes of `datatype` (Triton's kind checks)."""
+# Elements per step over a long list: each step is one C call holding the GIL, and between
+# steps the event loop's thread can take it (the packing runs on a thread; infer.py).
+_SLICE = 1 << 18
+_RENDER_WHOLE_BYTES = 1 << 20
+
+
+def _kinds(values: list[Any]) -> set[type]:
+    kinds: set[type] = set()
+    for start in range(0, len(values), _SLICE):
+        kinds.update(map(type, values[start : start + _SLICE]))
+    return kinds
+
+
+def _within(values: list[int], low: int, high: int) -> bool:
+    for start in range(0, len(values), _SLICE):
+        part = values[start : start + _SLICE]
+        if min(part) < low or max(part) > high:
+            return False
+    return True
+
+
+def _wide(values: list[Any], dtype: type) -> np.ndarray:
+    out: np.ndarray = np.empty(len(values), dtype)
+    for start in range(0, len(values), _SLICE):
+        out[start : start + _SLICE] = values[start : start + _SLICE]
+    return out
+
+
+def _packed_json(name: str, datatype: str, data: Any, count: int, limit: int) -> bytes:
+    """An input's JSON `data` as the raw bytes of `datatype` (Triton's kind checks), at most
+    `limit` bytes (`--http-max-input-size`; fixed types checked from the shape first, as
+    Triton does)."""
     if datatype in _BINARY_ONLY:
         raise invalid(
             f"receiving {datatype} data via JSON is not supported. Please use the binary data "
             f"format for input {name}"
         )
+    if datatype != "BYTES":
+        size = count * np.dtype(DATATYPE_TO_NUMPY[datatype]).itemsize
+        if size > limit:
+            raise invalid(json_input_too_large(name, size, limit))
     values = _array(data, "data")
-    kinds = set(map(type, values))
+    kinds = _kinds(values)
     if list in kinds:
         values = _flatten(values)
-        kinds = set(map(type, values))
+        kinds = _kinds(values)
     if len(values) != count:
         raise malformed("Unable to parse 'data': Shape does not match true shape of 'data' field")
     if datatype == "BYTES":
@@ -227,26 +267,29 @@ def _packed_json(name: str, datatype: str, data: Any, count: int) -> bytes:
             encoded = text.encode("utf-8", "surrogatepass")
             parts.append(_LENGTH.pack(len(encoded)))
             parts.append(encoded)
-        return b"".join(parts)
+        packed = b"".join(parts)
+        if len(packed) > limit:
+            raise invalid(json_input_too_large(name, len(packed), limit))
+        return packed
     if not values:
         return b""
     if datatype == "BOOL":
         if kinds != {bool}:
             raise _kind_error("data", "non-boolean as boolean")
-        return np.array(values, dtype=np.bool_).tobytes()
+        return _wide(values, np.bool_).tobytes()
     if datatype in _SIGNED or datatype in _UNSIGNED:
         low, high = _INT64 if datatype in _SIGNED else _UINT64
-        if kinds != {int} or min(values) < low or max(values) > high:
+        if kinds != {int} or not _within(values, low, high):
             if datatype in _SIGNED:
                 raise _kind_error("data", "non-signed-integer as signed-integer")
             raise _kind_error("data", "non-unsigned-integer as unsigned-integer")
-        wide = np.array(values, dtype=np.int64 if datatype in _SIGNED else np.uint64)
+        wide = _wide(values, np.int64 if datatype in _SIGNED else np.uint64)
         return wide.astype(DATATYPE_TO_NUMPY[datatype]).tobytes()  # wraps, as a C cast
     if datatype in _FLOATS:
         if not kinds <= {int, float}:
             raise _kind_error("data", "non-number as double")
         try:
-            wide = np.array(values, dtype=np.float64)
+            wide = _wide(values, np.float64)
         except OverflowError:  # an integer beyond any double
             raise _kind_error("data", "non-number as double") from None
         with np.errstate(over="ignore"):  # beyond FP32's range is ±inf, as Triton's cast
@@ -279,6 +322,7 @@ def to_bridge_request(
     shm: SharedMemory | None = None,
     limits: BytesLimits | None = None,
     deferred: list[Callable[[], None]] | None = None,
+    max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
 ) -> tuple[dict[str, Any], InferPlan]:
     """A parsed request header and its binary part → (the bridge form, the response's plan).
 
@@ -326,7 +370,8 @@ def to_bridge_request(
         if len(given) != 1:
             raise _sources_error(given)
         if given[0] == "data":
-            data = _packed_json(name, datatype, tensor["data"], math.prod(shape))
+            count = math.prod(shape)
+            data = _packed_json(name, datatype, tensor["data"], count, max_input_size)
             if datatype == "BYTES" and budget is not None:
                 charge_bytes(budget, data)
         elif given[0] == BINARY_DATA_SIZE:
@@ -397,7 +442,9 @@ def _bytes_elements(values: bytes) -> list[str]:
     return out
 
 
-def _json_values(name: str, datatype: str, values: bytes) -> list[Any]:
+def _json_values(name: str, datatype: str, values: bytes) -> list[Any] | bytes:
+    """An output's JSON `data`: a list, or for a large numeric output its JSON text, rendered
+    in slices (one `json.dumps` of millions of numbers holds the GIL for seconds)."""
     if datatype == "BYTES":
         return _bytes_elements(values)
     if datatype in _BINARY_ONLY:
@@ -405,12 +452,14 @@ def _json_values(name: str, datatype: str, values: bytes) -> list[Any]:
             f"sending {datatype} data via JSON is not supported. Please use the binary data "
             "format for output"
         )
-    return np.frombuffer(values, dtype=DATATYPE_TO_NUMPY[datatype]).tolist()
-
-
-def dump_json(document: Any) -> bytes:
-    text = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
-    return text.encode("utf-8", "surrogateescape")
+    array = np.frombuffer(values, dtype=DATATYPE_TO_NUMPY[datatype])
+    if array.nbytes <= _RENDER_WHOLE_BYTES:
+        return array.tolist()
+    parts = [
+        json.dumps(array[start : start + _SLICE].tolist(), separators=(",", ":"))[1:-1]
+        for start in range(0, len(array), _SLICE)
+    ]
+    return ("[" + ",".join(parts) + "]").encode()
 
 
 def to_response(
@@ -435,6 +484,8 @@ def to_response(
         document["parameters"] = parameters
     outputs = []
     chunks: list[bytes] = []
+    rendered: dict[bytes, bytes] = {}  # placeholder → an output's data rendered in slices
+    nonce = secrets.token_hex(16)  # no string from the client can equal a placeholder
     batching = config is not None and config.max_batch_size > 0
     for tensor in item.get("tensors", ()):
         metadata = tensor["metadata"]
@@ -459,7 +510,16 @@ def to_response(
             output["parameters"] = {BINARY_DATA_SIZE: len(values)}
             chunks.append(bytes(values))
         else:
-            output["data"] = _json_values(name, datatype, values)
+            data = _json_values(name, datatype, values)
+            if isinstance(data, bytes):  # spliced in once the document is written
+                token = f"{nonce}:{len(rendered)}"
+                rendered[token.encode()] = data
+                output["data"] = token
+            else:
+                output["data"] = data
         outputs.append(output)
     document["outputs"] = outputs
-    return dump_json(document), chunks
+    head = encode_json(document)
+    for placeholder, json_text in rendered.items():
+        head = head.replace(b'"' + placeholder + b'"', json_text, 1)
+    return head, chunks
