@@ -52,6 +52,8 @@ DYNAMO_FRONTEND_DIFFERENCES: dict[str, str] = {
     "Triton: `Request for unknown model: '<m>' is not found` / `has no available versions`",
     "model_version_ignored": "the request's model_version never reaches the worker: "
     "every version-specific request (also ModelReady / ModelConfig) is the newest version's",
+    "grpc_error_header": "the `triton_grpc_error: true` stream header is not honoured: an "
+    "error stays in-band and the stream goes on",
     "stream_error_text": "an error on ModelStreamInfer is `<Category>: <Triton's text>` in-band "
     "(the unary wrapping without its `Failed to fold completions stream: ` prefix)",
     "unary_final_flag": "a unary ModelInfer response carries `triton_final_response` (true, or "

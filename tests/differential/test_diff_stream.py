@@ -334,3 +334,53 @@ def test_cancellation_reaches_the_model(streaming: Pair, tmp_path: Path, timeout
     )
     assert triton == {"request_cancelled": True, "sender_cancelled": True, "send_after": "ok"}
     assert bridge == triton
+
+
+# -- the `triton_grpc_error` stream header (Triton 2.50+) -----------------------------------------
+
+
+def _strict_stream(server, root: Path, model: str, kwargs: dict) -> list[Any]:
+    """One stream with `triton_grpc_error: true`: an ok request, then one that fails, then one
+    more: what arrives, and whether the stream still takes a request afterwards."""
+    answers: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    seen: list[Any] = []
+    try:
+        client.start_stream(
+            callback=lambda result, error: answers.put((result, error)),
+            headers={"triton_grpc_error": "true"},
+        )
+        client.async_stream_infer(model, [int32_input([7])], request_id="ok")
+        seen.append(answers.get(timeout=WAIT_S)[0].get_response().id)
+        client.async_stream_infer(model, [int32_input([7])], request_id="bad", **kwargs)
+        _, error = answers.get(timeout=WAIT_S)
+        seen.append(Failure(str(error.status()), relative_paths(error.message(), root)))
+        try:
+            client.async_stream_infer(model, [int32_input([7])], request_id="after")
+            answer = answers.get(timeout=5)
+            seen.append("answered after the error" if answer[1] is None else "an error after")
+        except Exception:  # the stream is closed: the client refuses to send on it
+            seen.append("closed")
+        except queue.Empty:
+            seen.append("no answer")
+        return seen
+    finally:
+        client.stop_stream(cancel_requests=True)
+        client.close()
+
+
+@pytest.mark.parametrize("code", ["INVALID_ARG", "UNAVAILABLE"])
+def test_triton_grpc_error_header_ends_the_stream(errors: Pair, code: str):
+    """Issue 24: Triton ends a `triton_grpc_error` stream with the first error as its gRPC
+    status and takes nothing more; the door went on answering in-stream."""
+    kwargs = {"parameters": {"code": code}}
+    triton, bridge = (
+        _strict_stream(server, errors.root, "error_code", kwargs) for _, server in errors.servers()
+    )
+    assert triton[0] == "ok" and isinstance(triton[1], Failure), triton
+    assert triton[1].status != "None"  # a real gRPC status, not an in-stream error
+    if TRITON_DOOR:
+        assert bridge == triton
+    else:  # grpc_error_header: Dynamo's frontend keeps the error in-band and goes on
+        in_band = expected_bridge_stream_error(Failure(triton[1].status, triton[1].message))
+        assert bridge == ["ok", in_band, "answered after the error"]

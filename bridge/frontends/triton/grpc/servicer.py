@@ -236,8 +236,12 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self, request_iterator: AsyncIterator[Any], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Each request of the stream runs on its own as it arrives; their responses share the
-        stream in the order they are produced (each request's own in order)."""
-        out = _Outbox()
+        stream in the order they are produced (each request's own in order).
+
+        With the client's header `triton_grpc_error: true` (Triton 2.50+ [S]), the first error
+        ends the whole stream instead: its gRPC status and text, and nothing more is read or
+        answered (the stream's other requests are cancelled)."""
+        out = _Outbox(errors_end_stream=_wants_grpc_errors(context))
         running: set[asyncio.Task] = set()
 
         async def read() -> None:
@@ -254,6 +258,10 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         reader = asyncio.ensure_future(read())
         try:
             while (response := await out.get()) is not None:
+                if isinstance(response, DoorError):
+                    for task in (reader, *running):
+                        task.cancel()
+                    await context.abort(grpc_status(response.code), wire_text(response.message))
                 yield response
             await reader  # a failed read of the client's stream ends the call with its error
         finally:
@@ -282,8 +290,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                     continue  # Triton streams one answer of a default-mode model, no more [V]
                 answered = answered or not item.get("empty")
                 if "error" in item:
-                    message = DoorError.from_item(item["error"]).message
-                    await out.put(pb.ModelStreamInferResponse(error_message=wire_text(message)))
+                    await out.fail(DoorError.from_item(item["error"]))
                 elif item.get("empty"):
                     if empty_final:
                         await out.put(
@@ -295,15 +302,21 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                     response = to_infer_response(request, item, final, service.shm)
                     await out.put(pb.ModelStreamInferResponse(infer_response=response))
         except DoorError as exc:
-            await out.put(pb.ModelStreamInferResponse(error_message=wire_text(exc.message)))
+            await out.fail(exc)
         except asyncio.CancelledError:
             dynamo_context.stop_generating()
             raise
         except Exception as exc:  # never let one request end the stream of the others
             log.exception("stream request failed")
-            await out.put(
-                pb.ModelStreamInferResponse(error_message=wire_text(f"internal error: {exc}"))
-            )
+            await out.fail(DoorError(ErrorCode.INTERNAL, f"internal error: {exc}"))
+
+
+def _wants_grpc_errors(context: Any) -> bool:
+    """The stream's `triton_grpc_error` header is "true" (Triton compares it exactly [S])."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "triton_grpc_error":
+            return bool(value == "true")
+    return False
 
 
 # How many answers of one stream may wait for the client: past it, the stream's requests stop
@@ -314,21 +327,33 @@ STREAM_ANSWERS_AHEAD = 32
 
 
 class _Outbox:
-    """The answers of one ModelStreamInfer call on their way to its client, bounded."""
+    """The answers of one ModelStreamInfer call on their way to its client, bounded.
 
-    def __init__(self) -> None:
-        self._answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+    An error is an answer carrying its text (`error_message`), or, when `errors_end_stream`,
+    the DoorError itself, which ends the call with its status.
+    """
+
+    def __init__(self, errors_end_stream: bool = False) -> None:
+        self._answers: asyncio.Queue[pb.ModelStreamInferResponse | DoorError | None]
+        self._answers = asyncio.Queue()
         self._room = asyncio.Semaphore(STREAM_ANSWERS_AHEAD)
+        self.errors_end_stream = errors_end_stream
 
-    async def put(self, answer: pb.ModelStreamInferResponse) -> None:
+    async def put(self, answer: pb.ModelStreamInferResponse | DoorError) -> None:
         await self._room.acquire()
         self._answers.put_nowait(answer)
+
+    async def fail(self, error: DoorError) -> None:
+        if self.errors_end_stream:
+            await self.put(error)
+        else:
+            await self.put(pb.ModelStreamInferResponse(error_message=wire_text(error.message)))
 
     def end(self) -> None:
         """No answer follows (never waits: the end is not counted)."""
         self._answers.put_nowait(None)
 
-    async def get(self) -> pb.ModelStreamInferResponse | None:
+    async def get(self) -> pb.ModelStreamInferResponse | DoorError | None:
         """The next answer, or None at the end."""
         answer = await self._answers.get()
         if answer is not None:
