@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,6 +51,20 @@ Needs = dict[Place, dict[str, int]]
 
 # `--rate-limit` values (Triton's names).
 MODES = ("execution_count", "off")
+
+# How long the last `hold()` on this thread waited for its resources (see `take_wait_ns`).
+_waited = threading.local()
+
+
+def take_wait_ns() -> int:
+    """Nanoseconds the last `execute` on this thread waited for its resources, once (0 after).
+
+    Triton counts that wait as queue time (a request is queued until its execution starts);
+    the scheduler that ran the batch moves it there from compute time.
+    """
+    waited: int = getattr(_waited, "ns", 0)
+    _waited.ns = 0
+    return waited
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +117,9 @@ class LimitedInstance:
     @contextmanager
     def hold(self) -> Iterator[None]:
         """Wait (on this thread) until this instance has its resources; free them after."""
+        start = time.monotonic_ns()
         self._limiter.acquire(self)
+        _waited.ns = time.monotonic_ns() - start
         try:
             yield
         finally:

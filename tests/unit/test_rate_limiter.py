@@ -265,3 +265,26 @@ def test_unload_while_waiting_answers_unavailable_and_frees_the_instance(repo, t
     assert answers == ["Model 'heavy' version 1 is not ready: it is being unloaded"]
     (tmp_path / "gate").touch()
     infer(repo, "light")  # gate_hold's R came back
+
+
+def test_the_wait_for_resources_is_queue_time(repo, tmp_path):
+    """Triton counts a request as queued until its execution starts: heavy's queue time covers
+    at least the interval during which the test saw it wait while gate_hold held R (held on
+    purpose for a while, so that the bound means something; compute time would hold the wait
+    instead if the schedulers did not move it)."""
+    log = tmp_path / "log"
+    log.write_text("")
+    done: list[bool] = []
+    repo.models["gate_hold"].submit(request(), lambda response, final: None)
+    wait_until(lambda: log.read_text() == "run gate_hold\n", "gate_hold holds R")
+    repo.models["heavy"].submit(request(), lambda response, final: done.append(final))
+    assert repo.rate_limiter is not None
+    wait_until(lambda: repo.rate_limiter.waiting() == 1, "heavy waits for R")
+    seen_waiting = time.monotonic_ns()
+    time.sleep(0.3)  # the hold, not a wait for an event
+    held = time.monotonic_ns() - seen_waiting
+    (tmp_path / "gate").touch()
+    wait_until(lambda: done == [True], "heavy answered")
+    stats = repo.models["heavy"].latest.stats.snapshot()
+    assert stats.queue.count == 1
+    assert stats.queue.ns >= held
