@@ -10,6 +10,7 @@ says they wait, and the gate is opened.
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from model_repository_loader import pb_utils
+from model_repository_loader.config import ConfigOptions
 from model_repository_loader.errors import TritonStatusError
 from model_repository_loader.inference import InferRequest
 from model_repository_loader.loader import LoadedRepository, load_repository
@@ -288,3 +290,80 @@ def test_the_wait_for_resources_is_queue_time(repo, tmp_path):
     stats = repo.models["heavy"].latest.stats.snapshot()
     assert stats.queue.count == 1
     assert stats.queue.ns >= held
+
+
+@pytest.mark.parametrize(
+    ("scheduling", "kind"),
+    [
+        ("", "thread"),
+        ("dynamic_batching { }", "thread"),
+        ("sequence_batching { }", "thread"),
+        ("", "process"),
+    ],
+    ids=["default", "dynamic", "sequence", "isolated"],
+)
+def test_every_scheduler_runs_under_the_limiter(tmp_path, monkeypatch, scheduling, kind):
+    """`heavy` with each of Triton's schedulers, and in a process of its own, waits while
+    gate_hold holds R, then runs."""
+    monkeypatch.setenv("RATE_LIMITER_LOG", str(tmp_path / "log"))
+    monkeypatch.setenv("RATE_LIMITER_GATE", str(tmp_path / "gate"))
+    models = tmp_path / "models"
+    for name in ("gate_hold", "heavy"):
+        shutil.copytree(REPO / name, models / name)
+    config = models / "heavy" / "config.pbtxt"
+    config.write_text(config.read_text() + scheduling + "\n")
+    loaded = load_repository(
+        [models],
+        ConfigOptions(instance_kind=kind),
+        into=LoadedRepository(rate_limiter=RateLimiter()),
+    )
+    assert not loaded.failures, loaded.failures
+    try:
+        log = tmp_path / "log"
+        log.write_text("")
+        loaded.models["gate_hold"].submit(request(), lambda response, final: None)
+        wait_until(lambda: log.read_text() == "run gate_hold\n", "gate_hold holds R")
+        answers: list[pb_utils.InferenceResponse] = []
+        params: dict = {"sequence_id": 7, "sequence_start": True, "sequence_end": True}
+        heavy = InferRequest(
+            [pb_utils.Tensor("INPUT0", np.array([1], dtype=np.int32))],
+            parameters=params if scheduling.startswith("sequence") else {},
+        )
+        loaded.models["heavy"].submit(heavy, lambda response, final: answers.append(response))
+        assert loaded.rate_limiter is not None
+        wait_until(lambda: loaded.rate_limiter.waiting() == 1, "heavy waits for R")
+        assert log.read_text() == "run gate_hold\n"
+        (tmp_path / "gate").touch()
+        wait_until(lambda: answers, "heavy answered")
+        assert not answers[0].has_error(), answers[0].error().message()
+        assert log.read_text() == "run gate_hold\nrun heavy\n"
+    finally:
+        loaded.close()
+
+
+def test_a_crashed_isolated_instance_frees_its_resources(tmp_path, monkeypatch):
+    """heavy's process dies inside execute (holding R): its request fails, and light, which
+    needs the same R, still runs."""
+    monkeypatch.setenv("RATE_LIMITER_LOG", str(tmp_path / "log"))
+    models = tmp_path / "models"
+    for name in ("heavy", "light"):
+        shutil.copytree(REPO / name, models / name)
+    model_file = models / "heavy" / "1" / "model.py"
+    model_file.write_text(
+        model_file.read_text().replace(
+            "    def execute(self, requests):\n",
+            "    def execute(self, requests):\n        os._exit(3)\n",
+        )
+    )
+    loaded = load_repository(
+        [models],
+        ConfigOptions(instance_kind="process"),
+        into=LoadedRepository(rate_limiter=RateLimiter()),
+    )
+    assert not loaded.failures, loaded.failures
+    try:
+        crashed = loaded.models["heavy"].infer(request(), timeout=30)
+        assert crashed.has_error()
+        infer(loaded, "light")
+    finally:
+        loaded.close()
