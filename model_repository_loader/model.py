@@ -116,15 +116,16 @@ class ModelVersion:
         self._scheduler: Scheduler = build_scheduler(
             config,
             self.instances,
-            self._run_batch,
+            self.run_batch,
             self.stats,
         )
         self._rate_limiter = rate_limiter
         # Instance name → its place in the rate limiter, once load() registered it.
         self._limited: dict[str, LimitedInstance] = {}
 
-    def _run_batch(self, instance: Instance, batch: list[Pending]) -> None:
-        """What every scheduler calls: `execute`, while the instance holds its resources."""
+    def run_batch(self, instance: Instance, batch: list[Pending]) -> None:
+        """What every scheduler and warmup call: `execute`, while the instance holds its rate
+        limiter resources (Triton runs warmup samples through its rate limiter too)."""
         limited = self._limited.get(instance.name)
         if limited is None:
             instance.run_batch(batch, self.decoupled)

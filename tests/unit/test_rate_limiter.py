@@ -367,3 +367,39 @@ def test_a_crashed_isolated_instance_frees_its_resources(tmp_path, monkeypatch):
         infer(loaded, "light")
     finally:
         loaded.close()
+
+
+def test_warmup_runs_under_the_limiter(tmp_path, monkeypatch):
+    """As Triton sends warmup samples through its rate limiter, heavy's warmup (and so its
+    load) waits while gate_hold holds R."""
+    monkeypatch.setenv("RATE_LIMITER_LOG", str(tmp_path / "log"))
+    monkeypatch.setenv("RATE_LIMITER_GATE", str(tmp_path / "gate"))
+    models = tmp_path / "models"
+    for name in ("gate_hold", "heavy"):
+        shutil.copytree(REPO / name, models / name)
+    config = models / "heavy" / "config.pbtxt"
+    config.write_text(
+        config.read_text()
+        + 'model_warmup [ { name: "w" batch_size: 1 inputs { key: "INPUT0" value: '
+        "{ data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } } } ]\n"
+    )
+    log = tmp_path / "log"
+    log.write_text("")
+    loaded = LoadedRepository(rate_limiter=RateLimiter())
+    load_repository([models], only={"gate_hold"}, into=loaded)
+    try:
+        loaded.models["gate_hold"].submit(request(), lambda response, final: None)
+        wait_until(lambda: log.read_text() == "run gate_hold\n", "gate_hold holds R")
+        loading = threading.Thread(
+            target=load_repository, args=([models],), kwargs={"only": {"heavy"}, "into": loaded}
+        )
+        loading.start()
+        assert loaded.rate_limiter is not None
+        wait_until(lambda: loaded.rate_limiter.waiting() == 1, "heavy's warmup waits for R")
+        assert "heavy" not in loaded.models
+        (tmp_path / "gate").touch()
+        loading.join(30)
+        assert loaded.statuses["heavy"].ready, loaded.failures
+        assert log.read_text() == "run gate_hold\nrun heavy\n"
+    finally:
+        loaded.close()
