@@ -403,3 +403,23 @@ def test_warmup_runs_under_the_limiter(tmp_path, monkeypatch):
         assert log.read_text() == "run gate_hold\nrun heavy\n"
     finally:
         loaded.close()
+
+
+def test_a_request_cancelled_while_waiting_never_executes_and_frees_r(repo, tmp_path):
+    """heavy's request is cancelled while its instance waits for R: once R comes, the request
+    is answered CANCELLED without `execute` (as any request cancelled before execute), and R is
+    free again for light."""
+    log = tmp_path / "log"
+    log.write_text("")
+    answers: list[pb_utils.InferenceResponse] = []
+    repo.models["gate_hold"].submit(request(), lambda response, final: None)
+    wait_until(lambda: log.read_text() == "run gate_hold\n", "gate_hold holds R")
+    pending = repo.models["heavy"].submit(request(), lambda r, final: answers.append(r))
+    assert pending is not None and repo.rate_limiter is not None
+    wait_until(lambda: repo.rate_limiter.waiting() == 1, "heavy waits for R")
+    pending.cancel()
+    (tmp_path / "gate").touch()
+    wait_until(lambda: answers, "heavy answered")
+    assert answers[0].error().code() == pb_utils.TritonError.CANCELLED
+    infer(repo, "light")
+    assert log.read_text() == "run gate_hold\nrun light\n"
