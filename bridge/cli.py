@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 import uvloop
 
 from model_repository_loader.config import ConfigOptions
+from model_repository_loader.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
+from model_repository_loader.scheduling.rate_limiter import ResourceLimit, parse_resource_limit
 
 from .logs import (
     LOG_FORMATS,
@@ -326,6 +328,26 @@ def build_parser() -> argparse.ArgumentParser:
         "process per instance when a group has count > 1, else a thread), thread or process",
     )
     p.add_argument(
+        "--rate-limit",
+        type=str.lower,
+        choices=RATE_LIMIT_MODES,
+        default="off",
+        help="as tritonserver: execution_count runs an instance only while the resources its "
+        "instance group's rate_limiter asks for are free, waiting instances taken by execution "
+        "count times priority; off (the default) ignores every rate_limiter",
+    )
+    p.add_argument(
+        "--rate-limit-resource",
+        dest="rate_limit_resources",
+        type=_resource_limit,
+        action="append",
+        default=[],
+        metavar="NAME:COUNT[:DEVICE]",
+        help="as tritonserver: the count of a rate limiter resource (on DEVICE, else on every "
+        "device; global resources take the largest given); once one is given, a resource not "
+        "given has none. Default: the largest count any instance asks for. Repeatable",
+    )
+    p.add_argument(
         "--exit-on-error",
         type=_bool,
         nargs="?",
@@ -530,6 +552,13 @@ def parse_with_environment(
     return args
 
 
+def _resource_limit(text: str) -> ResourceLimit:
+    try:
+        return parse_resource_limit(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _env_value(action: argparse.Action, text: str) -> object:
     if isinstance(action, argparse._StoreTrueAction):
         return _bool(text)
@@ -700,6 +729,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         exit_timeout=args.exit_timeout_secs,
         timings=timings,
         bytes_limits=BytesLimits(args.max_bytes_elements, args.max_bytes_decoded_size),
+        rate_limit=args.rate_limit,
+        rate_limit_resources=tuple(args.rate_limit_resources),
         door=door,
         http=resolve_http(parser, args, restricted, http_limits),
         http_limits=http_limits,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from model_repository_loader.config import ConfigOptions
+from model_repository_loader.scheduling.rate_limiter import ResourceLimit
 
 from .frontends.triton.http.connections import ConnectionLimits
 from .metrics.triton import MetricsConfig
@@ -89,6 +90,9 @@ class ServerOptions:
     timings: Timings = field(default_factory=Timings)
     # `--max-bytes-elements`, `--max-bytes-decoded-size`: the door's checks and the workers'.
     bytes_limits: BytesLimits = field(default_factory=BytesLimits)
+    # `--rate-limit` (execution_count | off) and `--rate-limit-resource name:count[:device]`.
+    rate_limit: str = "off"
+    rate_limit_resources: tuple[ResourceLimit, ...] = ()
 
 
 class StartupError(Exception):

@@ -34,6 +34,7 @@ from .errors import ModelLoadError
 from .importer import import_model_module
 from .model import Model, ModelVersion, ServedModel, side_by_side
 from .repository import ModelSource
+from .scheduling.rate_limiter import RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +60,13 @@ class LoadedRepository:
     `scope`: what their BLS calls and ensemble steps reach (this very `models` dict, read at call
     time, then `scope.remote` when a server sets one); `services`: their BLS executor, model
     control (set by a server) and custom metrics registry. Both belong to this repository only.
+    `rate_limiter`: the one limiter every instance of its models runs under (`--rate-limit
+    execution_count`), or None (`off`, Triton's default).
     """
 
     models: dict[str, ServedModel] = field(default_factory=dict)
     statuses: dict[str, ModelStatus] = field(default_factory=dict)
+    rate_limiter: RateLimiter | None = None
     scope: Scope = field(init=False)
     services: pb_utils.ModelServices = field(init=False)
 
@@ -142,7 +146,8 @@ def load_model(
         raise PollError(str(exc)) from None
     provided = config_file_exists(source, options)
     _refuse_other_backends(source, config)
-    return _load_versions(source, config, options, provided, _services(within))
+    limiter = within.rate_limiter if within is not None else None
+    return _load_versions(source, config, options, provided, _services(within), limiter)
 
 
 def _refuse_other_backends(source: ModelSource, config: mc.ModelConfig) -> None:
@@ -172,6 +177,7 @@ def _load_versions(
     options: ConfigOptions,
     config_provided: bool,
     services: pb_utils.ModelServices | None,
+    rate_limiter: RateLimiter | None = None,
 ) -> Model:
     loaded: dict[int, ModelVersion] = {}
     number: int | None = None
@@ -187,6 +193,7 @@ def _load_versions(
                 model_file,
                 instance_kind=options.instance_kind,
                 services=services,
+                rate_limiter=rate_limiter,
             )
             version.load()
             loaded[number] = version

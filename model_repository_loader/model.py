@@ -27,13 +27,14 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from . import pb_utils
 from .deadlines import remaining
-from .errors import ModelLoadError
+from .errors import ModelLoadError, TritonStatusError
 from .execution import Pending
 from .inference import InferRequest, ParameterValue, Respond, answer_of
 from .instance import Instance, InstanceSpec, ModelInstance
 from .isolation import IsolatedInstance, environments
 from .isolation.kind import runs_in_process
 from .scheduling import ModelStats, Scheduler, build_scheduler
+from .scheduling.rate_limiter import LimitedInstance, RateLimiter, Withdrawn
 from .validation import RequestError, RequestValidator, unknown_model_error
 from .warmup import warm_up, warmup_samples
 
@@ -77,8 +78,10 @@ class ModelVersion:
         model_file: Path,
         instance_kind: str = "auto",
         services: pb_utils.ModelServices | None = None,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
-        """`services`: what the instances reach through pb_utils (their repository's)."""
+        """`services`: what the instances reach through pb_utils (their repository's);
+        `rate_limiter`: their repository's, when `--rate-limit execution_count` (else None)."""
         self.name = name
         self.version = version
         self.config = config
@@ -93,15 +96,16 @@ class ModelVersion:
         # A model with its own Python environment runs every instance in a process of that
         # environment's interpreter (isolation/environments.py); unpacked and checked here.
         environment = _execution_environment(config, model_file.parent.parent)
+        specs = _instance_specs(name, version, config, config_json, model_file, instance_kind)
+        # Instance name → its device: where its rate limiter resources are counted.
+        self._devices = {spec.instance_name: spec.device_id for spec, _ in specs}
         self.instances: list[Instance] = [
             IsolatedInstance(
                 spec, self._instance_health_changed, services=services, environment=environment
             )
             if isolated or environment is not None
             else ModelInstance(spec, services)
-            for spec, isolated in _instance_specs(
-                name, version, config, config_json, model_file, instance_kind
-            )
+            for spec, isolated in specs
         ]
         # Queue and compute times, batch sizes and counts (Triton's ModelStatistics).
         self.stats = ModelStats()
@@ -112,9 +116,50 @@ class ModelVersion:
         self._scheduler: Scheduler = build_scheduler(
             config,
             self.instances,
-            lambda instance, batch: instance.run_batch(batch, self.decoupled),
+            self.run_batch,
             self.stats,
         )
+        self._rate_limiter = rate_limiter
+        # Instance name → its place in the rate limiter, once load() registered it.
+        self._limited: dict[str, LimitedInstance] = {}
+
+    def run_batch(self, instance: Instance, batch: list[Pending]) -> None:
+        """What every scheduler and warmup call: `execute`, while the instance holds its rate
+        limiter resources (Triton runs warmup samples through its rate limiter too)."""
+        limited = self._limited.get(instance.name)
+        if limited is None:
+            instance.run_batch(batch, self.decoupled)
+            return
+        try:
+            with limited.hold():
+                instance.run_batch(batch, self.decoupled)
+        except Withdrawn:  # the version closed while this batch waited for resources
+            for pending in batch:
+                pending.fail(
+                    unavailable_text(self.name, self.version), pb_utils.TritonError.UNAVAILABLE
+                )
+
+    def _register_rate_limits(self) -> None:
+        """Each instance's resources and priority into the repository's rate limiter; a load
+        error in Triton's words when the server's resources could never run one."""
+        if self._rate_limiter is None:
+            return
+        groups = {group.name: group for group in self.config.instance_group}
+        for instance in self.instances:
+            group = groups[instance.name.rpartition("_")[0]]  # named `<group name>_<k>`
+            try:
+                self._limited[instance.name] = self._rate_limiter.register(
+                    instance.name, group, self._devices[instance.name]
+                )
+            except TritonStatusError as exc:
+                self._unregister_rate_limits()
+                raise ModelLoadError(f"Invalid argument: {exc}") from None
+
+    def _unregister_rate_limits(self) -> None:
+        """Out of the rate limiter: frees what they hold, wakes the ones that wait."""
+        limited, self._limited = self._limited, {}
+        for entry in limited.values():
+            entry.unregister()
 
     @property
     def ready(self) -> bool:
@@ -133,6 +178,7 @@ class ModelVersion:
         """
         loaded: list[Instance] = []
         try:
+            self._register_rate_limits()
             samples = warmup_samples(self.config, self.model_file.parent.parent)
             for instance in self.instances:
                 instance.load()
@@ -141,6 +187,7 @@ class ModelVersion:
                 # version is READY [S]: a reload swaps to a generation that is already warm.
                 warm_up(self, instance, samples)
         except Exception as exc:
+            self._unregister_rate_limits()
             for instance in self.instances:
                 try:
                     if instance in loaded:
@@ -300,6 +347,9 @@ class ModelVersion:
                 timeout,
             )
         self._scheduler.close(message)
+        # Before finalize: an instance waiting for resources is woken (its batch answered
+        # UNAVAILABLE) instead of holding its finalize back, and what it held is freed.
+        self._unregister_rate_limits()
         # Queued requests were answered by the scheduler. Finalize comes before the rest: a
         # decoupled model may still be answering from its own threads, and its finalize is
         # where it waits for them (as Triton's examples do).

@@ -107,7 +107,7 @@ def _run_once(version: ModelVersion, instance: Instance, sample: WarmupSample) -
 
     def run() -> None:
         run_recorded(
-            lambda inst, pendings: inst.run_batch(pendings, version.decoupled),
+            version.run_batch,
             instance,
             batch,
             version.stats,

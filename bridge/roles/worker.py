@@ -30,6 +30,7 @@ from dynamo.runtime import DistributedRuntime
 
 from model_repository_loader import repository
 from model_repository_loader.loader import LoadedRepository, ModelStatus, load_repository
+from model_repository_loader.scheduling.rate_limiter import RateLimiter
 
 from ..metrics.triton import TritonMetrics
 from ..models import ManagerOptions, ModelControl, ModelManager, digests_of
@@ -149,6 +150,8 @@ class WorkerRole:
         # the refresh after start-up picks it up.
         digests = digests_of(options.model_repositories)
         loaded = LoadedRepository()
+        if options.rate_limit == "execution_count":
+            loaded.rate_limiter = RateLimiter(options.rate_limit_resources)
         # The models' loading API: "Server not ready" until start-up is over, as in Triton.
         loaded.services.control = self.control
         loaded = load_repository(options.model_repositories, options.loader, only, into=loaded)

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..execution import Pending, take_compute_span
 from ..instance import Instance
+from .rate_limiter import take_wait_ns
 from .stats import ModelStats
 
 RunBatch = Callable[[Instance, list[Pending]], None]
@@ -84,10 +85,15 @@ def run_recorded(
     for pending in executed:
         pending.executing()
     take_compute_span()  # nothing left over from an earlier call on this thread
+    take_wait_ns()
     try:
         run_batch(instance, executed)
     finally:
         end_ns = time.monotonic_ns()
+        # A wait for rate limiter resources is queue time, as in Triton, not compute time.
+        waited = take_wait_ns()
+        start_ns += waited
+        queue_ns += waited * requests
         span = take_compute_span()
         if span is not None and start_ns <= span[0] <= span[1] <= end_ns:
             input_ns, infer_ns, output_ns = span[0] - start_ns, span[1] - span[0], end_ns - span[1]
