@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.differential.support import REPOSITORIES, TRITON_DOOR, Pair, both, relative_paths
+from tests.differential.support import TRITON_DOOR, Pair, both, relative_paths
+from tests.e2e.support import warmup_repository
 
 pytestmark = pytest.mark.oracle
 
-ROOT = REPOSITORIES / "warmup"
 SERVED = {
     "warm_zero": [("X", [1, 4], "FP32")],
     "warm_file": [("X_values", [4], "INT32"), ("S", [2], "BYTES")],
@@ -29,8 +29,8 @@ SERVED = {
 
 
 @pytest.fixture(scope="module")
-def warmup(pair_for) -> Pair:
-    return pair_for(ROOT, expect_failures=True)
+def warmup(pair_for, tmp_path_factory: pytest.TempPathFactory) -> Pair:
+    return pair_for(warmup_repository(tmp_path_factory.mktemp("warmup")), expect_failures=True)
 
 
 def _report(model: str) -> Any:
@@ -61,7 +61,7 @@ def test_the_samples_run_before_the_first_request(warmup: Pair, model: str) -> N
 def test_a_failed_warmup_fails_the_load_with_tritons_text(warmup: Pair) -> None:
     def reasons(client: grpcclient.InferenceServerClient) -> dict[str, tuple[str, str]]:
         return {
-            m.name: (m.state, relative_paths(m.reason, ROOT))
+            m.name: (m.state, relative_paths(m.reason, warmup.root))
             for m in client.get_model_repository_index().models
         }
 

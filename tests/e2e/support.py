@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -139,3 +140,14 @@ def line_of(model_file: Path, text: str) -> int:
     hits = [n for n, line in enumerate(model_file.read_text().splitlines(), 1) if text in line]
     assert len(hits) == 1, f"{text!r} is on lines {hits} of {model_file}"
     return hits[0]
+
+
+def warmup_repository(destination: Path, *models: str) -> Path:
+    """tests/repositories/warmup laid out in `destination` (every model, or `models`), with the
+    one probe model.py copied into each model's version 1 (see its README)."""
+    source = REPOSITORIES / "warmup"
+    for model in models or sorted(p.name for p in source.iterdir() if p.is_dir()):
+        shutil.copytree(source / model, destination / model)
+        (destination / model / "1").mkdir(exist_ok=True)
+        shutil.copyfile(source / "probe_model.py", destination / model / "1" / "model.py")
+    return destination

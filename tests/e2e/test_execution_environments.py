@@ -60,6 +60,8 @@ def repository(tmp_path: Path, numpy1_env: tuple[Path, Path]) -> Path:
     shutil.copytree(SOURCE, repo, ignore=shutil.ignore_patterns("README.md"))
     (repo / "numpy1" / "numpy1.tar.gz").hardlink_to(packed)
     (repo / "numpy1_folder" / "env").symlink_to(env, target_is_directory=True)
+    (repo / "numpy1_folder" / "1").mkdir()
+    shutil.copyfile(repo / "numpy1" / "1" / "model.py", repo / "numpy1_folder" / "1" / "model.py")
     return repo
 
 

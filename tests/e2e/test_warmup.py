@@ -10,14 +10,13 @@ sample count.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 
 from tests.e2e.reload_support import write_file
-from tests.e2e.support import REPOSITORIES, wait_until
+from tests.e2e.support import wait_until, warmup_repository
 
 
 def _calls(client: grpcclient.InferenceServerClient) -> int:
@@ -28,8 +27,7 @@ def _calls(client: grpcclient.InferenceServerClient) -> int:
 
 
 def test_a_reload_warms_up_before_the_swap(bridge_server, tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    shutil.copytree(REPOSITORIES / "warmup" / "warm_zero", repo / "warm_zero")
+    repo = warmup_repository(tmp_path / "repo", "warm_zero")
     server = bridge_server(repo, "--reload-debounce-secs", "0.2")
     client = server.client()
     assert _calls(client) == 3  # zeros twice, random once; the batch-0 sample skipped
