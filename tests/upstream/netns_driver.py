@@ -10,6 +10,7 @@ loopback is the only network it has. This script brings that loopback up, starts
 the client timed out) and the server's own. Everything goes to stdout for the test to read.
 
     unshare --net python netns_driver.py --repository R --cwd D [--server-arg A ...] \
+        [--client-env NAME=VALUE ...] [--client-timeout S] [--server-log NAME] \
         --client "python client.py" [--client ...]
 """
 
@@ -35,12 +36,15 @@ def main() -> int:
     parser.add_argument("--cwd", required=True)
     parser.add_argument("--server-arg", action="append", default=[])
     parser.add_argument("--client", action="append", default=[])
+    parser.add_argument("--client-env", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--client-timeout", type=float, default=180.0)
     parser.add_argument("--startup-timeout", type=float, default=120.0)
+    # The file in --cwd that the server's output goes to: some qa tests read it by test.sh's name.
+    parser.add_argument("--server-log", default="server.log")
     args = parser.parse_args()
 
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-    log_path = Path(args.cwd) / "server.log"
+    log_path = Path(args.cwd) / args.server_log
     with open(log_path, "wb") as log:
         server = subprocess.Popen(
             [
@@ -87,6 +91,7 @@ def _run_client(command: str, args: argparse.Namespace) -> int:
         done = subprocess.run(
             shlex.split(command),
             cwd=args.cwd,
+            env=_client_env(args.client_env),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             timeout=args.client_timeout,
@@ -98,6 +103,15 @@ def _run_client(command: str, args: argparse.Namespace) -> int:
     print(done.stdout.decode(errors="replace"), flush=True)
     print(f"----- exit {done.returncode}", flush=True)
     return done.returncode
+
+
+def _client_env(assignments: list[str]) -> dict[str, str]:
+    """The driver's environment plus the `NAME=VALUE` pairs a test.sh exports for its client."""
+    env = dict(os.environ)
+    for assignment in assignments:
+        name, _, value = assignment.partition("=")
+        env[name] = value
+    return env
 
 
 def _wait_ready(server: subprocess.Popen[bytes], timeout: float) -> bool:

@@ -67,6 +67,9 @@ def run_in_namespace(
     clients: list[str],
     server_args: tuple[str, ...] = (),
     timeout: float = 900.0,
+    client_env: dict[str, str] | None = None,
+    client_timeout: float = 180.0,
+    server_log: str = "server.log",
 ) -> Run:
     if not namespaces_available():
         pytest.fail("running Triton's clients needs `unshare --net` (root) and iproute2")
@@ -81,7 +84,10 @@ def run_in_namespace(
         str(cwd),
     ]
     for argument in server_args:
-        command += ["--server-arg", argument]
+        command.append(f"--server-arg={argument}")  # `=`: an argument may start with "--"
+    for name, value in (client_env or {}).items():
+        command.append(f"--client-env={name}={value}")
+    command += ["--client-timeout", str(client_timeout), "--server-log", server_log]
     for client in clients:
         command += ["--client", client]
     env = dict(os.environ)
