@@ -20,13 +20,15 @@ import shutil
 import sys
 import tarfile
 import xml.etree.ElementTree as ElementTree
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tests.upstream.support import ARCHIVE, Run, run_in_namespace
 
 QA = "server/qa"
 CASE_TIMEOUT_S = 60
+CLIENT_TIMEOUT_S = 240.0
 L0 = f"{QA}/L0_backend_python"
 
 
@@ -117,8 +119,9 @@ class Step:
 
     folder: str = ""
 
-    def test_file_in_archive(self) -> str:
-        return f"{self.folder}/{self.test_file}"
+    def cases(self) -> list[str]:
+        every = upstream_cases(f"{self.folder}/{self.test_file}")
+        return [case for case in every if not self.select or case in self.select]
 
     def junit(self) -> str:
         return f"{self.label}.report.xml"
@@ -127,7 +130,7 @@ class Step:
         prefix = ["env", *(f"{name}={value}" for name, value in self.env.items())]
         # Cases are named one by one when some are left out: pytest's --deselect matches node
         # ids by prefix (deselecting test_a would also drop test_a_b).
-        cases = self.select or (upstream_cases(self.test_file_in_archive()) if self.skip else ())
+        cases = self.cases() if self.skip or self.select else []
         targets = [f"{self.test_file}::{case}" for case in cases if case not in self.skip]
         return " ".join(
             [
@@ -179,12 +182,35 @@ class CaseResults:
 
 
 @dataclass
-class FolderRun:
-    """A qa folder served once: what the namespace run printed, and each step's cases."""
+class Phase:
+    """One server of a test.sh: its models (`layout`), its flags, the environment it runs in
+    (test.sh's exports the models read, e.g. BLS_KIND), the name its log is read by, the pytest
+    steps run against it, and the checks test.sh makes on its log after it stopped."""
+
+    name: str
+    folder: str
+    layout: Callable[[Layout], None]
+    steps: list[Step]
+    # test.sh's SERVER_ARGS that the bridge has (all but --model-repository and
+    # --backend-directory, which have no meaning here).
+    server_args: tuple[str, ...] = ("--log-verbose=1",)
+    env: dict[str, str] = field(default_factory=dict)
+    server_log: str = "server.log"
+    log_checks: dict[str, Callable[[str], None]] = field(default_factory=dict)
+    # Commands test.sh runs before its pytest (e.g. a `curl` to /v2/logging), in the folder.
+    before: tuple[str, ...] = ()
+    # False where the folder ships a models/ of its own that test.sh adds to.
+    fresh_models: bool = True
+
+
+@dataclass
+class PhaseRun:
+    """A phase served once: what the namespace run printed, each step's cases, the log."""
 
     run: Run
     cases: dict[str, CaseResults]
     commands: dict[str, str]
+    server_log: str
 
     def outcome(self, label: str, case: str) -> tuple[str, str]:
         results = self.cases.get(label)
@@ -196,17 +222,25 @@ class FolderRun:
         return self.run.client_output(self.commands[label])
 
 
-def run_folder(
-    root: Path,
-    folder: str,
-    models: Path,
-    steps: list[Step],
-    server_args: tuple[str, ...] = (),
-    client_timeout: float = 240.0,
-    server_log: str = "server.log",
-) -> FolderRun:
-    """Serve `models` and run each step's pytest in the qa folder, inside a namespace."""
-    qa_folder = root / L0 / folder
+def run_phase(root: Path, phase: Phase, skipped: set[str]) -> PhaseRun:
+    """Lay out `phase`'s models afresh (test.sh's `rm -rf models`) and serve them, running
+    each step's pytest in the qa folder inside a namespace; `skipped` holds the `label::case`
+    ids left out."""
+    qa_folder = root / L0 / phase.folder
+    models = qa_folder / "models"
+    if phase.fresh_models:
+        shutil.rmtree(models, ignore_errors=True)
+    phase.layout(Layout(root, models))
+    steps = []
+    for step in phase.steps:
+        step = replace(step, folder=phase.folder)
+        step = replace(
+            step, skip=tuple(case for case in step.cases() if f"{step.label}::{case}" in skipped)
+        )
+        if set(step.skip) != set(step.cases()):
+            steps.append(step)
+    for step in steps:
+        (qa_folder / step.junit()).unlink(missing_ok=True)
     common = root / QA / "common"
     env = {
         "PYTHONPATH": str(common),
@@ -219,11 +253,14 @@ def run_folder(
     run = run_in_namespace(
         models,
         qa_folder,
-        [step.command() for step in steps],
-        server_args=("--log-verbose=1", *server_args),
+        [*phase.before, *(step.command() for step in steps)],
+        server_args=phase.server_args,
         client_env=env,
-        client_timeout=client_timeout,
-        server_log=server_log,
+        client_timeout=CLIENT_TIMEOUT_S,
+        server_log=phase.server_log,
+        env=phase.env,
     )
     cases = {step.label: CaseResults.read(qa_folder / step.junit()) for step in steps}
-    return FolderRun(run, cases, {step.label: step.command() for step in steps})
+    log_path = qa_folder / phase.server_log
+    log = log_path.read_text(errors="replace") if log_path.exists() else ""
+    return PhaseRun(run, cases, {step.label: step.command() for step in steps}, log)

@@ -70,6 +70,7 @@ def run_in_namespace(
     client_env: dict[str, str] | None = None,
     client_timeout: float = 180.0,
     server_log: str = "server.log",
+    env: dict[str, str] | None = None,
 ) -> Run:
     if not namespaces_available():
         pytest.fail("running Triton's clients needs `unshare --net` (root) and iproute2")
@@ -90,7 +91,7 @@ def run_in_namespace(
     command += ["--client-timeout", str(client_timeout), "--server-log", server_log]
     for client in clients:
         command += ["--client", client]
-    env = dict(os.environ)
+    env = {**os.environ, **(env or {})}  # the server's and the clients' environment
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p)
     env["PATH"] = env.get("PATH", "") + ":/usr/sbin:/sbin"  # `ip`, where a user's PATH lacks it
     done = subprocess.run(

@@ -1,25 +1,32 @@
 """Triton's own `qa/L0_backend_python` tests, unmodified, against the bridge's triton door.
 
-Each qa folder's models are laid out as its `test.sh` lays them out (`LAYOUTS`), one server
-serves the folder (in a network namespace of its own, on Triton's ports), and the folder's test
-file runs there with pytest as test.sh runs it (`STEPS`). Every upstream test case is a test of
-ours: it passes when the upstream case passed. A case that cannot run here is skipped by name
-(`SKIPPED`: left out of the upstream run too); a case that fails for a known gap in the bridge
-is `xfail(strict=True)` with the reason (`KNOWN_GAPS`), so it turns red once fixed.
-README.md says which folders run and why the others do not.
+Each qa folder's models are laid out as its `test.sh` lays them out (the `_layout_*`
+functions: its `cp` and `sed` lines, in Python), one server per test.sh server start serves them
+(`PHASES`; in a network namespace of its own, on Triton's ports, with the flags of test.sh's
+SERVER_ARGS that the bridge has), and the folder's test file runs there with pytest as test.sh
+runs it. Every upstream test case is a test of ours that passes when the upstream case passed,
+and so is each check test.sh makes on the server's log (model log lines, not Triton's own).
+A case that cannot run here is skipped by name (`SKIPPED`; left out of the upstream run too); a
+case that fails for a known gap in the bridge is `xfail(strict=True)` with the reason
+(`KNOWN_GAPS`), so it turns red once fixed. README.md says which folders run and why the others
+do not.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.upstream.qa_support import L0, FolderRun, Layout, Step, run_folder, upstream_cases
+from tests.upstream.qa_support import Layout, Phase, PhaseRun, Step, run_phase
 from tests.upstream.support import unpack
 
+# ---------------------------------------------------------------------------------------------
+# Layouts: each test.sh's `mkdir -p models/…; cp …; sed -i …; echo … >> config.pbtxt`.
 
-def _decoupled(layout: Layout) -> None:
+
+def _layout_decoupled(layout: Layout) -> None:
     # decoupled/models/ already holds the folder's own models; test.sh adds these to them.
     layout.model("identity_fp32")
     cancel = layout.model("execute_cancel")
@@ -27,13 +34,13 @@ def _decoupled(layout: Layout) -> None:
     layout.model("response_sender_until_cancelled")
     examples = layout.python_models.parents[2] / "python_backend" / "examples" / "decoupled"
     square = layout.models / "square_int32"
-    (square / "1").mkdir(parents=True)
+    (square / "1").mkdir(parents=True, exist_ok=True)
     (square / "1" / "model.py").write_bytes((examples / "square_model.py").read_bytes())
     (square / "config.pbtxt").write_bytes((examples / "square_config.pbtxt").read_bytes())
     layout.model("dlpack_add_sub")
 
 
-def _lifecycle(layout: Layout) -> None:
+def _layout_lifecycle(layout: Layout) -> None:
     layout.model("error_code")
     layout.model("execute_cancel")
     execute_error = layout.model("execute_error")
@@ -56,123 +63,396 @@ def _lifecycle(layout: Layout) -> None:
     layout.replace_all(wrong, "TYPE_FP32", "TYPE_UINT32")
 
 
-def _parameters(layout: Layout) -> None:
+def _layout_parameters(layout: Layout) -> None:
     for name in ("response_parameters", "response_parameters_decoupled", "response_parameters_bls"):
         layout.model(name)
 
 
-def _async_execute(layout: Layout) -> None:
+def _layout_async_execute(layout: Layout) -> None:
     layout.model("async_execute_decouple")
     layout.model("async_execute_decouple_bls")
 
 
-LAYOUTS: dict[str, Callable[[Layout], None]] = {
-    "decoupled": _decoupled,
-    "lifecycle": _lifecycle,
-    "parameters": _parameters,
-    "async_execute": _async_execute,
-}
-SERVER_ARGS: dict[str, tuple[str, ...]] = {}
-# test.sh's SERVER_LOG, where an upstream case reads the server's log by that name.
-SERVER_LOGS = {
-    "decoupled": "decoupled_server.log",
-    "lifecycle": "lifecycle_server.log",
-    "async_execute": "concurrency_test.server.log",
-}
-STEPS: dict[str, list[Step]] = {
-    "decoupled": [Step("decoupled", "decoupled_test.py")],
-    # test.sh runs lifecycle_test.py five times on one server; once here, to bound the time.
-    "lifecycle": [Step("lifecycle", "lifecycle_test.py")],
-    "parameters": [Step("parameters", "response_parameters_test.py")],
-    "async_execute": [
-        Step(
-            "async_execute",
-            "concurrency_test.py",
-            env={"SERVER_LOG": "concurrency_test.server.log"},
-        )
-    ],
-}
+def _layout_bls(layout: Layout) -> None:
+    # The GPU / ONNX / libtorch part of bls/test.sh: its steps are all skipped (SKIPPED), so
+    # this server is never started; the layout is here for the record of what test.sh serves.
+    for name in ("bls", "dlpack_add_sub", "bls_async", "bls_memory", "bls_memory_async"):
+        layout.model(name)
+    for name in ("add_sub", "execute_error", "identity_fp32", "dlpack_identity"):
+        layout.model(name)
 
-# (folder, step label, case) -> why it cannot run here. Deselected in the upstream run.
+
+def _layout_bls_parameters(layout: Layout) -> None:
+    layout.model("bls_parameters")
+
+
+def _layout_response_sender(layout: Layout) -> None:
+    decoupled = "model_transaction_policy { decoupled: True }"
+    batching = "dynamic_batching { max_queue_delay_microseconds: 500000 }"
+    for name, model_file, extra in (
+        ("response_sender", "model.py", ()),
+        ("response_sender_decoupled", "model.py", (decoupled,)),
+        ("response_sender_async", "model_async.py", ()),
+        ("response_sender_decoupled_async", "model_async.py", (decoupled,)),
+        ("response_sender_batching", "model.py", (batching,)),
+        ("response_sender_decoupled_batching", "model.py", (decoupled, batching)),
+        ("response_sender_async_batching", "model_async.py", (batching,)),
+        ("response_sender_decoupled_async_batching", "model_async.py", (decoupled, batching)),
+    ):
+        model = layout.model(
+            "response_sender", name, model_file=model_file, extra_files=("model_common.py",)
+        )
+        for line in extra:
+            layout.append(model, line)
+
+
+def _layout_response_sender_complete_final(layout: Layout) -> None:
+    layout.model("response_sender_complete_final")
+
+
+def _layout_request_rescheduling(layout: Layout) -> None:
+    for name in (
+        "bls_request_rescheduling",
+        "request_rescheduling_addsub",
+        "iterative_sequence",
+        "wrong_return_type",
+    ):
+        layout.model(name)
+
+
+def _layout_argument_validation(layout: Layout) -> None:
+    pass  # argument_validation/models/ ships with the folder
+
+
+def _layout_model_control(layout: Layout) -> None:
+    layout.model("identity_fp32")
+    ensemble = layout.models / "simple_identity_fp32"
+    (ensemble / "1").mkdir(parents=True, exist_ok=True)
+    config = layout.python_models / "simple_identity_fp32" / "config.pbtxt"
+    (ensemble / "config.pbtxt").write_bytes(config.read_bytes())
+
+
+def _layout_ensemble(layout: Layout) -> None:
+    ensemble = layout.models / "ensemble"
+    (ensemble / "1").mkdir(parents=True, exist_ok=True)
+    config = layout.python_models / "ensemble" / "config.pbtxt"
+    (ensemble / "config.pbtxt").write_bytes(config.read_bytes())
+    layout.model("add_sub", "add_sub_1")
+    layout.model("add_sub", "add_sub_2")
+    # ensemble_gpu and its libtorch step (from Triton's qa data, not in the archive) are left
+    # out with test_ensemble_gpu (SKIPPED).
+
+
+def _layout_io_requested_output(layout: Layout) -> None:
+    layout.model("add_sub")
+    layout.model("dlpack_io_identity_decoupled")
+
+
+def _layout_io_prior_crash(layout: Layout) -> None:
+    llm = layout.models / "llm"
+    (llm / "1").mkdir(parents=True, exist_ok=True)
+    source = layout.python_models.parent / "L0_backend_python" / "io" / "requested_output_model"
+    (llm / "config.pbtxt").write_bytes((source / "config.pbtxt").read_bytes())
+    (llm / "1" / "model.py").write_bytes((source / "model.py").read_bytes())
+
+
+def _layout_custom_metrics(layout: Layout) -> None:
+    layout.model("custom_metrics")
+
+
+def _layout_logging(layout: Layout) -> None:
+    layout.model("identity_fp32_logging")
+
+
+# ---------------------------------------------------------------------------------------------
+# test.sh's checks on the server log after it stopped.
+
+
+def _log_counts(non_verbose: int, verbose: int) -> Callable[[str], None]:
+    """logging/test.sh's verify_log_counts: how many of the model's messages of each level."""
+
+    def check(log: str) -> None:
+        counts = {
+            message: len(re.findall(re.escape(message), log))
+            for message in ("Specific Msg!", "Info Msg!", "Warning Msg!", "Error Msg!")
+        }
+        counts["Verbose Msg!"] = log.count("Verbose Msg!")
+        expected = {message: non_verbose for message in counts} | {"Verbose Msg!": verbose}
+        assert counts == expected, log[-6000:]
+
+    return check
+
+
+def _decoupled_log_counts(log: str) -> None:
+    """decoupled/test.sh's verify_log_counts (non-Windows)."""
+    for message in ("Specific Msg!", "Info Msg!", "Warning Msg!", "Error Msg!"):
+        assert message in log, f"{message!r} not in the server log:\n{log[-6000:]}"
+    assert log.count("Finalize invoked") == 3, log[-6000:]
+    assert log.count("Finalize complete...") == 3, log[-6000:]
+
+
+def _curl_logging(settings: str) -> str:
+    return f"curl -s -f -d '{settings}' http://localhost:8000/v2/logging"
+
+
+# ---------------------------------------------------------------------------------------------
+# One Phase per server test.sh starts (the ones whose every case is skipped are not started).
+
+
+def _shm_leak(label: str, model: str, **env: str) -> Step:
+    """`MODEL_NAME=… pytest ../test_infer_shm_leak.py`: the model runs its own unittest."""
+    return Step(label, "../test_infer_shm_leak.py", env={"MODEL_NAME": model, **env})
+
+
+PHASES = [
+    Phase(
+        "decoupled",
+        "decoupled",
+        _layout_decoupled,
+        [Step("decoupled", "decoupled_test.py")],
+        server_log="decoupled_server.log",
+        log_checks={"verify_log_counts": _decoupled_log_counts},
+        fresh_models=False,
+    ),
+    Phase(
+        "lifecycle",
+        "lifecycle",
+        _layout_lifecycle,
+        # test.sh runs lifecycle_test.py five times on one server; once here, to bound the time.
+        [Step("lifecycle", "lifecycle_test.py")],
+        server_log="lifecycle_server.log",
+    ),
+    Phase(
+        "parameters",
+        "parameters",
+        _layout_parameters,
+        [Step("parameters", "response_parameters_test.py")],
+    ),
+    Phase(
+        "async_execute",
+        "async_execute",
+        _layout_async_execute,
+        [Step("async_execute", "concurrency_test.py", env={"SERVER_LOG": "server.log"})],
+    ),
+    *(
+        Phase(
+            f"bls_{kind}",
+            "bls",
+            _layout_bls,
+            [_shm_leak(f"bls[{model},{kind}]", model) for model in BLS_MODELS],
+            env={"BLS_KIND": kind},
+        )
+        for kind in ("non_decoupled", "decoupled")
+        for BLS_MODELS in [("bls", "bls_memory", "bls_memory_async", "bls_async")]
+    ),
+    Phase(
+        "bls_parameters",
+        "bls",
+        _layout_bls_parameters,
+        [Step("bls_parameters", "bls_parameters_test.py")],
+    ),
+    Phase(
+        "response_sender",
+        "response_sender",
+        _layout_response_sender,
+        [Step("response_sender", "response_sender_test.py", env={"SERVER_LOG": "server.log"})],
+    ),
+    Phase(
+        "response_sender_complete_final",
+        "response_sender",
+        _layout_response_sender_complete_final,
+        [
+            Step(
+                "response_sender_complete_final",
+                "response_sender_complete_final_test.py",
+                env={"SERVER_LOG": "server.log"},
+            )
+        ],
+    ),
+    Phase(
+        "request_rescheduling",
+        "request_rescheduling",
+        _layout_request_rescheduling,
+        [
+            _shm_leak("request_rescheduling[bls_request_rescheduling]", "bls_request_rescheduling"),
+            Step("request_rescheduling_grpc", "grpc_endpoint_test.py"),
+        ],
+        server_args=("--model-control-mode=explicit", "--load-model=*", "--log-verbose=1"),
+    ),
+    Phase(
+        "argument_validation",
+        "argument_validation",
+        _layout_argument_validation,
+        [_shm_leak("argument_validation", "argument_validation")],
+        fresh_models=False,
+    ),
+    Phase(
+        "model_control",
+        "model_control",
+        _layout_model_control,
+        [Step("model_control", "model_control_test.py")],
+        server_args=("--model-control-mode=explicit", "--log-verbose=1"),
+    ),
+    Phase("ensemble", "ensemble", _layout_ensemble, [Step("ensemble", "ensemble_test.py")]),
+    Phase(
+        "io_requested_output",
+        "io",
+        _layout_io_requested_output,
+        [
+            Step(
+                f"io[{case}]",
+                "io_test.py",
+                select=(f"IOTest::{case}",),
+            )
+            for case in ("test_requested_output_default", "test_requested_output_decoupled")
+        ],
+    ),
+    Phase(
+        "io_prior_crash",
+        "io",
+        _layout_io_prior_crash,
+        [
+            Step(
+                "io[test_requested_output_decoupled_prior_crash]",
+                "io_test.py",
+                select=("IOTest::test_requested_output_decoupled_prior_crash",),
+            )
+        ],
+    ),
+    Phase(
+        "custom_metrics",
+        "custom_metrics",
+        _layout_custom_metrics,
+        [_shm_leak("custom_metrics", "custom_metrics")],
+    ),
+    Phase(
+        "logging_default",
+        "logging",
+        _layout_logging,
+        [Step("logging[default]", "logging_test.py")],
+        server_log="logging_server.log",
+        server_args=(),  # test.sh starts this server without --log-verbose
+        log_checks={"verify_log_counts 4 0": _log_counts(4, 0)},
+    ),
+    Phase(
+        "logging_verbose",
+        "logging",
+        _layout_logging,
+        [Step("logging[verbose]", "logging_test.py")],
+        server_log="logging_server.log",
+        server_args=(),  # test.sh starts this server without --log-verbose
+        log_checks={"verify_log_counts 4 3": _log_counts(4, 3)},
+        before=(_curl_logging('{"log_verbose_level":1}'),),
+    ),
+    Phase(
+        "logging_disabled",
+        "logging",
+        _layout_logging,
+        [Step("logging[disabled]", "logging_test.py")],
+        server_log="logging_server.log",
+        server_args=(),  # test.sh starts this server without --log-verbose
+        log_checks={"verify_log_counts 1 0": _log_counts(1, 0)},
+        before=tuple(
+            _curl_logging(f'{{"{flag}":false}}')
+            for flag in ("log_info", "log_warning", "log_error")
+        ),
+    ),
+]
+
+# `label::case` -> why it cannot run here. Left out of the upstream run.
 NEEDS_GPU = "needs a GPU: its model moves tensors to CUDA (torch .to('cuda') / .cuda())"
-SKIPPED: dict[tuple[str, str, str], str] = {
+BLS_SUITE = (
+    "needs a GPU and non-Python models: the model's own unittest suite has GPU cases "
+    "(test_gpu_bls, test_bls_tensor_lifecycle, CUDA memory pool checks) and calls ONNX and "
+    "libtorch models from Triton's qa data (onnx_nobatch_sequence_int32, libtorch_gpu/_cpu); "
+    "one upstream case covers the whole suite"
+)
+SKIPPED: dict[str, str] = {
     # decoupled_bls's response thread runs execute_gpu_bls() before it answers; without CUDA it
     # raises and the request never ends (as in Triton without a GPU).
-    ("decoupled", "decoupled", "DecoupledTest::test_decoupled_bls"): NEEDS_GPU,
+    "decoupled::DecoupledTest::test_decoupled_bls": NEEDS_GPU,
+    "ensemble::EnsembleTest::test_ensemble_gpu": NEEDS_GPU
+    + "; its libtorch step comes from Triton's qa data, not a Python model",
+    # the client picks the output's device at random: .cuda() in the model half the time
+    "io[test_requested_output_decoupled]::IOTest::test_requested_output_decoupled": NEEDS_GPU,
+    **{
+        f"bls[bls,{kind}]::TestInferShmLeak::test_shm_leak": BLS_SUITE
+        for kind in ("non_decoupled", "decoupled")
+    },
+    **{
+        f"bls[bls_async,{kind}]::TestInferShmLeak::test_shm_leak": NEEDS_GPU
+        + " (bls_async's multiple_async_bls_* run with gpu=True)"
+        for kind in ("non_decoupled", "decoupled")
+    },
 }
-# (folder, step label, case) -> the bridge's known gap that fails it.
-KNOWN_GAPS: dict[tuple[str, str, str], str] = {
-    ("lifecycle", "lifecycle", "LifecycleTest::test_triton_grpc_error_error_on"): (
+# `label::case` -> the bridge's known gap that fails it.
+KNOWN_GAPS: dict[str, str] = {
+    "lifecycle::LifecycleTest::test_triton_grpc_error_error_on": (
         "the door ignores the `triton_grpc_error: true` stream header (issue 24, item 4): the "
         "model's error comes back in-stream, not as the stream's INTERNAL status"
     ),
 }
 
 
-def _cases() -> Iterator[object]:
-    for folder, steps in STEPS.items():
-        for step in steps:
-            for case in upstream_cases(f"{folder}/{step.test_file}"):
-                if step.select and case not in step.select:
-                    continue
-                key = (folder, step.label, case)
-                marks: list[pytest.MarkDecorator] = []
-                if key in KNOWN_GAPS:
-                    marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[key]))
-                yield pytest.param(
-                    folder, step.label, case, id=f"{step.label}::{case}", marks=marks
-                )
+def _params() -> Iterator[object]:
+    for phase in PHASES:
+        for step in phase.steps:
+            step_in_folder = Step(
+                step.label, step.test_file, select=step.select, folder=phase.folder
+            )
+            for case in step_in_folder.cases():
+                test_id = f"{step.label}::{case}"
+                marks = []
+                if test_id in KNOWN_GAPS:
+                    marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[test_id]))
+                yield pytest.param(phase.name, step.label, case, id=test_id, marks=marks)
+
+
+def _checks() -> Iterator[object]:
+    for phase in PHASES:
+        for check in phase.log_checks:
+            test_id = f"{phase.name}::test.sh {check}"
+            marks = []
+            if test_id in KNOWN_GAPS:
+                marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[test_id]))
+            yield pytest.param(phase.name, check, id=test_id, marks=marks)
 
 
 @pytest.fixture(scope="module")
-def folder_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], FolderRun]]:
-    """Each folder served once, on its first case's demand (the cases are in folder order)."""
+def phase_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], PhaseRun]]:
+    """Each phase served once, on its first test's demand (the tests are in phase order)."""
     root = unpack(tmp_path_factory.mktemp("upstream-qa"))
-    done: dict[str, FolderRun] = {}
+    done: dict[str, PhaseRun] = {}
 
-    def run(folder: str) -> FolderRun:
-        if folder not in done:
-            done.clear()  # a folder's output is read by its own cases only
-            models = root / L0 / folder / "models"
-            layout = Layout(root, models)
-            LAYOUTS[folder](layout)
-            steps = [
-                Step(
-                    step.label,
-                    step.test_file,
-                    env=step.env,
-                    select=step.select,
-                    skip=tuple(
-                        case for (f, label, case) in SKIPPED if f == folder and label == step.label
-                    ),
-                    folder=folder,
-                )
-                for step in STEPS[folder]
-            ]
-            done[folder] = run_folder(
-                root,
-                folder,
-                models,
-                steps,
-                SERVER_ARGS.get(folder, ()),
-                server_log=SERVER_LOGS.get(folder, "server.log"),
-            )
-        return done[folder]
+    def run(name: str) -> PhaseRun:
+        if name not in done:
+            phase = next(phase for phase in PHASES if phase.name == name)
+            done[name] = run_phase(root, phase, set(SKIPPED))
+        return done[name]
 
     yield run
 
 
-@pytest.mark.parametrize(("folder", "label", "case"), list(_cases()))
+@pytest.mark.parametrize(("phase", "label", "case"), list(_params()))
 def test_upstream_case(
-    folder_runs: Callable[[str], FolderRun], folder: str, label: str, case: str
+    phase_runs: Callable[[str], PhaseRun], phase: str, label: str, case: str
 ) -> None:
-    if (folder, label, case) in SKIPPED:
-        pytest.skip(SKIPPED[(folder, label, case)])
-    result = folder_runs(folder)
+    if f"{label}::{case}" in SKIPPED:
+        pytest.skip(SKIPPED[f"{label}::{case}"])
+    result = phase_runs(phase)
     outcome, text = result.outcome(label, case)
     if outcome == "skipped":
-        pytest.fail(f"the upstream case skipped itself: {text}")
+        pytest.skip(f"the upstream test skips itself: {text}")
     assert outcome == "passed", (
         f"{outcome}: {text[-4000:]}\n----- the upstream run's output\n"
         + result.step_output(label)[-3000:]
     )
+
+
+@pytest.mark.parametrize(("phase", "check"), list(_checks()))
+def test_upstream_log_check(phase_runs: Callable[[str], PhaseRun], phase: str, check: str) -> None:
+    result = phase_runs(phase)
+    spec = next(p for p in PHASES if p.name == phase)
+    for command in spec.before:
+        assert result.run.clients.get(command) == 0, result.run.client_output(command)
+    spec.log_checks[check](result.server_log)
