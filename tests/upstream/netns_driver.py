@@ -19,12 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shlex
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 READY_URL = "http://127.0.0.1:8000/v2/health/ready"
@@ -41,6 +43,9 @@ def main() -> int:
     parser.add_argument("--startup-timeout", type=float, default=120.0)
     # The file in --cwd that the server's output goes to: some qa tests read it by test.sh's name.
     parser.add_argument("--server-log", default="server.log")
+    # A bound on the server's address space (bytes), for a folder whose models allocate large
+    # tensors: a regression then fails the test instead of filling the shared machine.
+    parser.add_argument("--server-memory-limit", type=int, default=0)
     args = parser.parse_args()
 
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
@@ -64,8 +69,10 @@ def main() -> int:
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=args.cwd,
+            preexec_fn=_memory_limit(args.server_memory_limit),
         )
     results: dict[str, int] = {}
+    ready = False
     try:
         ready = _wait_ready(server, args.startup_timeout)
         if not ready:
@@ -81,7 +88,10 @@ def main() -> int:
             code = server.wait()
         print("----- server log -----", flush=True)
         print(log_path.read_text(errors="replace"), flush=True)
-        print("RESULTS " + json.dumps({"clients": results, "server": code}), flush=True)
+        print(
+            "RESULTS " + json.dumps({"clients": results, "server": code, "ready": ready}),
+            flush=True,
+        )
     return 0
 
 
@@ -103,6 +113,16 @@ def _run_client(command: str, args: argparse.Namespace) -> int:
     print(done.stdout.decode(errors="replace"), flush=True)
     print(f"----- exit {done.returncode}", flush=True)
     return done.returncode
+
+
+def _memory_limit(limit: int) -> Callable[[], None] | None:
+    if not limit:
+        return None
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
 
 
 def _client_env(assignments: list[str]) -> dict[str, str]:

@@ -116,6 +116,7 @@ class Step:
     env: dict[str, str] = field(default_factory=dict)
     select: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
+    case_timeout: int = CASE_TIMEOUT_S
 
     folder: str = ""
 
@@ -145,7 +146,7 @@ class Step:
                 # on to the next, where test.sh would hang.
                 "-o",
                 "timeout_method=signal",
-                f"--timeout={CASE_TIMEOUT_S}",
+                f"--timeout={self.case_timeout}",
                 f"--junitxml={self.junit()}",
                 *(targets or [self.test_file]),
             ]
@@ -201,6 +202,10 @@ class Phase:
     before: tuple[str, ...] = ()
     # False where the folder ships a models/ of its own that test.sh adds to.
     fresh_models: bool = True
+    # False where test.sh expects the server to fail its start (`run_server_nowait; wait`).
+    expect_ready: bool = True
+    # The server's address-space bound in bytes (0: none), where models allocate large tensors.
+    memory_limit: int = 0
 
 
 @dataclass
@@ -256,9 +261,11 @@ def run_phase(root: Path, phase: Phase, skipped: set[str]) -> PhaseRun:
         [*phase.before, *(step.command() for step in steps)],
         server_args=phase.server_args,
         client_env=env,
-        client_timeout=CLIENT_TIMEOUT_S,
+        client_timeout=max([CLIENT_TIMEOUT_S, *(step.case_timeout * 2 for step in steps)]),
         server_log=phase.server_log,
         env=phase.env,
+        server_memory_limit=phase.memory_limit,
+        startup_timeout=120.0 if phase.expect_ready else 30.0,
     )
     cases = {step.label: CaseResults.read(qa_folder / step.junit()) for step in steps}
     log_path = qa_folder / phase.server_log

@@ -14,12 +14,13 @@ do not.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.upstream.qa_support import Layout, Phase, PhaseRun, Step, run_phase
+from tests.upstream.qa_support import CASE_TIMEOUT_S, Layout, Phase, PhaseRun, Step, run_phase
 from tests.upstream.support import unpack
 
 # ---------------------------------------------------------------------------------------------
@@ -61,6 +62,27 @@ def _layout_lifecycle(layout: Layout) -> None:
     wrong = layout.model("wrong_model")
     layout.set_line(wrong, "name", '"wrong_model"')
     layout.replace_all(wrong, "TYPE_FP32", "TYPE_UINT32")
+
+
+def _layout_init_error(layout: Layout) -> None:
+    layout.model("init_error")
+
+
+def _layout_fini_error(layout: Layout) -> None:
+    layout.model("fini_error")
+
+
+def _layout_auto_complete_error(layout: Layout) -> None:
+    layout.model("auto_complete_error", config=False)
+
+
+def _log_has(text: str) -> Callable[[str], None]:
+    """test.sh's `grep "TEXT" $SERVER_LOG`."""
+
+    def check(log: str) -> None:
+        assert text in log, f"{text!r} is not in the server log:\n{log[-6000:]}"
+
+    return check
 
 
 def _layout_parameters(layout: Layout) -> None:
@@ -199,10 +221,14 @@ def _curl_logging(settings: str) -> str:
 # One Phase per server test.sh starts (the ones whose every case is skipped are not started).
 
 
-def _shm_leak(label: str, model: str, **env: str) -> Step:
+def _shm_leak(label: str, model: str, case_timeout: int = CASE_TIMEOUT_S) -> Step:
     """`MODEL_NAME=… pytest ../test_infer_shm_leak.py`: the model runs its own unittest."""
-    return Step(label, "../test_infer_shm_leak.py", env={"MODEL_NAME": model, **env})
+    return Step(
+        label, "../test_infer_shm_leak.py", env={"MODEL_NAME": model}, case_timeout=case_timeout
+    )
 
+
+BLS_MEMORY_LIMIT = 10 * 2**30
 
 PHASES = [
     Phase(
@@ -222,6 +248,39 @@ PHASES = [
         [Step("lifecycle", "lifecycle_test.py")],
         server_log="lifecycle_server.log",
     ),
+    # lifecycle/test.sh's three servers that must report a model's Python error in its log
+    # (test.sh also counts /dev/shm entries around them, Triton's stub regions: not here).
+    Phase(
+        "lifecycle_init_error",
+        "lifecycle",
+        _layout_init_error,
+        [],
+        server_log="lifecycle_server.log",
+        log_checks={"grep init_error": _log_has("name 'lorem_ipsum' is not defined")},
+        # tritonserver's default; the bridge's is false (test.sh waits for the server to exit)
+        server_args=("--log-verbose=1", "--exit-on-error=true"),
+        expect_ready=False,
+    ),
+    Phase(
+        "lifecycle_fini_error",
+        "lifecycle",
+        _layout_fini_error,
+        [],
+        server_log="lifecycle_server.log",
+        log_checks={"grep fini_error": _log_has("name 'undefined_variable' is not defined")},
+    ),
+    Phase(
+        "lifecycle_auto_complete_error",
+        "lifecycle",
+        _layout_auto_complete_error,
+        [],
+        server_log="lifecycle_server.log",
+        server_args=("--log-verbose=1", "--strict-model-config=false", "--exit-on-error=true"),
+        log_checks={
+            "grep auto_complete_error": _log_has("name 'undefined_variable' is not defined")
+        },
+        expect_ready=False,
+    ),
     Phase(
         "parameters",
         "parameters",
@@ -239,8 +298,12 @@ PHASES = [
             f"bls_{kind}",
             "bls",
             _layout_bls,
-            [_shm_leak(f"bls[{model},{kind}]", model) for model in BLS_MODELS],
+            [_shm_leak(f"bls[{model},{kind}]", model, case_timeout=300) for model in BLS_MODELS],
             env={"BLS_KIND": kind},
+            # bls_memory sends a 256 Mi-element tensor through BLS (1 GiB as FP32, made from
+            # a 2 GiB float64 array): bounded, so that a copy too many fails instead of
+            # filling the machine.
+            memory_limit=BLS_MEMORY_LIMIT,
         )
         for kind in ("non_decoupled", "decoupled")
         for BLS_MODELS in [("bls", "bls_memory", "bls_memory_async", "bls_async")]
@@ -367,7 +430,21 @@ BLS_SUITE = (
     "libtorch models from Triton's qa data (onnx_nobatch_sequence_int32, libtorch_gpu/_cpu); "
     "one upstream case covers the whole suite"
 )
+# bls_memory(_async) send a 1 GiB tensor and then 4 of 200 MiB through BLS: ~7 GB resident and
+# over a minute a case on a 2-core machine, four runs. Run with DYN_BRIDGE_UPSTREAM_HEAVY=1 (a CI
+# step of its own); in the main pass they are left out, named here.
+HEAVY = os.environ.get("DYN_BRIDGE_UPSTREAM_HEAVY") == "1"
+TOO_HEAVY = (
+    "1 GiB tensors through BLS (~7 GB resident, minutes): runs only with "
+    "DYN_BRIDGE_UPSTREAM_HEAVY=1, outside the main test pass"
+)
 SKIPPED: dict[str, str] = {
+    **{
+        f"bls[{model},{kind}]::TestInferShmLeak::test_shm_leak": TOO_HEAVY
+        for model in ("bls_memory", "bls_memory_async")
+        for kind in ("non_decoupled", "decoupled")
+        if not HEAVY
+    },
     # decoupled_bls's response thread runs execute_gpu_bls() before it answers; without CUDA it
     # raises and the request never ends (as in Triton without a GPU).
     "decoupled::DecoupledTest::test_decoupled_bls": NEEDS_GPU,
@@ -453,6 +530,7 @@ def test_upstream_case(
 def test_upstream_log_check(phase_runs: Callable[[str], PhaseRun], phase: str, check: str) -> None:
     result = phase_runs(phase)
     spec = next(p for p in PHASES if p.name == phase)
+    assert result.run.ready == spec.expect_ready, result.run.output[-6000:]
     for command in spec.before:
         assert result.run.clients.get(command) == 0, result.run.client_output(command)
     spec.log_checks[check](result.server_log)
