@@ -95,14 +95,22 @@ def upstream_cases(test_file: str) -> list[str]:
     cases = []
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
-            cases += [
-                f"{node.name}::{item.name}"
-                for item in node.body
-                if isinstance(item, ast.FunctionDef) and item.name.startswith("test")
-            ]
+            cases += [f"{node.name}::{name}" for name in _test_methods(node.body)]
         elif isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
             cases.append(node.name)
     return cases
+
+
+def _test_methods(body: list[ast.stmt]) -> list[str]:
+    """Test methods of a class body, also those defined under an `if` (python_test.py defines
+    its GPU cases under `if not _test_jetson and not _test_windows:`)."""
+    names = []
+    for item in body:
+        if isinstance(item, ast.FunctionDef) and item.name.startswith("test"):
+            names.append(item.name)
+        elif isinstance(item, ast.If):
+            names += _test_methods(item.body) + _test_methods(item.orelse)
+    return names
 
 
 @dataclass
@@ -195,6 +203,7 @@ class Phase:
     # test.sh's SERVER_ARGS that the bridge has (all but --model-repository and
     # --backend-directory, which have no meaning here).
     server_args: tuple[str, ...] = ("--log-verbose=1",)
+    # `{root}` in a value is the folder the archive is unpacked in.
     env: dict[str, str] = field(default_factory=dict)
     server_log: str = "server.log"
     log_checks: dict[str, Callable[[str], None]] = field(default_factory=dict)
@@ -263,7 +272,7 @@ def run_phase(root: Path, phase: Phase, skipped: set[str]) -> PhaseRun:
         client_env=env,
         client_timeout=max([CLIENT_TIMEOUT_S, *(step.case_timeout * 2 for step in steps)]),
         server_log=phase.server_log,
-        env=phase.env,
+        env={name: value.format(root=root) for name, value in phase.env.items()},
         server_memory_limit=phase.memory_limit,
         startup_timeout=120.0 if phase.expect_ready else 30.0,
     )

@@ -178,6 +178,51 @@ def _layout_io_prior_crash(layout: Layout) -> None:
     (llm / "1" / "model.py").write_bytes((source / "model.py").read_bytes())
 
 
+def _layout_io_gpu(*models: str) -> Callable[[Layout], None]:
+    def layout_models(layout: Layout) -> None:
+        for model in models:
+            layout.model(model)
+
+    return layout_models
+
+
+def _layout_python_test(layout: Layout) -> None:
+    """The top-level L0_backend_python/test.sh's first server (python_test.py)."""
+    identity = layout.model("identity_fp32")
+    layout.model("identity_bf16")
+    uint8 = layout.copy_tree(identity, "identity_uint8")
+    layout.set_line(uint8, "name", '"identity_uint8"')
+    layout.replace_all(uint8, "TYPE_FP32", "TYPE_UINT8")
+    layout.set_line(uint8, "max_batch_size", "8")
+    layout.append(
+        uint8,
+        "dynamic_batching { preferred_batch_size: [8], max_queue_delay_microseconds: 12000000 }",
+    )
+    uint8_nobatch = layout.copy_tree(identity, "identity_uint8_nobatch")
+    layout.set_line(uint8_nobatch, "name", '"identity_uint8_nobatch"')
+    layout.replace_all(uint8_nobatch, "TYPE_FP32", "TYPE_UINT8")
+    layout.set_line(uint8_nobatch, "max_batch_size", "")
+    uint32 = layout.copy_tree(identity, "identity_uint32")
+    layout.set_line(uint32, "name", '"identity_uint32"')
+    layout.replace_all(uint32, "TYPE_FP32", "TYPE_UINT32")
+    boolean = layout.copy_tree(identity, "identity_bool")
+    layout.set_line(boolean, "name", '"identity_bool"')
+    layout.replace_all(boolean, "TYPE_FP32", "TYPE_BOOL")
+    default_name = layout.copy_tree(identity, "default_model_name")
+    (default_name / "1" / "model.py").rename(default_name / "1" / "mymodel.py")
+    layout.set_line(default_name, "name", '"default_model_name"')
+    layout.append(default_name, 'default_model_filename: "mymodel.py"')
+    pytorch = layout.model("pytorch_fp32_fp32")
+    layout.set_line(pytorch, "name", '"pytorch_fp32_fp32"')
+    for name in ("delayed_model", "init_args", "optional", "non_contiguous", "string"):
+        layout.model(name)
+    # `sed "s|TRITON_DIR_PATH|${TRITON_DIR}|"`; TRITON_DIR is the unpacked server/ (Phase.env)
+    init_args = layout.models / "init_args"
+    layout.replace_all(init_args, "TRITON_DIR_PATH", str(layout.python_models.parents[1]))
+    layout.model("string_fixed")
+    layout.model("dlpack_identity")
+
+
 def _layout_custom_metrics(layout: Layout) -> None:
     layout.model("custom_metrics")
 
@@ -231,6 +276,14 @@ def _shm_leak(label: str, model: str, case_timeout: int = CASE_TIMEOUT_S) -> Ste
 BLS_MEMORY_LIMIT = 10 * 2**30
 
 PHASES = [
+    Phase(
+        "python_test",
+        "",
+        _layout_python_test,
+        [Step("python_test", "python_test.py")],
+        server_log="inference_server.log",
+        env={"TRITON_DIR": "{root}/server"},
+    ),
     Phase(
         "decoupled",
         "decoupled",
@@ -382,6 +435,34 @@ PHASES = [
             )
         ],
     ),
+    *(
+        Phase(
+            f"io_ensemble_io_{trial}",
+            "io",
+            _layout_io_gpu(),
+            [
+                Step(
+                    f"io[test_ensemble_io,{trial}]",
+                    "io_test.py",
+                    env={"TRIAL": trial},
+                    select=("IOTest::test_ensemble_io",),
+                )
+            ],
+        )
+        for trial in ("default", "decoupled")
+    ),
+    *(
+        Phase(
+            f"io_{case}",
+            "io",
+            _layout_io_gpu(model),
+            [Step(f"io[{case}]", "io_test.py", select=(f"IOTest::{case}",))],
+        )
+        for case, model in (
+            ("test_empty_gpu_output", "dlpack_empty_output"),
+            ("test_variable_gpu_output", "variable_gpu_output"),
+        )
+    ),
     Phase(
         "custom_metrics",
         "custom_metrics",
@@ -450,6 +531,26 @@ SKIPPED: dict[str, str] = {
     "decoupled::DecoupledTest::test_decoupled_bls": NEEDS_GPU,
     "ensemble::EnsembleTest::test_ensemble_gpu": NEEDS_GPU
     + "; its libtorch step comes from Triton's qa data, not a Python model",
+    **{
+        f"io[test_ensemble_io,{trial}]::IOTest::test_ensemble_io": NEEDS_GPU
+        + " (every combination of the three models' output devices)"
+        for trial in ("default", "decoupled")
+    },
+    "io[test_empty_gpu_output]::IOTest::test_empty_gpu_output": NEEDS_GPU,
+    "io[test_variable_gpu_output]::IOTest::test_variable_gpu_output": NEEDS_GPU,
+    "python_test::PythonTest::test_gpu_tensor_error": "needs a GPU: CUDA shared memory",
+    "python_test::PythonTest::test_growth_error": (
+        "tests the size limit of Triton's stub-to-server shared memory pool (test.sh's "
+        "--backend-config=python,shm-default-byte-size and the container's 1 GiB /dev/shm): a "
+        "1 GiB and a 512 MiB request must fail with Triton's 'Failed to increase the shared "
+        "memory pool size'; the bridge has no such pool"
+    ),
+    "python_test::PythonTest::test_bf16": (
+        "the installed tritonclient (2.73) refuses an np.float32 array for a BF16 input "
+        "before any request is sent ('Since r26.06, BF16 inputs must use ml_dtypes.bfloat16'); "
+        "the 2.58 test passes one"
+    ),
+    "python_test::PythonTest::test_dlpack_tensor_error": "needs a GPU: CUDA shared memory",
     # the client picks the output's device at random: .cuda() in the model half the time
     "io[test_requested_output_decoupled]::IOTest::test_requested_output_decoupled": NEEDS_GPU,
     **{
