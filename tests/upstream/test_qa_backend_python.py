@@ -104,6 +104,14 @@ def _layout_bls(layout: Layout) -> None:
         layout.model(name)
 
 
+def _layout_bls_init_error(layout: Layout) -> None:
+    layout.model("bls_init_error")
+
+
+def _layout_bls_finalize_error(layout: Layout) -> None:
+    layout.model("bls_finalize_error")
+
+
 def _layout_bls_parameters(layout: Layout) -> None:
     layout.model("bls_parameters")
 
@@ -273,7 +281,8 @@ def _shm_leak(label: str, model: str, case_timeout: int = CASE_TIMEOUT_S) -> Ste
     )
 
 
-BLS_MEMORY_LIMIT = 10 * 2**30
+BLS_MEMORY_LIMIT = 14 * 2**30
+BLS_OUTSIDE_EXECUTE = "BLS is only supported during the 'execute' function."
 
 PHASES = [
     Phase(
@@ -360,6 +369,24 @@ PHASES = [
         )
         for kind in ("non_decoupled", "decoupled")
         for BLS_MODELS in [("bls", "bls_memory", "bls_memory_async", "bls_async")]
+    ),
+    # bls/test.sh: BLS outside execute() fails with this text in the log, at start-up
+    # (initialize: the server does not start) and at shut-down (finalize).
+    Phase(
+        "bls_init_error",
+        "bls",
+        _layout_bls_init_error,
+        [],
+        server_args=("--log-verbose=1", "--exit-on-error=true"),  # tritonserver's default
+        log_checks={"grep bls_init_error": _log_has(BLS_OUTSIDE_EXECUTE)},
+        expect_ready=False,
+    ),
+    Phase(
+        "bls_finalize_error",
+        "bls",
+        _layout_bls_finalize_error,
+        [],
+        log_checks={"grep bls_finalize_error": _log_has(BLS_OUTSIDE_EXECUTE)},
     ),
     Phase(
         "bls_parameters",
