@@ -14,6 +14,7 @@ rather than a silent gap.
 from __future__ import annotations
 
 import ast
+import os
 import posixpath
 import re
 import shutil
@@ -272,7 +273,11 @@ def run_phase(root: Path, phase: Phase, skipped: set[str]) -> PhaseRun:
         client_env=env,
         client_timeout=max([CLIENT_TIMEOUT_S, *(step.case_timeout * 2 for step in steps)]),
         server_log=phase.server_log,
-        env={name: value.format(root=root) for name, value in phase.env.items()},
+        env={
+            # The triton door unless the caller picks one (it becomes the default door).
+            "DYN_BRIDGE_FRONTEND": os.environ.get("DYN_BRIDGE_FRONTEND", "triton"),
+            **{name: value.format(root=root) for name, value in phase.env.items()},
+        },
         server_memory_limit=phase.memory_limit,
         startup_timeout=120.0 if phase.expect_ready else 30.0,
     )
