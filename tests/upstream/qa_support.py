@@ -2,8 +2,9 @@
 
 Each folder's `test.sh` copies models from `qa/python_models` into `models/`, edits their
 `config.pbtxt` with `sed`/`echo`, starts tritonserver with some flags and runs its test file with
-`python3 -m pytest --junitxml=…`. Here the same layout is made in Python (`Layout`), the bridge
-is started with the flags it has among those, and the unmodified test file runs with pytest in
+`python3 -m pytest --junitxml=…`. Here each server start is a `Phase`: the same layout made in
+Python (`Layout`), the bridge started with the flags it has among those (`run_phase`), and the
+unmodified test file run with pytest in
 the folder (its `sys.path.append("../../common")` finds `test_util`/`shm_util` there; qa/common is
 also put on PYTHONPATH as test.sh's environment has it). Each upstream test case is then reported
 as a test of ours from the junit XML (`CaseResults`); the cases are listed at collection time
