@@ -45,6 +45,7 @@ class Run:
     output: str
     clients: dict[str, int]
     server_status: int
+    ready: bool = True
 
     def client_output(self, command: str) -> str:
         start = self.output.find(f"----- $ {command}\n")
@@ -67,6 +68,12 @@ def run_in_namespace(
     clients: list[str],
     server_args: tuple[str, ...] = (),
     timeout: float = 900.0,
+    client_env: dict[str, str] | None = None,
+    client_timeout: float = 180.0,
+    server_log: str = "server.log",
+    env: dict[str, str] | None = None,
+    server_memory_limit: int = 0,
+    startup_timeout: float = 120.0,
 ) -> Run:
     if not namespaces_available():
         pytest.fail("running Triton's clients needs `unshare --net` (root) and iproute2")
@@ -81,18 +88,28 @@ def run_in_namespace(
         str(cwd),
     ]
     for argument in server_args:
-        command += ["--server-arg", argument]
+        command.append(f"--server-arg={argument}")  # `=`: an argument may start with "--"
+    for name, value in (client_env or {}).items():
+        command.append(f"--client-env={name}={value}")
+    command += ["--client-timeout", str(client_timeout), "--server-log", server_log]
+    command += ["--server-memory-limit", str(server_memory_limit)]
+    command += ["--startup-timeout", str(startup_timeout)]
     for client in clients:
         command += ["--client", client]
-    env = dict(os.environ)
+    env = {**os.environ, **(env or {})}  # the server's and the clients' environment
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p)
     env["PATH"] = env.get("PATH", "") + ":/usr/sbin:/sbin"  # `ip`, where a user's PATH lacks it
     done = subprocess.run(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout, cwd=cwd
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=timeout,
+        cwd=cwd,
+        env=env,
     )
     output = done.stdout.decode(errors="replace")
     marker = output.rfind("RESULTS ")
     if marker < 0:
         raise AssertionError(f"the namespace run ended without results:\n{output[-20000:]}")
     results = json.loads(output[marker + len("RESULTS ") :].splitlines()[0])
-    return Run(output, results["clients"], results["server"])
+    return Run(output, results["clients"], results["server"], results["ready"])

@@ -1,0 +1,664 @@
+"""Triton's own `qa/L0_backend_python` tests, unmodified, against the bridge's triton door.
+
+Each qa folder's models are laid out as its `test.sh` lays them out (the `_layout_*`
+functions: its `cp` and `sed` lines, in Python), one server per test.sh server start serves them
+(`PHASES`; in a network namespace of its own, on Triton's ports, with the flags of test.sh's
+SERVER_ARGS that the bridge has), and the folder's test file runs there with pytest as test.sh
+runs it. Every upstream test case is a test of ours that passes when the upstream case passed,
+and so is each check test.sh makes on the server's log (model log lines, not Triton's own).
+A case that cannot run here is skipped by name (`SKIPPED`; left out of the upstream run too); a
+case that fails for a known gap in the bridge is `xfail(strict=True)` with the reason
+(`KNOWN_GAPS`), so it turns red once fixed. README.md says which folders run and why the others
+do not.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.upstream.qa_support import CASE_TIMEOUT_S, Layout, Phase, PhaseRun, Step, run_phase
+from tests.upstream.support import unpack
+
+# ---------------------------------------------------------------------------------------------
+# Layouts: each test.sh's `mkdir -p models/…; cp …; sed -i …; echo … >> config.pbtxt`.
+
+
+def _layout_decoupled(layout: Layout) -> None:
+    # decoupled/models/ already holds the folder's own models; test.sh adds these to them.
+    layout.model("identity_fp32")
+    cancel = layout.model("execute_cancel")
+    layout.append(cancel, "model_transaction_policy { decoupled: True }")
+    layout.model("response_sender_until_cancelled")
+    examples = layout.python_models.parents[2] / "python_backend" / "examples" / "decoupled"
+    square = layout.models / "square_int32"
+    (square / "1").mkdir(parents=True, exist_ok=True)
+    (square / "1" / "model.py").write_bytes((examples / "square_model.py").read_bytes())
+    (square / "config.pbtxt").write_bytes((examples / "square_config.pbtxt").read_bytes())
+    layout.model("dlpack_add_sub")
+
+
+def _layout_lifecycle(layout: Layout) -> None:
+    layout.model("error_code")
+    layout.model("execute_cancel")
+    execute_error = layout.model("execute_error")
+    layout.set_line(execute_error, "name", '"execute_error"')
+    layout.set_line(execute_error, "max_batch_size", "8")
+    layout.append(
+        execute_error,
+        "dynamic_batching { preferred_batch_size: [8], max_queue_delay_microseconds: 12000000 }",
+    )
+    grpc_error = layout.model("execute_grpc_error")
+    layout.set_line(grpc_error, "name", '"execute_grpc_error"')
+    layout.set_line(grpc_error, "max_batch_size", "8")
+    layout.append(
+        grpc_error,
+        "dynamic_batching { preferred_batch_size: [8], max_queue_delay_microseconds: 1200000 }",
+    )
+    layout.model("execute_return_error")
+    wrong = layout.model("wrong_model")
+    layout.set_line(wrong, "name", '"wrong_model"')
+    layout.replace_all(wrong, "TYPE_FP32", "TYPE_UINT32")
+
+
+def _layout_init_error(layout: Layout) -> None:
+    layout.model("init_error")
+
+
+def _layout_fini_error(layout: Layout) -> None:
+    layout.model("fini_error")
+
+
+def _layout_auto_complete_error(layout: Layout) -> None:
+    layout.model("auto_complete_error", config=False)
+
+
+def _log_has(text: str) -> Callable[[str], None]:
+    """test.sh's `grep "TEXT" $SERVER_LOG`."""
+
+    def check(log: str) -> None:
+        assert text in log, f"{text!r} is not in the server log:\n{log[-6000:]}"
+
+    return check
+
+
+def _layout_parameters(layout: Layout) -> None:
+    for name in ("response_parameters", "response_parameters_decoupled", "response_parameters_bls"):
+        layout.model(name)
+
+
+def _layout_async_execute(layout: Layout) -> None:
+    layout.model("async_execute_decouple")
+    layout.model("async_execute_decouple_bls")
+
+
+def _layout_bls(layout: Layout) -> None:
+    # The GPU / ONNX / libtorch part of bls/test.sh: its steps are all skipped (SKIPPED), so
+    # this server is never started; the layout is here for the record of what test.sh serves.
+    for name in ("bls", "dlpack_add_sub", "bls_async", "bls_memory", "bls_memory_async"):
+        layout.model(name)
+    for name in ("add_sub", "execute_error", "identity_fp32", "dlpack_identity"):
+        layout.model(name)
+
+
+def _layout_bls_init_error(layout: Layout) -> None:
+    layout.model("bls_init_error")
+
+
+def _layout_bls_finalize_error(layout: Layout) -> None:
+    layout.model("bls_finalize_error")
+
+
+def _layout_bls_parameters(layout: Layout) -> None:
+    layout.model("bls_parameters")
+
+
+def _layout_response_sender(layout: Layout) -> None:
+    decoupled = "model_transaction_policy { decoupled: True }"
+    batching = "dynamic_batching { max_queue_delay_microseconds: 500000 }"
+    for name, model_file, extra in (
+        ("response_sender", "model.py", ()),
+        ("response_sender_decoupled", "model.py", (decoupled,)),
+        ("response_sender_async", "model_async.py", ()),
+        ("response_sender_decoupled_async", "model_async.py", (decoupled,)),
+        ("response_sender_batching", "model.py", (batching,)),
+        ("response_sender_decoupled_batching", "model.py", (decoupled, batching)),
+        ("response_sender_async_batching", "model_async.py", (batching,)),
+        ("response_sender_decoupled_async_batching", "model_async.py", (decoupled, batching)),
+    ):
+        model = layout.model(
+            "response_sender", name, model_file=model_file, extra_files=("model_common.py",)
+        )
+        for line in extra:
+            layout.append(model, line)
+
+
+def _layout_response_sender_complete_final(layout: Layout) -> None:
+    layout.model("response_sender_complete_final")
+
+
+def _layout_request_rescheduling(layout: Layout) -> None:
+    for name in (
+        "bls_request_rescheduling",
+        "request_rescheduling_addsub",
+        "iterative_sequence",
+        "wrong_return_type",
+    ):
+        layout.model(name)
+
+
+def _layout_argument_validation(layout: Layout) -> None:
+    pass  # argument_validation/models/ ships with the folder
+
+
+def _layout_model_control(layout: Layout) -> None:
+    layout.model("identity_fp32")
+    ensemble = layout.models / "simple_identity_fp32"
+    (ensemble / "1").mkdir(parents=True, exist_ok=True)
+    config = layout.python_models / "simple_identity_fp32" / "config.pbtxt"
+    (ensemble / "config.pbtxt").write_bytes(config.read_bytes())
+
+
+def _layout_ensemble(layout: Layout) -> None:
+    ensemble = layout.models / "ensemble"
+    (ensemble / "1").mkdir(parents=True, exist_ok=True)
+    config = layout.python_models / "ensemble" / "config.pbtxt"
+    (ensemble / "config.pbtxt").write_bytes(config.read_bytes())
+    layout.model("add_sub", "add_sub_1")
+    layout.model("add_sub", "add_sub_2")
+    # ensemble_gpu and its libtorch step (from Triton's qa data, not in the archive) are left
+    # out with test_ensemble_gpu (SKIPPED).
+
+
+def _layout_io_requested_output(layout: Layout) -> None:
+    layout.model("add_sub")
+    layout.model("dlpack_io_identity_decoupled")
+
+
+def _layout_io_prior_crash(layout: Layout) -> None:
+    llm = layout.models / "llm"
+    (llm / "1").mkdir(parents=True, exist_ok=True)
+    source = layout.python_models.parent / "L0_backend_python" / "io" / "requested_output_model"
+    (llm / "config.pbtxt").write_bytes((source / "config.pbtxt").read_bytes())
+    (llm / "1" / "model.py").write_bytes((source / "model.py").read_bytes())
+
+
+def _layout_io_gpu(*models: str) -> Callable[[Layout], None]:
+    def layout_models(layout: Layout) -> None:
+        for model in models:
+            layout.model(model)
+
+    return layout_models
+
+
+def _layout_python_test(layout: Layout) -> None:
+    """The top-level L0_backend_python/test.sh's first server (python_test.py)."""
+    identity = layout.model("identity_fp32")
+    layout.model("identity_bf16")
+    uint8 = layout.copy_tree(identity, "identity_uint8")
+    layout.set_line(uint8, "name", '"identity_uint8"')
+    layout.replace_all(uint8, "TYPE_FP32", "TYPE_UINT8")
+    layout.set_line(uint8, "max_batch_size", "8")
+    layout.append(
+        uint8,
+        "dynamic_batching { preferred_batch_size: [8], max_queue_delay_microseconds: 12000000 }",
+    )
+    uint8_nobatch = layout.copy_tree(identity, "identity_uint8_nobatch")
+    layout.set_line(uint8_nobatch, "name", '"identity_uint8_nobatch"')
+    layout.replace_all(uint8_nobatch, "TYPE_FP32", "TYPE_UINT8")
+    layout.set_line(uint8_nobatch, "max_batch_size", "")
+    uint32 = layout.copy_tree(identity, "identity_uint32")
+    layout.set_line(uint32, "name", '"identity_uint32"')
+    layout.replace_all(uint32, "TYPE_FP32", "TYPE_UINT32")
+    boolean = layout.copy_tree(identity, "identity_bool")
+    layout.set_line(boolean, "name", '"identity_bool"')
+    layout.replace_all(boolean, "TYPE_FP32", "TYPE_BOOL")
+    default_name = layout.copy_tree(identity, "default_model_name")
+    (default_name / "1" / "model.py").rename(default_name / "1" / "mymodel.py")
+    layout.set_line(default_name, "name", '"default_model_name"')
+    layout.append(default_name, 'default_model_filename: "mymodel.py"')
+    pytorch = layout.model("pytorch_fp32_fp32")
+    layout.set_line(pytorch, "name", '"pytorch_fp32_fp32"')
+    for name in ("delayed_model", "init_args", "optional", "non_contiguous", "string"):
+        layout.model(name)
+    # `sed "s|TRITON_DIR_PATH|${TRITON_DIR}|"`; TRITON_DIR is the unpacked server/ (Phase.env)
+    init_args = layout.models / "init_args"
+    layout.replace_all(init_args, "TRITON_DIR_PATH", str(layout.python_models.parents[1]))
+    layout.model("string_fixed")
+    layout.model("dlpack_identity")
+
+
+def _layout_custom_metrics(layout: Layout) -> None:
+    layout.model("custom_metrics")
+
+
+def _layout_logging(layout: Layout) -> None:
+    layout.model("identity_fp32_logging")
+
+
+# ---------------------------------------------------------------------------------------------
+# test.sh's checks on the server log after it stopped.
+
+
+def _log_counts(non_verbose: int, verbose: int) -> Callable[[str], None]:
+    """logging/test.sh's verify_log_counts: how many of the model's messages of each level."""
+
+    def check(log: str) -> None:
+        counts = {
+            message: len(re.findall(re.escape(message), log))
+            for message in ("Specific Msg!", "Info Msg!", "Warning Msg!", "Error Msg!")
+        }
+        counts["Verbose Msg!"] = log.count("Verbose Msg!")
+        expected = {message: non_verbose for message in counts} | {"Verbose Msg!": verbose}
+        assert counts == expected, log[-6000:]
+
+    return check
+
+
+def _decoupled_log_counts(log: str) -> None:
+    """decoupled/test.sh's verify_log_counts (non-Windows)."""
+    for message in ("Specific Msg!", "Info Msg!", "Warning Msg!", "Error Msg!"):
+        assert message in log, f"{message!r} not in the server log:\n{log[-6000:]}"
+    assert log.count("Finalize invoked") == 3, log[-6000:]
+    assert log.count("Finalize complete...") == 3, log[-6000:]
+
+
+def _curl_logging(settings: str) -> str:
+    return f"curl -s -f -d '{settings}' http://localhost:8000/v2/logging"
+
+
+# ---------------------------------------------------------------------------------------------
+# One Phase per server test.sh starts (the ones whose every case is skipped are not started).
+
+
+def _shm_leak(label: str, model: str, case_timeout: int = CASE_TIMEOUT_S) -> Step:
+    """`MODEL_NAME=… pytest ../test_infer_shm_leak.py`: the model runs its own unittest."""
+    return Step(
+        label, "../test_infer_shm_leak.py", env={"MODEL_NAME": model}, case_timeout=case_timeout
+    )
+
+
+BLS_MEMORY_LIMIT = 14 * 2**30
+BLS_OUTSIDE_EXECUTE = "BLS is only supported during the 'execute' function."
+
+PHASES = [
+    Phase(
+        "python_test",
+        "",
+        _layout_python_test,
+        [Step("python_test", "python_test.py")],
+        server_log="inference_server.log",
+        env={"TRITON_DIR": "{root}/server"},
+    ),
+    Phase(
+        "decoupled",
+        "decoupled",
+        _layout_decoupled,
+        [Step("decoupled", "decoupled_test.py")],
+        server_log="decoupled_server.log",
+        log_checks={"verify_log_counts": _decoupled_log_counts},
+        fresh_models=False,
+    ),
+    Phase(
+        "lifecycle",
+        "lifecycle",
+        _layout_lifecycle,
+        # test.sh runs lifecycle_test.py five times on one server; once here, to bound the time.
+        [Step("lifecycle", "lifecycle_test.py")],
+        server_log="lifecycle_server.log",
+    ),
+    # lifecycle/test.sh's three servers that must report a model's Python error in its log
+    # (test.sh also counts /dev/shm entries around them, Triton's stub regions: not here).
+    Phase(
+        "lifecycle_init_error",
+        "lifecycle",
+        _layout_init_error,
+        [],
+        server_log="lifecycle_server.log",
+        log_checks={"grep init_error": _log_has("name 'lorem_ipsum' is not defined")},
+        # tritonserver's default; the bridge's is false (test.sh waits for the server to exit)
+        server_args=("--log-verbose=1", "--exit-on-error=true"),
+        expect_ready=False,
+    ),
+    Phase(
+        "lifecycle_fini_error",
+        "lifecycle",
+        _layout_fini_error,
+        [],
+        server_log="lifecycle_server.log",
+        log_checks={"grep fini_error": _log_has("name 'undefined_variable' is not defined")},
+    ),
+    Phase(
+        "lifecycle_auto_complete_error",
+        "lifecycle",
+        _layout_auto_complete_error,
+        [],
+        server_log="lifecycle_server.log",
+        server_args=("--log-verbose=1", "--strict-model-config=false", "--exit-on-error=true"),
+        log_checks={
+            "grep auto_complete_error": _log_has("name 'undefined_variable' is not defined")
+        },
+        expect_ready=False,
+    ),
+    Phase(
+        "parameters",
+        "parameters",
+        _layout_parameters,
+        [Step("parameters", "response_parameters_test.py")],
+    ),
+    Phase(
+        "async_execute",
+        "async_execute",
+        _layout_async_execute,
+        [Step("async_execute", "concurrency_test.py", env={"SERVER_LOG": "server.log"})],
+    ),
+    *(
+        Phase(
+            f"bls_{kind}",
+            "bls",
+            _layout_bls,
+            [_shm_leak(f"bls[{model},{kind}]", model, case_timeout=300) for model in BLS_MODELS],
+            env={"BLS_KIND": kind},
+            # bls_memory sends a 256 Mi-element tensor through BLS (1 GiB as FP32, made from
+            # a 2 GiB float64 array): bounded, so that a copy too many fails instead of
+            # filling the machine.
+            memory_limit=BLS_MEMORY_LIMIT,
+        )
+        for kind in ("non_decoupled", "decoupled")
+        for BLS_MODELS in [("bls", "bls_memory", "bls_memory_async", "bls_async")]
+    ),
+    # bls/test.sh: BLS outside execute() fails with this text in the log, at start-up
+    # (initialize: the server does not start) and at shut-down (finalize).
+    Phase(
+        "bls_init_error",
+        "bls",
+        _layout_bls_init_error,
+        [],
+        server_args=("--log-verbose=1", "--exit-on-error=true"),  # tritonserver's default
+        log_checks={"grep bls_init_error": _log_has(BLS_OUTSIDE_EXECUTE)},
+        expect_ready=False,
+    ),
+    Phase(
+        "bls_finalize_error",
+        "bls",
+        _layout_bls_finalize_error,
+        [],
+        log_checks={"grep bls_finalize_error": _log_has(BLS_OUTSIDE_EXECUTE)},
+    ),
+    Phase(
+        "bls_parameters",
+        "bls",
+        _layout_bls_parameters,
+        [Step("bls_parameters", "bls_parameters_test.py")],
+    ),
+    Phase(
+        "response_sender",
+        "response_sender",
+        _layout_response_sender,
+        [Step("response_sender", "response_sender_test.py", env={"SERVER_LOG": "server.log"})],
+    ),
+    Phase(
+        "response_sender_complete_final",
+        "response_sender",
+        _layout_response_sender_complete_final,
+        [
+            Step(
+                "response_sender_complete_final",
+                "response_sender_complete_final_test.py",
+                env={"SERVER_LOG": "server.log"},
+            )
+        ],
+    ),
+    Phase(
+        "request_rescheduling",
+        "request_rescheduling",
+        _layout_request_rescheduling,
+        [
+            _shm_leak("request_rescheduling[bls_request_rescheduling]", "bls_request_rescheduling"),
+            Step("request_rescheduling_grpc", "grpc_endpoint_test.py"),
+        ],
+        server_args=("--model-control-mode=explicit", "--load-model=*", "--log-verbose=1"),
+    ),
+    Phase(
+        "argument_validation",
+        "argument_validation",
+        _layout_argument_validation,
+        [_shm_leak("argument_validation", "argument_validation")],
+        fresh_models=False,
+    ),
+    Phase(
+        "model_control",
+        "model_control",
+        _layout_model_control,
+        [Step("model_control", "model_control_test.py")],
+        server_args=("--model-control-mode=explicit", "--log-verbose=1"),
+    ),
+    Phase("ensemble", "ensemble", _layout_ensemble, [Step("ensemble", "ensemble_test.py")]),
+    Phase(
+        "io_requested_output",
+        "io",
+        _layout_io_requested_output,
+        [
+            Step(
+                f"io[{case}]",
+                "io_test.py",
+                select=(f"IOTest::{case}",),
+            )
+            for case in ("test_requested_output_default", "test_requested_output_decoupled")
+        ],
+    ),
+    Phase(
+        "io_prior_crash",
+        "io",
+        _layout_io_prior_crash,
+        [
+            Step(
+                "io[test_requested_output_decoupled_prior_crash]",
+                "io_test.py",
+                select=("IOTest::test_requested_output_decoupled_prior_crash",),
+            )
+        ],
+    ),
+    *(
+        Phase(
+            f"io_ensemble_io_{trial}",
+            "io",
+            _layout_io_gpu(),
+            [
+                Step(
+                    f"io[test_ensemble_io,{trial}]",
+                    "io_test.py",
+                    env={"TRIAL": trial},
+                    select=("IOTest::test_ensemble_io",),
+                )
+            ],
+        )
+        for trial in ("default", "decoupled")
+    ),
+    *(
+        Phase(
+            f"io_{case}",
+            "io",
+            _layout_io_gpu(model),
+            [Step(f"io[{case}]", "io_test.py", select=(f"IOTest::{case}",))],
+        )
+        for case, model in (
+            ("test_empty_gpu_output", "dlpack_empty_output"),
+            ("test_variable_gpu_output", "variable_gpu_output"),
+        )
+    ),
+    Phase(
+        "custom_metrics",
+        "custom_metrics",
+        _layout_custom_metrics,
+        [_shm_leak("custom_metrics", "custom_metrics")],
+    ),
+    Phase(
+        "logging_default",
+        "logging",
+        _layout_logging,
+        [Step("logging[default]", "logging_test.py")],
+        server_log="logging_server.log",
+        server_args=(),  # test.sh starts this server without --log-verbose
+        log_checks={"verify_log_counts 4 0": _log_counts(4, 0)},
+    ),
+    Phase(
+        "logging_verbose",
+        "logging",
+        _layout_logging,
+        [Step("logging[verbose]", "logging_test.py")],
+        server_log="logging_server.log",
+        server_args=(),  # test.sh starts this server without --log-verbose
+        log_checks={"verify_log_counts 4 3": _log_counts(4, 3)},
+        before=(_curl_logging('{"log_verbose_level":1}'),),
+    ),
+    Phase(
+        "logging_disabled",
+        "logging",
+        _layout_logging,
+        [Step("logging[disabled]", "logging_test.py")],
+        server_log="logging_server.log",
+        server_args=(),  # test.sh starts this server without --log-verbose
+        log_checks={"verify_log_counts 1 0": _log_counts(1, 0)},
+        before=tuple(
+            _curl_logging(f'{{"{flag}":false}}')
+            for flag in ("log_info", "log_warning", "log_error")
+        ),
+    ),
+]
+
+# `label::case` -> why it cannot run here. Left out of the upstream run.
+NEEDS_GPU = "needs a GPU: its model moves tensors to CUDA (torch .to('cuda') / .cuda())"
+BLS_SUITE = (
+    "needs a GPU and non-Python models: the model's own unittest suite has GPU cases "
+    "(test_gpu_bls, test_bls_tensor_lifecycle, CUDA memory pool checks) and calls ONNX and "
+    "libtorch models from Triton's qa data (onnx_nobatch_sequence_int32, libtorch_gpu/_cpu); "
+    "one upstream case covers the whole suite"
+)
+# bls_memory(_async) send a 1 GiB tensor and then 4 of 200 MiB through BLS: ~7 GB resident and
+# over a minute a case on a 2-core machine, four runs. Run with DYN_BRIDGE_UPSTREAM_HEAVY=1 (a CI
+# step of its own); in the main pass they are left out, named here.
+HEAVY = os.environ.get("DYN_BRIDGE_UPSTREAM_HEAVY") == "1"
+TOO_HEAVY = (
+    "1 GiB tensors through BLS (~7 GB resident, minutes): runs only with "
+    "DYN_BRIDGE_UPSTREAM_HEAVY=1, outside the main test pass"
+)
+SKIPPED: dict[str, str] = {
+    **{
+        f"bls[{model},{kind}]::TestInferShmLeak::test_shm_leak": TOO_HEAVY
+        for model in ("bls_memory", "bls_memory_async")
+        for kind in ("non_decoupled", "decoupled")
+        if not HEAVY
+    },
+    # decoupled_bls's response thread runs execute_gpu_bls() before it answers; without CUDA it
+    # raises and the request never ends (as in Triton without a GPU).
+    "decoupled::DecoupledTest::test_decoupled_bls": NEEDS_GPU,
+    "ensemble::EnsembleTest::test_ensemble_gpu": NEEDS_GPU
+    + "; its libtorch step comes from Triton's qa data, not a Python model",
+    **{
+        f"io[test_ensemble_io,{trial}]::IOTest::test_ensemble_io": NEEDS_GPU
+        + " (every combination of the three models' output devices)"
+        for trial in ("default", "decoupled")
+    },
+    "io[test_empty_gpu_output]::IOTest::test_empty_gpu_output": NEEDS_GPU,
+    "io[test_variable_gpu_output]::IOTest::test_variable_gpu_output": NEEDS_GPU,
+    "python_test::PythonTest::test_gpu_tensor_error": "needs a GPU: CUDA shared memory",
+    "python_test::PythonTest::test_growth_error": (
+        "tests the size limit of Triton's stub-to-server shared memory pool (test.sh's "
+        "--backend-config=python,shm-default-byte-size and the container's 1 GiB /dev/shm): a "
+        "1 GiB and a 512 MiB request must fail with Triton's 'Failed to increase the shared "
+        "memory pool size'; the bridge has no such pool"
+    ),
+    "python_test::PythonTest::test_bf16": (
+        "the installed tritonclient (2.73) refuses an np.float32 array for a BF16 input "
+        "before any request is sent ('Since r26.06, BF16 inputs must use ml_dtypes.bfloat16'); "
+        "the 2.58 test passes one"
+    ),
+    "python_test::PythonTest::test_dlpack_tensor_error": "needs a GPU: CUDA shared memory",
+    # the client picks the output's device at random: .cuda() in the model half the time
+    "io[test_requested_output_decoupled]::IOTest::test_requested_output_decoupled": NEEDS_GPU,
+    **{
+        f"bls[bls,{kind}]::TestInferShmLeak::test_shm_leak": BLS_SUITE
+        for kind in ("non_decoupled", "decoupled")
+    },
+    **{
+        f"bls[bls_async,{kind}]::TestInferShmLeak::test_shm_leak": NEEDS_GPU
+        + " (bls_async's multiple_async_bls_* run with gpu=True)"
+        for kind in ("non_decoupled", "decoupled")
+    },
+}
+# `label::case` -> the bridge's known gap that fails it.
+KNOWN_GAPS: dict[str, str] = {
+    "lifecycle::LifecycleTest::test_triton_grpc_error_error_on": (
+        "the door ignores the `triton_grpc_error: true` stream header (issue 24, item 4): the "
+        "model's error comes back in-stream, not as the stream's INTERNAL status"
+    ),
+}
+
+
+def _params() -> Iterator[object]:
+    for phase in PHASES:
+        for step in phase.steps:
+            step_in_folder = Step(
+                step.label, step.test_file, select=step.select, folder=phase.folder
+            )
+            for case in step_in_folder.cases():
+                test_id = f"{step.label}::{case}"
+                marks = []
+                if test_id in KNOWN_GAPS:
+                    marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[test_id]))
+                yield pytest.param(phase.name, step.label, case, id=test_id, marks=marks)
+
+
+def _checks() -> Iterator[object]:
+    for phase in PHASES:
+        for check in phase.log_checks:
+            test_id = f"{phase.name}::test.sh {check}"
+            marks = []
+            if test_id in KNOWN_GAPS:
+                marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[test_id]))
+            yield pytest.param(phase.name, check, id=test_id, marks=marks)
+
+
+@pytest.fixture(scope="module")
+def phase_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], PhaseRun]]:
+    """Each phase served once, on its first test's demand (the tests are in phase order)."""
+    root = unpack(tmp_path_factory.mktemp("upstream-qa"))
+    done: dict[str, PhaseRun] = {}
+
+    def run(name: str) -> PhaseRun:
+        if name not in done:
+            phase = next(phase for phase in PHASES if phase.name == name)
+            done[name] = run_phase(root, phase, set(SKIPPED))
+        return done[name]
+
+    yield run
+
+
+@pytest.mark.parametrize(("phase", "label", "case"), list(_params()))
+def test_upstream_case(
+    phase_runs: Callable[[str], PhaseRun], phase: str, label: str, case: str
+) -> None:
+    if f"{label}::{case}" in SKIPPED:
+        pytest.skip(SKIPPED[f"{label}::{case}"])
+    result = phase_runs(phase)
+    outcome, text = result.outcome(label, case)
+    if outcome == "skipped":
+        pytest.skip(f"the upstream test skips itself: {text}")
+    assert outcome == "passed", (
+        f"{outcome}: {text[-4000:]}\n----- the upstream run's output\n"
+        + result.step_output(label)[-3000:]
+    )
+
+
+@pytest.mark.parametrize(("phase", "check"), list(_checks()))
+def test_upstream_log_check(phase_runs: Callable[[str], PhaseRun], phase: str, check: str) -> None:
+    result = phase_runs(phase)
+    spec = next(p for p in PHASES if p.name == phase)
+    assert result.run.ready == spec.expect_ready, result.run.output[-6000:]
+    for command in spec.before:
+        assert result.run.clients.get(command) == 0, result.run.client_output(command)
+    spec.log_checks[check](result.server_log)
