@@ -591,12 +591,7 @@ SKIPPED: dict[str, str] = {
     },
 }
 # `label::case` -> the bridge's known gap that fails it.
-KNOWN_GAPS: dict[str, str] = {
-    "lifecycle::LifecycleTest::test_triton_grpc_error_error_on": (
-        "the door ignores the `triton_grpc_error: true` stream header (issue 24, item 4): the "
-        "model's error comes back in-stream, not as the stream's INTERNAL status"
-    ),
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _params() -> Iterator[object]:
