@@ -34,6 +34,7 @@ from .errors import ModelLoadError
 from .importer import import_model_module
 from .model import Model, ModelVersion, ServedModel, side_by_side
 from .repository import ModelSource
+from .response_cache import ResponseCache
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +60,12 @@ class LoadedRepository:
     `scope`: what their BLS calls and ensemble steps reach (this very `models` dict, read at call
     time, then `scope.remote` when a server sets one); `services`: their BLS executor, model
     control (set by a server) and custom metrics registry. Both belong to this repository only.
+    `cache`: the response cache its models share (`--cache-config`); None: the server has none.
     """
 
     models: dict[str, ServedModel] = field(default_factory=dict)
     statuses: dict[str, ModelStatus] = field(default_factory=dict)
+    cache: ResponseCache | None = None
     scope: Scope = field(init=False)
     services: pb_utils.ModelServices = field(init=False)
 
@@ -142,7 +145,7 @@ def load_model(
         raise PollError(str(exc)) from None
     provided = config_file_exists(source, options)
     _refuse_other_backends(source, config)
-    return _load_versions(source, config, options, provided, _services(within))
+    return _load_versions(source, config, options, provided, _services(within), _cache(within))
 
 
 def _refuse_other_backends(source: ModelSource, config: mc.ModelConfig) -> None:
@@ -166,12 +169,17 @@ def _services(within: LoadedRepository | None) -> pb_utils.ModelServices | None:
     return within.services if within is not None else None
 
 
+def _cache(within: LoadedRepository | None) -> ResponseCache | None:
+    return within.cache if within is not None else None
+
+
 def _load_versions(
     source: ModelSource,
     config: mc.ModelConfig,
     options: ConfigOptions,
     config_provided: bool,
     services: pb_utils.ModelServices | None,
+    cache: ResponseCache | None = None,
 ) -> Model:
     loaded: dict[int, ModelVersion] = {}
     number: int | None = None
@@ -187,6 +195,7 @@ def _load_versions(
                 model_file,
                 instance_kind=options.instance_kind,
                 services=services,
+                cache=cache,
             )
             version.load()
             loaded[number] = version
@@ -308,4 +317,4 @@ def load_model_with_config(
 
     if config.platform == "ensemble":
         return composition.load_ensemble(source, options, _scope(within), config=config)
-    return _load_versions(source, config, options, True, _services(within))
+    return _load_versions(source, config, options, True, _services(within), _cache(within))
