@@ -287,6 +287,29 @@ def build_parser() -> argparse.ArgumentParser:
         "(decoupled models' first-response histogram); repeat for several",
     )
     p.add_argument(
+        "--cache-config",
+        dest="cache_config",
+        action="append",
+        default=[],
+        metavar="<cache>,<key>=<value>",
+        help="as tritonserver: local,size=BYTES serves models whose config has "
+        "response_cache { enable: true } from a response cache of that size (least recently "
+        "used entries evicted); one cache per worker process",
+    )
+    p.add_argument(
+        "--response-cache-byte-size",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="deprecated in tritonserver: the same as --cache-config local,size=BYTES",
+    )
+    p.add_argument(
+        "--cache-directory",
+        default="",
+        metavar="PATH",
+        help="accepted for tritonserver's command lines; the local cache is built in",
+    )
+    p.add_argument(
         "--strict-model-config",
         type=_bool,
         nargs="?",
@@ -526,6 +549,35 @@ def _env_value(action: argparse.Action, text: str) -> object:
     return value
 
 
+def parse_cache_config(settings: Sequence[str], byte_size: int | None) -> int:
+    """The response cache's size in bytes from `--cache-config` / `--response-cache-byte-size`
+    (0: no cache). Raises ValueError naming what cannot be served."""
+    size = byte_size or 0
+    if byte_size is not None:
+        log.warning(
+            "'--response-cache-byte-size' has been deprecated; the equivalent is "
+            "'--cache-config=local,size=%d'",
+            byte_size,
+        )
+    for setting in settings:
+        cache, _, pair = setting.partition(",")
+        key, sep, value = pair.partition("=")
+        if cache.strip() != "local":
+            raise ValueError(
+                f"--cache-config {setting}: only the 'local' cache is available (an in-process "
+                "cache; Triton's 'redis' and custom caches are shared libraries)"
+            )
+        if not sep or key.strip() != "size":
+            raise ValueError(f"--cache-config {setting}: the local cache takes size=<bytes>")
+        try:
+            size = int(value)
+        except ValueError:
+            size = -1
+        if size < 0:
+            raise ValueError(f"--cache-config {setting}: size must be a number of bytes >= 0")
+    return size
+
+
 def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> DoorOptions | None:
     """The triton door's options (`--frontend triton`), None for Dynamo's frontend; exits
     through `parser.error` (status 2) on flags that need the triton door or do not parse."""
@@ -635,6 +687,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         timings = Timings.from_environment(os.environ)
         restricted = parse_restricted_api(args.http_restricted_api)
         metrics_config = parse_metrics_config(args.metrics_config)
+        cache_bytes = parse_cache_config(args.cache_config, args.response_cache_byte_size)
     except ValueError as exc:
         parser.error(str(exc))
     if args.frontend == "dynamo":
@@ -660,6 +713,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         allow_metrics=args.allow_metrics,
         metrics_address=args.metrics_address,
         metrics_config=metrics_config,
+        response_cache_bytes=cache_bytes,
         host=args.host,
         exit_on_error=args.exit_on_error,
         model_control_mode=args.model_control_mode,

@@ -111,7 +111,7 @@ class ModelVersion:
         # Both the server and the config must enable the cache, as in Triton (the config
         # checks refuse it for decoupled and sequence-batched models).
         self.cache = cache if config.response_cache.enable else None
-        self._cache_owner = cache.new_owner() if self.cache is not None else 0
+        self._cache_owner = self.cache.new_owner() if self.cache is not None else 0
         # Every request admitted and not yet closed (by id; each leaves with its final
         # response): what close() must still answer.
         self._open: dict[int, Pending] = {}

@@ -147,7 +147,7 @@ def request_digest(inputs: Iterable[pb_utils.Tensor], requested: Iterable[str]) 
     return digest.digest()
 
 
-def _update_with_data(digest: hashlib._Hash, tensor: pb_utils.Tensor) -> None:
+def _update_with_data(digest: hashlib.blake2b, tensor: pb_utils.Tensor) -> None:
     if tensor._datatype != "BYTES":
         digest.update(np.ascontiguousarray(tensor._array).view(np.uint8).reshape(-1).data)
         return

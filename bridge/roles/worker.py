@@ -30,6 +30,7 @@ from dynamo.runtime import DistributedRuntime
 
 from model_repository_loader import repository
 from model_repository_loader.loader import LoadedRepository, ModelStatus, load_repository
+from model_repository_loader.response_cache import ResponseCache
 
 from ..metrics.triton import TritonMetrics
 from ..models import ManagerOptions, ModelControl, ModelManager, digests_of
@@ -112,7 +113,9 @@ class WorkerRole:
             self._loaded,
         )
         self.control.manager = manager
-        triton = TritonMetrics(lambda: manager.repository.models, options.metrics_config)
+        triton = TritonMetrics(
+            lambda: manager.repository.models, options.metrics_config, manager.repository.cache
+        )
         self._sources = [triton.render, manager.repository.services.metrics.render_prometheus]
         await manager.start(self._digests)
 
@@ -148,7 +151,10 @@ class WorkerRole:
         # Digests first: a file saved while the models load then differs from its digest, and
         # the refresh after start-up picks it up.
         digests = digests_of(options.model_repositories)
-        loaded = LoadedRepository()
+        cache = (
+            ResponseCache(options.response_cache_bytes) if options.response_cache_bytes else None
+        )
+        loaded = LoadedRepository(cache=cache)
         # The models' loading API: "Server not ready" until start-up is over, as in Triton.
         loaded.services.control = self.control
         loaded = load_repository(options.model_repositories, options.loader, only, into=loaded)

@@ -126,3 +126,27 @@ def test_a_hit_hands_out_a_writable_copy(cached_repo: LoadedRepository) -> None:
     second = ask(cached_repo, "cached", [9])
     second["OUTPUT0"][0] = -1
     np.testing.assert_array_equal(ask(cached_repo, "cached", [9])["OUTPUT0"], first["OUTPUT0"])
+
+
+def test_cache_config_flags() -> None:
+    from bridge.cli import parse_cache_config
+
+    assert parse_cache_config([], None) == 0
+    assert parse_cache_config(["local,size=1048576"], None) == 1048576
+    assert parse_cache_config([], 4096) == 4096  # the deprecated --response-cache-byte-size
+    for bad in ("redis,host=localhost", "local,capacity=10", "local,size=-1", "local"):
+        with pytest.raises(ValueError, match="--cache-config"):
+            parse_cache_config([bad], None)
+
+
+def test_metrics_render_the_cache_families(cached_repo: LoadedRepository) -> None:
+    from bridge.metrics.triton import TritonMetrics
+
+    executions(cached_repo, "cached", [1])
+    executions(cached_repo, "cached", [1])
+    text = TritonMetrics(lambda: cached_repo.models, cache=cached_repo.cache).render()
+    assert 'nv_cache_num_hits_per_model{model="cached",version="1"} 1' in text
+    assert 'nv_cache_num_misses_per_model{model="cached",version="1"} 1' in text
+    assert 'nv_cache_num_hits_per_model{model="uncached"' not in text  # not enabled there
+    assert "\nnv_cache_num_entries 1\n" in text and "\nnv_cache_num_lookups 2\n" in text
+    assert "# TYPE nv_cache_util gauge" in text
