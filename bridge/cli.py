@@ -37,6 +37,7 @@ from .serialized_bytes import DEFAULT_MAX_DECODED_SIZE, DEFAULT_MAX_ELEMENTS, By
 
 if TYPE_CHECKING:
     from .frontends.triton import DoorOptions, HttpOptions
+    from .frontends.triton.header_forward import HeaderForwarding
     from .frontends.triton.http.connections import ConnectionLimits
     from .restrictions import Restriction
 
@@ -169,6 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
         "metadata, inference, shared-memory, model-config, model-repository, statistics, trace, "
         "logging) answer only calls carrying the gRPC header '<key>: <value>'; repeatable",
     )
+    for wire in ("grpc", "http"):
+        p.add_argument(
+            f"--{wire}-header-forward-pattern",
+            default="",
+            metavar="REGEX",
+            help=f"triton door, as tritonserver: {wire.upper()} headers whose name matches "
+            "(a case-insensitive search; '(?-i)' first for case-sensitive) reach the model as "
+            "string request parameters",
+        )
     p.add_argument(
         "--grpc-max-message-size",
         type=_positive_int,
@@ -591,6 +601,11 @@ def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> D
             parser.error("--grpc-max-connections needs --frontend triton")
         if args.grpc_max_message_size != MAX_GRPC_MESSAGE_SIZE:
             parser.error("--grpc-max-message-size needs --frontend triton")
+        if args.grpc_header_forward_pattern or args.http_header_forward_pattern:
+            parser.error(
+                "--grpc-header-forward-pattern and --http-header-forward-pattern need "
+                "--frontend triton"
+            )
         return None
     from .frontends.triton import DoorOptions
     from .frontends.triton.grpc.restrictions import parse_restricted_protocol
@@ -609,6 +624,7 @@ def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> D
         max_message_size=args.grpc_max_message_size,
         restricted=restricted,
         max_connections=connections,
+        header_forwarding=_forwarding(parser, "grpc", args.grpc_header_forward_pattern),
         use_ssl=args.grpc_use_ssl,
         use_ssl_mutual=args.grpc_use_ssl_mutual,
         server_cert=args.grpc_server_cert,
@@ -661,7 +677,22 @@ def resolve_http(
         server_key=args.http_server_key,
         root_cert=args.http_root_cert,
         limits=limits,
+        header_forwarding=_forwarding(parser, "http", args.http_header_forward_pattern),
     )
+
+
+def _forwarding(
+    parser: argparse.ArgumentParser, wire: str, pattern: str
+) -> HeaderForwarding | None:
+    """`--<wire>-header-forward-pattern` compiled; parser.error for one that does not parse."""
+    if not pattern:
+        return None
+    from .frontends.triton.header_forward import HeaderForwarding
+
+    try:
+        return HeaderForwarding(pattern)
+    except ValueError as exc:
+        parser.error(f"--{wire}-header-forward-pattern: {exc}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

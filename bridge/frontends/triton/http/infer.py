@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
+from ..header_forward import forward_into
 from ..status import DoorError
 from ..tensor_checks import run_deferred
 from .status import error_response
@@ -109,6 +110,9 @@ async def infer(request: Request) -> Response:
         document, binary, model, target.version, config, service.shm, service.bytes_limits, deferred
     )
     await run_deferred(deferred)  # large BYTES inputs are walked off the event loop
+    forwarding = request.app.state.options.header_forwarding
+    if forwarding is not None:  # `--http-header-forward-pattern`
+        forward_into(bridge, forwarding.parameters(headers.items()))
     del raw, body, header, binary, document  # the bridge form holds what is needed
     answers: list[dict] = []
     context = Context()
