@@ -103,3 +103,16 @@ def test_without_a_pattern_nothing_is_forwarded(shared_bridge_server) -> None:
     bridge = shared_bridge_server(ROOT, *DOOR_ARGS)
     assert grpc_parameters(bridge, {"x-tenant-id": "acme"}) == {}
     assert http_parameters(bridge, [("tenant", "acme")]) == {}
+
+
+def test_bls_callees_get_forwarded_headers_only_when_passed_on(pair: HttpPair) -> None:
+    seen = {}
+    for name, server in pair.servers():
+        result = server.client().infer("bls_params", [_input()], headers={"x-tenant-id": "acme"})
+        seen[name] = {
+            output: json.loads(result.as_numpy(output)[0])
+            for output in ("OWN", "CALLEE_PLAIN", "CALLEE_PASSED")
+        }
+    forwarded = {"x-tenant-id": "acme"}
+    assert seen["triton"] == {"OWN": forwarded, "CALLEE_PLAIN": {}, "CALLEE_PASSED": forwarded}
+    assert seen["bridge"] == seen["triton"]
