@@ -138,7 +138,7 @@ def load_model(
     custom metrics are that repository's (`scope`, `services`); None: a model on its own.
     """
     if _is_ensemble(source, options):
-        return composition.load_ensemble(source, options, _scope(within))
+        return composition.load_ensemble(source, options, _scope(within), cache=_cache(within))
     try:
         config = read_model_config(source, options)
     except ConfigError as exc:
@@ -316,5 +316,7 @@ def load_model_with_config(
         raise PollError(f"Invalid config override: {exc}") from None
 
     if config.platform == "ensemble":
-        return composition.load_ensemble(source, options, _scope(within), config=config)
+        return composition.load_ensemble(
+            source, options, _scope(within), config=config, cache=_cache(within)
+        )
     return _load_versions(source, config, options, True, _services(within), _cache(within))

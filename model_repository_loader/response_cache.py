@@ -13,8 +13,8 @@ share its entry), which a client cannot tell from a wrong answer. Triton also ke
 an unload and a reload of the model; the bridge drops them, so a reloaded model.py never answers
 with its predecessor's results.
 
-Ensembles are not cached yet (Triton caches an ensemble's top-level requests when its config
-enables the cache); their composing models are, each by its own config.
+An ensemble whose config enables the cache is cached at its top level (a hit runs none of its
+steps), and each composing model by its own config, as in Triton.
 
 Only successful responses without an error are stored; a response larger than the whole cache
 is not stored at all (Triton logs that the insert failed).

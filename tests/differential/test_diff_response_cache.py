@@ -11,6 +11,7 @@ drops a model's entries; neither is exercised here.
 from __future__ import annotations
 
 import re
+import time
 import urllib.request
 
 import numpy as np
@@ -46,10 +47,18 @@ def executions(client: grpcclient.InferenceServerClient, model: str, values: lis
     return int(result.as_numpy("EXECUTIONS").reshape(-1)[0])
 
 
-def statistics(client: grpcclient.InferenceServerClient, model: str) -> dict:
-    response = client.get_inference_statistics(model)
-    (stats,) = json_format.MessageToDict(response, preserving_proto_field_name=True)["model_stats"]
-    return stats
+def statistics(client: grpcclient.InferenceServerClient, model: str, requests: int) -> dict:
+    """The model's statistics once `requests` requests are counted: Triton counts a request
+    when it releases it, which may be after the client has its answer."""
+    deadline = time.monotonic() + 10
+    while True:
+        response = client.get_inference_statistics(model)
+        message = json_format.MessageToDict(response, preserving_proto_field_name=True)
+        (stats,) = message["model_stats"]
+        success = int(stats["inference_stats"]["success"].get("count", "0"))
+        if success >= requests or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.05)
 
 
 def counts(stats: dict) -> dict:
@@ -76,8 +85,8 @@ def test_hits_skip_execute_and_count_as_triton_counts_them(pair: Pair) -> None:
                 executions(client, "cached", [5], parameters={"p": "b"}, request_id="r"),
             ],
             "uncached": [executions(client, "uncached", [1, 2, 3, 4]) for _ in range(2)],
-            "stats": counts(statistics(client, "cached")),
-            "uncached_stats": counts(statistics(client, "uncached")),
+            "stats": counts(statistics(client, "cached", 4)),
+            "uncached_stats": counts(statistics(client, "uncached", 2)),
         }
     assert seen["triton"]["cached"] == [1, 1, 2, 2]
     assert seen["triton"]["uncached"] == [1, 2]
@@ -90,7 +99,7 @@ def test_a_hit_through_the_dynamic_batcher(pair: Pair) -> None:
     for name, server in pair.servers():
         client = server.client()
         runs = [executions(client, "cached_batched", [3, 4]) for _ in range(3)]
-        stats = statistics(client, "cached_batched")
+        stats = statistics(client, "cached_batched", 3)
         seen[name] = (runs, counts(stats), int(stats["inference_stats"]["cache_hit"]["ns"]) > 0)
     assert seen["triton"][0] == [1, 1, 1]
     assert seen["bridge"] == seen["triton"]
@@ -116,3 +125,15 @@ def test_cache_metrics_have_triton_names_and_series(pair: Pair) -> None:
         if family.endswith("_per_model"):
             # Only the models whose config enables the cache have these series.
             assert _series(texts["bridge"], family) == _series(texts["triton"], family)
+
+
+def test_an_ensemble_answers_from_the_cache_without_running_its_steps(pair: Pair) -> None:
+    seen = {}
+    for name, server in pair.servers():
+        client = server.client()
+        runs = [executions(client, "cached_ensemble", [8, 9]) for _ in range(3)]
+        stats = counts(statistics(client, "cached_ensemble", 3))
+        seen[name] = ([run - runs[0] for run in runs], stats)
+    assert seen["triton"][0] == [0, 0, 0]  # one run of the step, then hits
+    assert seen["triton"][1]["cache_hit"] == "2"
+    assert seen["bridge"] == seen["triton"]

@@ -150,3 +150,11 @@ def test_metrics_render_the_cache_families(cached_repo: LoadedRepository) -> Non
     assert 'nv_cache_num_hits_per_model{model="uncached"' not in text  # not enabled there
     assert "\nnv_cache_num_entries 1\n" in text and "\nnv_cache_num_lookups 2\n" in text
     assert "# TYPE nv_cache_util gauge" in text
+
+
+def test_an_ensemble_hit_skips_its_steps(cached_repo: LoadedRepository) -> None:
+    first = executions(cached_repo, "cached_ensemble", [4])
+    assert executions(cached_repo, "cached_ensemble", [4]) == first  # `uncached` did not run
+    assert executions(cached_repo, "uncached", [4]) == first + 1
+    snap = cached_repo.models["cached_ensemble"].versions[1].stats.snapshot()
+    assert (snap.cache_hit.count, snap.cache_miss.count, snap.success.count) == (1, 1, 2)
