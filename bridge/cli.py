@@ -39,6 +39,7 @@ from .serialized_bytes import DEFAULT_MAX_DECODED_SIZE, DEFAULT_MAX_ELEMENTS, By
 
 if TYPE_CHECKING:
     from .frontends.triton import DoorOptions, HttpOptions
+    from .frontends.triton.header_forward import HeaderForwarding
     from .frontends.triton.http.connections import ConnectionLimits
     from .restrictions import Restriction
 
@@ -171,6 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
         "metadata, inference, shared-memory, model-config, model-repository, statistics, trace, "
         "logging) answer only calls carrying the gRPC header '<key>: <value>'; repeatable",
     )
+    for wire in ("grpc", "http"):
+        p.add_argument(
+            f"--{wire}-header-forward-pattern",
+            default="",
+            metavar="REGEX",
+            help=f"triton door, as tritonserver: {wire.upper()} headers whose name matches "
+            "(a case-insensitive search; '(?-i)' first for case-sensitive) reach the model as "
+            "string request parameters",
+        )
     p.add_argument(
         "--grpc-max-message-size",
         type=_positive_int,
@@ -304,6 +314,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="as tritonserver: summary_latencies=true (quantile summaries), "
         "summary_quantiles=Q:E,..., counter_latencies=false, histogram_latencies=true "
         "(decoupled models' first-response histogram); repeat for several",
+    )
+    p.add_argument(
+        "--cache-config",
+        dest="cache_config",
+        action="append",
+        default=[],
+        metavar="<cache>,<key>=<value>",
+        help="as tritonserver: local,size=BYTES serves models whose config has "
+        "response_cache { enable: true } from a response cache of that size (least recently "
+        "used entries evicted); one cache per worker process",
+    )
+    p.add_argument(
+        "--response-cache-byte-size",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="deprecated in tritonserver: the same as --cache-config local,size=BYTES",
+    )
+    p.add_argument(
+        "--cache-directory",
+        default="",
+        metavar="PATH",
+        help="accepted for tritonserver's command lines; the local cache is built in",
     )
     p.add_argument(
         "--strict-model-config",
@@ -572,6 +605,35 @@ def _env_value(action: argparse.Action, text: str) -> object:
     return value
 
 
+def parse_cache_config(settings: Sequence[str], byte_size: int | None) -> int:
+    """The response cache's size in bytes from `--cache-config` / `--response-cache-byte-size`
+    (0: no cache). Raises ValueError naming what cannot be served."""
+    size = byte_size or 0
+    if byte_size is not None:
+        log.warning(
+            "'--response-cache-byte-size' has been deprecated; the equivalent is "
+            "'--cache-config=local,size=%d'",
+            byte_size,
+        )
+    for setting in settings:
+        cache, _, pair = setting.partition(",")
+        key, sep, value = pair.partition("=")
+        if cache.strip() != "local":
+            raise ValueError(
+                f"--cache-config {setting}: only the 'local' cache is available (an in-process "
+                "cache; Triton's 'redis' and custom caches are shared libraries)"
+            )
+        if not sep or key.strip() != "size":
+            raise ValueError(f"--cache-config {setting}: the local cache takes size=<bytes>")
+        try:
+            size = int(value)
+        except ValueError:
+            size = -1
+        if size < 0:
+            raise ValueError(f"--cache-config {setting}: size must be a number of bytes >= 0")
+    return size
+
+
 def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> DoorOptions | None:
     """The triton door's options (`--frontend triton`), None for Dynamo's frontend; exits
     through `parser.error` (status 2) on flags that need the triton door or do not parse."""
@@ -585,6 +647,11 @@ def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> D
             parser.error("--grpc-max-connections needs --frontend triton")
         if args.grpc_max_message_size != MAX_GRPC_MESSAGE_SIZE:
             parser.error("--grpc-max-message-size needs --frontend triton")
+        if args.grpc_header_forward_pattern or args.http_header_forward_pattern:
+            parser.error(
+                "--grpc-header-forward-pattern and --http-header-forward-pattern need "
+                "--frontend triton"
+            )
         return None
     from .frontends.triton import DoorOptions
     from .frontends.triton.grpc.restrictions import parse_restricted_protocol
@@ -603,6 +670,7 @@ def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> D
         max_message_size=args.grpc_max_message_size,
         restricted=restricted,
         max_connections=connections,
+        header_forwarding=_forwarding(parser, "grpc", args.grpc_header_forward_pattern),
         use_ssl=args.grpc_use_ssl,
         use_ssl_mutual=args.grpc_use_ssl_mutual,
         server_cert=args.grpc_server_cert,
@@ -668,7 +736,22 @@ def resolve_http(
         server_key=args.http_server_key,
         root_cert=args.http_root_cert,
         limits=limits,
+        header_forwarding=_forwarding(parser, "http", args.http_header_forward_pattern),
     )
+
+
+def _forwarding(
+    parser: argparse.ArgumentParser, wire: str, pattern: str
+) -> HeaderForwarding | None:
+    """`--<wire>-header-forward-pattern` compiled; parser.error for one that does not parse."""
+    if not pattern:
+        return None
+    from .frontends.triton.header_forward import HeaderForwarding
+
+    try:
+        return HeaderForwarding(pattern)
+    except ValueError as exc:
+        parser.error(f"--{wire}-header-forward-pattern: {exc}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -694,6 +777,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         timings = Timings.from_environment(os.environ)
         restricted = parse_restricted_api(args.http_restricted_api)
         metrics_config = parse_metrics_config(args.metrics_config)
+        cache_bytes = parse_cache_config(args.cache_config, args.response_cache_byte_size)
     except ValueError as exc:
         parser.error(str(exc))
     if args.frontend == "dynamo":
@@ -719,6 +803,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         allow_metrics=args.allow_metrics,
         metrics_address=args.metrics_address,
         metrics_config=metrics_config,
+        response_cache_bytes=cache_bytes,
         host=args.host,
         exit_on_error=args.exit_on_error,
         model_control_mode=args.model_control_mode,

@@ -71,6 +71,8 @@ class ServerOptions:
     allow_metrics: bool = True
     metrics_address: str = "127.0.0.1"
     metrics_config: MetricsConfig = field(default_factory=MetricsConfig)
+    # `--cache-config local,size=N`: the response cache of each worker process (0: none).
+    response_cache_bytes: int = 0
     host: str = "127.0.0.1"
     namespace: str = "dynamo_bridge"
     exit_on_error: bool = False

@@ -34,6 +34,7 @@ from .errors import ModelLoadError
 from .importer import import_model_module
 from .model import Model, ModelVersion, ServedModel, side_by_side
 from .repository import ModelSource
+from .response_cache import ResponseCache
 from .scheduling.rate_limiter import RateLimiter
 
 log = logging.getLogger(__name__)
@@ -62,11 +63,13 @@ class LoadedRepository:
     control (set by a server) and custom metrics registry. Both belong to this repository only.
     `rate_limiter`: the one limiter every instance of its models runs under (`--rate-limit
     execution_count`), or None (`off`, Triton's default).
+    `cache`: the response cache its models share (`--cache-config`); None: the server has none.
     """
 
     models: dict[str, ServedModel] = field(default_factory=dict)
     statuses: dict[str, ModelStatus] = field(default_factory=dict)
     rate_limiter: RateLimiter | None = None
+    cache: ResponseCache | None = None
     scope: Scope = field(init=False)
     services: pb_utils.ModelServices = field(init=False)
 
@@ -139,15 +142,16 @@ def load_model(
     custom metrics are that repository's (`scope`, `services`); None: a model on its own.
     """
     if _is_ensemble(source, options):
-        return composition.load_ensemble(source, options, _scope(within))
+        return composition.load_ensemble(source, options, _scope(within), cache=_cache(within))
     try:
         config = read_model_config(source, options)
     except ConfigError as exc:
         raise PollError(str(exc)) from None
     provided = config_file_exists(source, options)
     _refuse_other_backends(source, config)
-    limiter = within.rate_limiter if within is not None else None
-    return _load_versions(source, config, options, provided, _services(within), limiter)
+    return _load_versions(
+        source, config, options, provided, _services(within), _limiter(within), _cache(within)
+    )
 
 
 def _refuse_other_backends(source: ModelSource, config: mc.ModelConfig) -> None:
@@ -171,6 +175,14 @@ def _services(within: LoadedRepository | None) -> pb_utils.ModelServices | None:
     return within.services if within is not None else None
 
 
+def _cache(within: LoadedRepository | None) -> ResponseCache | None:
+    return within.cache if within is not None else None
+
+
+def _limiter(within: LoadedRepository | None) -> RateLimiter | None:
+    return within.rate_limiter if within is not None else None
+
+
 def _load_versions(
     source: ModelSource,
     config: mc.ModelConfig,
@@ -178,6 +190,7 @@ def _load_versions(
     config_provided: bool,
     services: pb_utils.ModelServices | None,
     rate_limiter: RateLimiter | None = None,
+    cache: ResponseCache | None = None,
 ) -> Model:
     loaded: dict[int, ModelVersion] = {}
     number: int | None = None
@@ -194,6 +207,7 @@ def _load_versions(
                 instance_kind=options.instance_kind,
                 services=services,
                 rate_limiter=rate_limiter,
+                cache=cache,
             )
             version.load()
             loaded[number] = version
@@ -314,5 +328,9 @@ def load_model_with_config(
         raise PollError(f"Invalid config override: {exc}") from None
 
     if config.platform == "ensemble":
-        return composition.load_ensemble(source, options, _scope(within), config=config)
-    return _load_versions(source, config, options, True, _services(within))
+        return composition.load_ensemble(
+            source, options, _scope(within), config=config, cache=_cache(within)
+        )
+    return _load_versions(
+        source, config, options, True, _services(within), _limiter(within), _cache(within)
+    )

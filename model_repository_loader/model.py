@@ -33,6 +33,7 @@ from .inference import InferRequest, ParameterValue, Respond, answer_of
 from .instance import Instance, InstanceSpec, ModelInstance
 from .isolation import IsolatedInstance, environments
 from .isolation.kind import runs_in_process
+from .response_cache import ResponseCache, request_digest
 from .scheduling import ModelStats, Scheduler, build_scheduler
 from .scheduling.rate_limiter import LimitedInstance, RateLimiter, Withdrawn
 from .validation import RequestError, RequestValidator, unknown_model_error
@@ -79,9 +80,11 @@ class ModelVersion:
         instance_kind: str = "auto",
         services: pb_utils.ModelServices | None = None,
         rate_limiter: RateLimiter | None = None,
+        cache: ResponseCache | None = None,
     ) -> None:
         """`services`: what the instances reach through pb_utils (their repository's);
-        `rate_limiter`: their repository's, when `--rate-limit execution_count` (else None)."""
+        `rate_limiter`: their repository's, when `--rate-limit execution_count` (else None);
+        `cache`: the server's response cache, used when the config enables it."""
         self.name = name
         self.version = version
         self.config = config
@@ -109,6 +112,10 @@ class ModelVersion:
         ]
         # Queue and compute times, batch sizes and counts (Triton's ModelStatistics).
         self.stats = ModelStats()
+        # Both the server and the config must enable the cache, as in Triton (the config
+        # checks refuse it for decoupled and sequence-batched models).
+        self.cache = cache if config.response_cache.enable else None
+        self._cache_owner = self.cache.new_owner() if self.cache is not None else 0
         # Every request admitted and not yet closed (by id; each leaves with its final
         # response): what close() must still answer.
         self._open: dict[int, Pending] = {}
@@ -204,8 +211,8 @@ class ModelVersion:
 
     def submit(self, request: InferRequest, respond: Respond) -> Pending | None:
         pending = self.admit(request, respond)
-        if pending is None:
-            return None
+        if pending is None or pending.closed:  # refused, or answered from the response cache
+            return pending
         if self._iterative_sequence:
             # Request rescheduling: the same request goes back through the scheduler, by its
             # own re-entry point when it has one (the sequence batcher keeps the slot).
@@ -216,11 +223,15 @@ class ModelVersion:
         self._scheduler.enqueue(pending, _priority(params) if params else 0)
         return pending
 
-    def admit(self, request: InferRequest, respond: Respond) -> Pending | None:
+    def admit(
+        self, request: InferRequest, respond: Respond, use_cache: bool = True
+    ) -> Pending | None:
         """Check `request` and make the `Pending` that carries it to `execute`.
 
         A refused request is answered here with Triton's error, and None comes back; so is
-        every request once the version is closing (UNAVAILABLE).
+        every request once the version is closing (UNAVAILABLE). A request the response cache
+        answers comes back as a closed `Pending`: it never reaches `execute`. Warm-up
+        requests pass `use_cache=False`: Triton runs them on the instance, past the cache.
         """
         if self._closing:
             self._refuse(respond)
@@ -235,11 +246,20 @@ class ModelVersion:
         requested = (
             frozenset(request.requested_outputs) if request.requested_outputs else self.all_outputs
         )
-        pending = Pending(
-            lambda p: self._model_request(request, requested, p),
-            respond,
-            lambda response: self._finish(response, requested),
-        )
+        cached: pb_utils.InferenceResponse | None = None
+        if self.cache is not None and use_cache:
+            key = (self._cache_owner, request_digest(request.inputs, requested))
+            lookup_start = time.monotonic_ns()
+            cached = self.cache.lookup(key)
+            lookup_ns = time.monotonic_ns() - lookup_start
+            finish: Callable[[Any], Any] = (
+                _unchanged
+                if cached is not None
+                else functools.partial(self._finish_and_store, key, requested, lookup_ns)
+            )
+        else:
+            finish = functools.partial(self._finish, requested=requested)
+        pending = Pending(lambda p: self._model_request(request, requested, p), respond, finish)
         # Every scheduler reads the batch size from here, and the request counts its own
         # outcome in the statistics when its final response leaves.
         pending.batch_size = batch_size
@@ -250,7 +270,29 @@ class ModelVersion:
             del self._open[id(pending)]
             self._refuse(respond)
             return None
+        if cached is not None:
+            # Counted as Triton counts a hit (no inference or execution), before it is sent.
+            pending.stats = None
+            now = time.monotonic_ns()
+            queue_ns = lookup_start - pending.arrival_ns
+            self.stats.record_cache_hit(now - pending.arrival_ns, queue_ns, lookup_ns)
+            pending.deliver(cached, True)
         return pending
+
+    def _finish_and_store(
+        self,
+        key: tuple[int, bytes],
+        requested: frozenset[str],
+        lookup_ns: int,
+        response: pb_utils.InferenceResponse | None,
+    ) -> pb_utils.InferenceResponse | None:
+        """A missed request's (single, final) response: finished, then stored in the cache."""
+        finished = self._finish(response, requested)
+        assert self.cache is not None
+        start = time.monotonic_ns()
+        if self.cache.insert(key, finished):  # not a miss when another request stored it first
+            self.stats.record_cache_miss(lookup_ns + time.monotonic_ns() - start)
+        return finished
 
     def _refuse(self, respond: Respond) -> None:
         message = unavailable_text(self.name, self.version)
@@ -359,6 +401,8 @@ class ModelVersion:
         for pending in list(self._open.values()):  # each leaves the table as it is failed
             pending.fail(message, pb_utils.TritonError.UNAVAILABLE)
         self._open.clear()
+        if self.cache is not None:  # an unloaded or replaced version's answers go with it
+            self.cache.drop(self._cache_owner)
         return finalized and drained
 
 
@@ -501,6 +545,10 @@ def side_by_side(
 
 def _error_response(message: str, code: pb_utils.TritonError | int) -> pb_utils.InferenceResponse:
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+
+
+def _unchanged(response: pb_utils.InferenceResponse | None) -> pb_utils.InferenceResponse | None:
+    return response
 
 
 def _priority(params: Mapping[str, ParameterValue]) -> int:

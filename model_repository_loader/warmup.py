@@ -101,7 +101,8 @@ def _run_once(version: ModelVersion, instance: Instance, sample: WarmupSample) -
 
     batch: list[Pending] = []
     for request in sample.requests:
-        pending = version.admit(request, respond)  # a refusal answers `respond` at once
+        # A refusal answers `respond` at once; warm-up never goes through the response cache.
+        pending = version.admit(request, respond, use_cache=False)
         if pending is not None:
             batch.append(pending)
 

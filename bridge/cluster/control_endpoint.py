@@ -225,7 +225,16 @@ def stats_entries(manager: ModelManager) -> list[dict[str, Any]]:
     return entries
 
 
-_INFER_KINDS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+_INFER_KINDS = (
+    "success",
+    "fail",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    "cache_hit",
+    "cache_miss",
+)
 _BATCH_KINDS = ("compute_input", "compute_infer", "compute_output")
 
 

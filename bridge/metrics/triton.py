@@ -11,6 +11,11 @@ With `histogram_latencies=true`, decoupled models get `nv_inference_first_respon
 the family, decoupled-only, is that of later releases, and its default buckets
 (FIRST_RESPONSE_BUCKETS_MS) are not verified against an oracle.
 
+With a response cache (`--cache-config`), models whose config enables it get Triton's per-model
+`nv_cache_*_per_model` counters, and the cache its `nv_cache_*` gauges (entries, hits, misses,
+lookups, evictions, utilization, lookup and insertion time in µs) [V: names, types, HELP].
+Triton refreshes those gauges on its metrics interval; here they are read at each scrape.
+
 The renderer holds no registry of its own: it reads the models it is given at each scrape, so a
 model that unloads is gone from the next scrape and a reloaded one starts again from zero.
 """
@@ -23,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from model_repository_loader.response_cache import CacheCounters, ResponseCache
 from model_repository_loader.scheduling.stats import (
     FAILURE_REASONS,
     FIRST_RESPONSE_BUCKETS_MS,
@@ -70,6 +76,58 @@ _COUNTERS: tuple[tuple[str, str, Callable[[StatsSnapshot], int]], ...] = (
         "Cumulative inference compute output duration in microseconds (does not include cached "
         "requests)",
         lambda s: s.compute_output.ns // 1000,
+    ),
+)
+
+# Triton's per-model cache counters, for models with the cache enabled [V on 2.51].
+_CACHE_COUNTERS: tuple[tuple[str, str, Callable[[StatsSnapshot], int]], ...] = (
+    (
+        "nv_cache_num_hits_per_model",
+        "Number of cache hits per model",
+        lambda s: s.cache_hit.count,
+    ),
+    (
+        "nv_cache_hit_duration_per_model",
+        "Total cache hit duration per model, in microseconds",
+        lambda s: s.cache_hit.ns // 1000,
+    ),
+    (
+        "nv_cache_num_misses_per_model",
+        "Number of cache misses per model",
+        lambda s: s.cache_miss.count,
+    ),
+    (
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
+        lambda s: s.cache_miss.ns // 1000,
+    ),
+)
+
+# Triton's cache-wide gauges, in its order [V on 2.51].
+_CACHE_GAUGES: tuple[tuple[str, str, Callable[[CacheCounters], float | int]], ...] = (
+    (
+        "nv_cache_util",
+        "Cache utilization [0.0 - 1.0]",
+        lambda c: c.used_bytes / c.capacity_bytes,
+    ),
+    ("nv_cache_num_entries", "Number of responses stored in response cache", lambda c: c.entries),
+    ("nv_cache_num_hits", "Number of cache hits in response cache", lambda c: c.hits),
+    ("nv_cache_num_misses", "Number of cache misses in response cache", lambda c: c.misses),
+    ("nv_cache_num_lookups", "Number of cache lookups in response cache", lambda c: c.lookups),
+    (
+        "nv_cache_num_evictions",
+        "Number of cache evictions in response cache",
+        lambda c: c.evictions,
+    ),
+    (
+        "nv_cache_lookup_duration",
+        "Total cache lookup duration (hit and miss), in microseconds",
+        lambda c: c.lookup_ns // 1000,
+    ),
+    (
+        "nv_cache_insertion_duration",
+        "Total cache insertion duration, in microseconds",
+        lambda c: c.insert_ns // 1000,
     ),
 )
 
@@ -153,8 +211,8 @@ def _quantiles(text: str) -> tuple[float, ...]:
 
 
 Models = Callable[[], Mapping[str, Any]]
-# model, version, its stats, a snapshot of them, decoupled
-Row = tuple[str, str, ModelStats, StatsSnapshot, bool]
+# model, version, its stats, a snapshot of them, decoupled, response cache enabled
+Row = tuple[str, str, ModelStats, StatsSnapshot, bool, bool]
 
 
 class TritonMetrics:
@@ -165,9 +223,16 @@ class TritonMetrics:
     models without statistics are skipped.
     """
 
-    def __init__(self, models: Models, config: MetricsConfig = MetricsConfig()) -> None:
+    def __init__(
+        self,
+        models: Models,
+        config: MetricsConfig = MetricsConfig(),
+        cache: ResponseCache | None = None,
+    ) -> None:
+        """`cache`: the worker's response cache, whose gauges are rendered too."""
         self._models = models
         self.config = config
+        self._cache = cache
 
     def render(self) -> str:
         """Prometheus text exposition of every family (a worker can register this as is)."""
@@ -178,7 +243,7 @@ class TritonMetrics:
             "nv_inference_request_success",
             "counter",
             "Number of successful inference requests, all batch sizes",
-            [(_labels(m, v), s.success.count) for m, v, _, s, _ in rows],
+            [(_labels(m, v), s.success.count) for m, v, _, s, _, _ in rows],
         )
         _family(
             lines,
@@ -187,7 +252,7 @@ class TritonMetrics:
             "Number of failed inference requests, all batch sizes",
             [
                 (_labels(m, v, reason=r), s.failures.get(r, 0))
-                for m, v, _, s, _ in rows
+                for m, v, _, s, _, _ in rows
                 for r in FAILURE_REASONS
             ],
         )
@@ -199,14 +264,23 @@ class TritonMetrics:
                 name,
                 "counter",
                 help_text,
-                [(_labels(m, v), value(s)) for m, v, _, s, _ in rows],
+                [(_labels(m, v), value(s)) for m, v, _, s, _, _ in rows],
+            )
+        cached = [row for row in rows if row[5]]
+        for name, help_text, value in _CACHE_COUNTERS:
+            _family(
+                lines,
+                name,
+                "counter",
+                help_text,
+                [(_labels(m, v), value(s)) for m, v, _, s, _, _ in cached],
             )
         _family(
             lines,
             "nv_inference_pending_request_count",
             "gauge",
             "Instantaneous number of pending requests awaiting execution per-model.",
-            [(_labels(m, v), s.queued) for m, v, _, s, _ in rows],
+            [(_labels(m, v), s.queued) for m, v, _, s, _, _ in rows],
         )
         if self.config.histogram_latencies:
             _first_response_histogram(lines, [r for r in rows if r[4]])
@@ -215,6 +289,12 @@ class TritonMetrics:
             quantiles = self.config.summary_quantiles
             for name, kind, help_text, duration in _SUMMARIES:
                 _summary(lines, name, help_text, rows, kind, duration, since, quantiles)
+        if self._cache is not None:
+            counters = self._cache.counters()
+            for name, help_text, gauge in _CACHE_GAUGES:
+                lines.append(f"# HELP {name} {help_text}")
+                lines.append(f"# TYPE {name} gauge")
+                lines.append(f"{name} {gauge(counters)}")
         return "".join(line + "\n" for line in lines)
 
     def _snapshots(self) -> list[Row]:
@@ -224,7 +304,8 @@ class TritonMetrics:
                 stats = getattr(served, "stats", None)
                 if isinstance(stats, ModelStats):
                     decoupled = bool(getattr(served, "decoupled", False))
-                    rows.append((name, str(version), stats, stats.snapshot(), decoupled))
+                    cached = getattr(served, "cache", None) is not None
+                    rows.append((name, str(version), stats, stats.snapshot(), decoupled, cached))
         return rows
 
 
@@ -262,7 +343,7 @@ def _summary(
         return
     lines.append(f"# HELP {name} {help_text}")
     lines.append(f"# TYPE {name} summary")
-    for model, version, stats, snapshot, _ in rows:
+    for model, version, stats, snapshot, _, _ in rows:
         labels = _labels(model, version)
         total = duration(snapshot)
         lines.append(f"{name}_count{{{labels}}} {total.count}")
@@ -286,7 +367,7 @@ def _first_response_histogram(lines: list[str], rows: list[Row]) -> None:
     name = "nv_inference_first_response_histogram_ms"
     lines.append(f"# HELP {name} Duration from request to first response in milliseconds")
     lines.append(f"# TYPE {name} histogram")
-    for model, version, _, snapshot, _ in rows:
+    for model, version, _, snapshot, _, _ in rows:
         labels = _labels(model, version)
         first = snapshot.first_response
         # prometheus-cpp's order: _count, _sum, then the cumulative buckets up to +Inf.

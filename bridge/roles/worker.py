@@ -30,6 +30,7 @@ from dynamo.runtime import DistributedRuntime
 
 from model_repository_loader import repository
 from model_repository_loader.loader import LoadedRepository, ModelStatus, load_repository
+from model_repository_loader.response_cache import ResponseCache
 from model_repository_loader.scheduling.rate_limiter import RateLimiter
 
 from ..metrics.triton import TritonMetrics
@@ -113,7 +114,9 @@ class WorkerRole:
             self._loaded,
         )
         self.control.manager = manager
-        triton = TritonMetrics(lambda: manager.repository.models, options.metrics_config)
+        triton = TritonMetrics(
+            lambda: manager.repository.models, options.metrics_config, manager.repository.cache
+        )
         self._sources = [triton.render, manager.repository.services.metrics.render_prometheus]
         await manager.start(self._digests)
 
@@ -149,7 +152,10 @@ class WorkerRole:
         # Digests first: a file saved while the models load then differs from its digest, and
         # the refresh after start-up picks it up.
         digests = digests_of(options.model_repositories)
-        loaded = LoadedRepository()
+        cache = (
+            ResponseCache(options.response_cache_bytes) if options.response_cache_bytes else None
+        )
+        loaded = LoadedRepository(cache=cache)
         if options.rate_limit == "execution_count":
             loaded.rate_limiter = RateLimiter(options.rate_limit_resources)
         # The models' loading API: "Server not ready" until start-up is over, as in Triton.

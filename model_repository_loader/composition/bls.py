@@ -280,6 +280,8 @@ def _run_nested(version: Any, instance: Any, request: InferRequest, respond: Any
     pending = version.admit(request, respond)
     if pending is None:
         return False
+    if pending.closed:  # answered from the response cache
+        return True
     run_execute(instance, [pending], version.decoupled)
     return True
 

@@ -25,6 +25,11 @@ Statistics (`stats`, Triton's ModelStatistics and metrics), as Triton 2.51 keeps
 whole run as its compute_infer time; a failed run counts twice in `fail` (as Triton counts it)
 and leaves `last_inference` alone; a request refused by the checks before the run (shape,
 datatype) is not counted.
+
+With the response cache (`cache`, when the server has one and the ensemble's config enables it),
+a top-level request whose answer is cached skips the steps altogether, and a completed run's
+answer is stored, as Triton caches an ensemble's requests (model_repository_loader/
+response_cache.py); the statistics count hits and misses as a model's.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from .. import pb_utils
 from ..inference import InferRequest, Respond, answer_of
 from ..model import unavailable_text
+from ..response_cache import ResponseCache, request_digest
 from ..scheduling.stats import ModelStats
 from ..validation import RequestError, RequestValidator, triton_input_order, unknown_model_error
 from .scope import Scope
@@ -55,6 +61,7 @@ class EnsembleModel:
         version: int,
         config: mc.ModelConfig,
         scope: Scope | None = None,
+        cache: ResponseCache | None = None,
     ) -> None:
         self.name = name
         self.version = version
@@ -71,6 +78,9 @@ class EnsembleModel:
         self._idle = threading.Condition()
         self._closing = False
         self.stats = ModelStats()
+        enabled = config.response_cache.enable and not self.decoupled
+        self.cache = cache if enabled else None
+        self._cache_owner = self.cache.new_owner() if self.cache is not None else 0
 
     @property
     def ready(self) -> bool:
@@ -81,8 +91,9 @@ class EnsembleModel:
     def models(self) -> Mapping[str, Any]:
         return self.scope.models
 
-    def submit(self, request: InferRequest, respond: Respond) -> EnsembleRun | None:
-        """Validate and start `request`; None when it was refused (answered already)."""
+    def submit(self, request: InferRequest, respond: Respond) -> EnsembleRun | Answered | None:
+        """Validate and start `request`; None when it was refused (answered already), an
+        `Answered` when the response cache answered it."""
         if self._closing:
             message = unavailable_text(self.name, self.version)
             respond(_error(message, pb_utils.TritonError.UNAVAILABLE), True)
@@ -99,6 +110,16 @@ class EnsembleModel:
             respond(_error(str(exc), exc.code), True)
             return None
         run = EnsembleRun(self, request, respond, batch_size)
+        if self.cache is not None:
+            arrival = time.monotonic_ns()
+            key = (self._cache_owner, request_digest(request.inputs, run._requested))
+            cached = self.cache.lookup(key)
+            lookup_ns = time.monotonic_ns() - arrival
+            if cached is not None:
+                self.stats.record_cache_hit(time.monotonic_ns() - arrival, 0, lookup_ns)
+                respond(cached, True)
+                return ANSWERED
+            run.cache_miss = (key, lookup_ns)
         with self._idle:
             self._runs.add(run)
         run.start()
@@ -121,7 +142,20 @@ class EnsembleModel:
         answers the steps it still holds, so no run waits on it for good."""
         with self._idle:
             self._closing = True
-            return self._idle.wait_for(lambda: not self._runs, timeout=timeout)
+            idle = self._idle.wait_for(lambda: not self._runs, timeout=timeout)
+        if self.cache is not None:  # an unloaded or replaced ensemble's answers go with it
+            self.cache.drop(self._cache_owner)
+        return idle
+
+
+class Answered:
+    """What `submit` returns for a request the response cache answered: nothing to cancel."""
+
+    def cancel(self) -> None:
+        pass
+
+
+ANSWERED = Answered()
 
 
 class EnsembleRun:
@@ -144,6 +178,8 @@ class EnsembleRun:
             else ensemble.all_outputs
         )
         self._steps = _needed_steps(ensemble._steps, self._requested)
+        # (cache key, lookup ns) when the response cache missed: the answer is stored at the end.
+        self.cache_miss: tuple[tuple[int, bytes], int] | None = None
         self._fired: set[int] = set()
         self._in_flight: dict[int, Any] = {}  # submit id -> what Model.submit returned
         self._next_id = 0
@@ -303,6 +339,12 @@ class EnsembleRun:
                 if hasattr(handle, "cancel"):
                     handle.cancel()
         self._record(failed)
+        if self.cache_miss is not None and self.ensemble.cache is not None:
+            key, lookup_ns = self.cache_miss
+            start = time.monotonic_ns()
+            stored = None if failed else response
+            if self.ensemble.cache.insert(key, stored):
+                self.ensemble.stats.record_cache_miss(lookup_ns + time.monotonic_ns() - start)
         self._respond(response, True)
         self.ensemble._finished(self)
 

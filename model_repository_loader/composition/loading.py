@@ -19,6 +19,7 @@ from ..config import ConfigError, ConfigOptions, finalize_config, read_model_con
 from ..config.normalize import ENSEMBLE_PLATFORM
 from ..errors import ModelLoadError
 from ..repository import ModelSource
+from ..response_cache import ResponseCache
 from .ensemble import EnsembleModel
 from .scope import Scope
 
@@ -110,10 +111,12 @@ def load_ensemble(
     options: ConfigOptions = ConfigOptions(),
     scope: Scope | None = None,
     config: mc.ModelConfig | None = None,
+    cache: ResponseCache | None = None,
 ) -> EnsembleModel:
     """Load an ensemble whose composing models `scope` reaches (a repository's: loader.py).
 
-    `config`: use this configuration instead of reading the folder's (a load-time override).
+    `config`: use this configuration instead of reading the folder's (a load-time override);
+    `cache`: the server's response cache (used when the config enables it).
 
     Raises ModelLoadError with Triton's reason.
     """
@@ -130,7 +133,7 @@ def load_ensemble(
     decoupled = check_steps(final, scope)
     final.model_transaction_policy.decoupled = decoupled
     # Shares the scope, not a copy of its models: steps are looked up when they run.
-    return EnsembleModel(source.name, number, final, scope)
+    return EnsembleModel(source.name, number, final, scope, cache)
 
 
 def check_steps(config: mc.ModelConfig, scope: Scope) -> bool:

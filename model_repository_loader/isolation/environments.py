@@ -223,8 +223,7 @@ def _check(environment: ExecutionEnvironment, named: Path) -> None:
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise ModelLoadError(
-            f"Internal: the interpreter of the Python environment '{named}' does not start: "
-            f"{exc}"
+            f"Internal: the interpreter of the Python environment '{named}' does not start: {exc}"
         ) from None
     try:
         answer = json.loads(done.stdout.strip().splitlines()[-1])

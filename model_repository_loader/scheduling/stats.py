@@ -8,6 +8,11 @@ size of one `execute` call.
 For Triton's Prometheus metrics the stats also keep: failures by Triton's reason (`REJECTED`,
 `CANCELED`, `BACKEND`, `OTHER`), the number of requests waiting in the queue (`queued`, a gauge),
 and the latest per-request latencies (`recent`, a bounded window for quantile summaries).
+
+With the response cache, a hit counts as a success with its request and queue time and a
+`cache_hit` (the lookup), and touches neither `inference_count`, `execution_count` nor
+`last_inference`; a miss adds its lookup and insert time to `cache_miss` and to the request's
+duration, as Triton 2.51 counts them [V].
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ class StatsSnapshot:
     # Time to first response: per FIRST_RESPONSE_BUCKETS_MS bucket (+Inf last, not cumulative).
     first_response: Duration = field(default_factory=Duration)
     first_response_buckets: list[int] = field(default_factory=list)
+    cache_hit: Duration = field(default_factory=Duration)
+    cache_miss: Duration = field(default_factory=Duration)
 
 
 class ModelStats:
@@ -88,6 +95,8 @@ class ModelStats:
         self._queued = 0
         self._first = Duration()
         self._first_buckets = [0] * (len(FIRST_RESPONSE_BUCKETS_MS) + 1)
+        self._cache_hit = Duration()
+        self._cache_miss = Duration()
         # (monotonic ns when recorded, duration ns) per latency kind, newest last.
         self.recent: dict[str, deque[tuple[int, int]]] = {
             kind: deque(maxlen=RECENT_SAMPLES)
@@ -118,6 +127,22 @@ class ModelStats:
             else:
                 self._fail.add(duration_ns)
                 self._failures[reason if reason in self._failures else "OTHER"] += 1
+
+    def record_cache_hit(self, duration_ns: int, queue_ns: int, lookup_ns: int) -> None:
+        """A request answered from the response cache, `duration_ns` after its arrival."""
+        now = time.monotonic_ns()
+        with self._lock:
+            self._success.add(duration_ns)
+            self._queue.add(queue_ns)
+            self._cache_hit.add(lookup_ns)
+            self.recent["request"].append((now, duration_ns))
+            self.recent["queue"].append((now, queue_ns))
+
+    def record_cache_miss(self, duration_ns: int) -> None:
+        """A request that missed the cache was answered: its lookup and insert took this long."""
+        with self._lock:
+            self._success.ns += duration_ns
+            self._cache_miss.add(duration_ns)
 
     def record_first_response(self, duration_ns: int) -> None:
         """A request's first response (final or not) left `duration_ns` after its arrival."""
@@ -210,4 +235,6 @@ class ModelStats:
                 queued=self._queued,
                 first_response=copy(self._first),
                 first_response_buckets=list(self._first_buckets),
+                cache_hit=copy(self._cache_hit),
+                cache_miss=copy(self._cache_miss),
             )

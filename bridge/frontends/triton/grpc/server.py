@@ -37,6 +37,7 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
 from ....restrictions import Restriction
+from ..header_forward import HeaderForwarding
 from ..service import TritonService
 from .restrictions import RestrictedProtocols
 from .servicer import MALFORMED, TritonServicer
@@ -65,6 +66,8 @@ class DoorOptions:
     # `--grpc-restricted-protocol`: {protocol group: header its calls must carry}
     restricted: dict[str, Restriction] = field(default_factory=dict)
     max_connections: int = MAX_CONNECTIONS  # `--grpc-max-connections`
+    # `--grpc-header-forward-pattern` (header_forward.py); None: no header is forwarded.
+    header_forwarding: HeaderForwarding | None = None
 
 
 class DoorConfigError(ValueError):
@@ -127,7 +130,7 @@ class GrpcServer:
 
     def __init__(self, service: TritonService, options: DoorOptions) -> None:
         self.options = options
-        self._servicer = TritonServicer(service)
+        self._servicer = TritonServicer(service, options.header_forwarding)
         self._server: grpc.aio.Server | None = None
         self.port = 0
 

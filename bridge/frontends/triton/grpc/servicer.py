@@ -13,6 +13,7 @@ full; a client that cancels or goes away cancels the stream's requests (their Dy
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -24,6 +25,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
+from ..header_forward import HeaderForwarding, forward_into
 from ..service import TritonService
 from ..status import DoorError
 from ..tensor_checks import run_deferred
@@ -45,8 +47,10 @@ MALFORMED = Malformed()
 class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     """Triton's gRPC service over a `TritonService`."""
 
-    def __init__(self, service: TritonService) -> None:
+    def __init__(self, service: TritonService, forwarding: HeaderForwarding | None = None) -> None:
+        """`forwarding`: `--grpc-header-forward-pattern` (header_forward.py), None if not set."""
         self.service = service
+        self.forwarding = forwarding
 
     # -- health and metadata ------------------------------------------------------------------
 
@@ -209,12 +213,16 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request: Any, context: Any) -> pb.ModelInferResponse:
         with self.service.calls:  # a shutdown waits for it
-            return await _answer(context, self._model_infer, request)
+            infer = functools.partial(self._model_infer, context=context)
+            return await _answer(context, infer, request)
 
-    async def _model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+    async def _model_infer(
+        self, request: pb.ModelInferRequest, context: Any
+    ) -> pb.ModelInferResponse:
         service = self.service
         target = await service.target(request.model_name, request.model_version, stream=False)
         body = await _converted(service, request, target)
+        self._forward_headers(body, context)
         answers: list[dict] = []
         dynamo_context = Context()
         try:
@@ -247,7 +255,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         async def read() -> None:
             try:
                 async for request in request_iterator:
-                    task = asyncio.ensure_future(self._stream_one(request, out))
+                    task = asyncio.ensure_future(self._stream_one(request, out, context))
                     running.add(task)
                     task.add_done_callback(running.discard)
                 if running:
@@ -268,11 +276,17 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             for task in (reader, *running):
                 task.cancel()
 
-    async def _stream_one(self, request: Any, out: _Outbox) -> None:
+    async def _stream_one(self, request: Any, out: _Outbox, context: Any = None) -> None:
         with self.service.calls:  # a shutdown waits for it
-            await self._stream_request(request, out)
+            await self._stream_request(request, out, context)
 
-    async def _stream_request(self, request: Any, out: _Outbox) -> None:
+    def _forward_headers(self, body: dict, context: Any) -> None:
+        """The call's metadata that `--grpc-header-forward-pattern` matches, as parameters."""
+        if self.forwarding is not None and context is not None:
+            metadata = context.invocation_metadata() or ()
+            forward_into(body, self.forwarding.parameters((m.key, m.value) for m in metadata))
+
+    async def _stream_request(self, request: Any, out: _Outbox, context: Any = None) -> None:
         service = self.service
         dynamo_context = Context()
         try:
@@ -280,6 +294,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 raise DoorError(ErrorCode.INTERNAL, UNPARSABLE)
             target = await service.target(request.model_name, request.model_version, stream=True)
             body = await _converted(service, request, target)
+            self._forward_headers(body, context)
             decoupled = target.decoupled
             # Triton sends the empty final response only for decoupled models [V].
             empty_final = decoupled and wants_empty_final(request)

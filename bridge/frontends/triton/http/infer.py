@@ -28,6 +28,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ....serialized_bytes import BytesLimits
+from ..header_forward import forward_into
 from ..shm import SharedMemory
 from ..status import DoorError
 from ..tensor_checks import run_deferred
@@ -163,6 +164,9 @@ async def infer(request: Request) -> Response:
         ),
     )
     await run_deferred(deferred)  # large BYTES inputs are walked off the event loop
+    forwarding = request.app.state.options.header_forwarding
+    if forwarding is not None:  # `--http-header-forward-pattern`
+        forward_into(bridge, forwarding.parameters(headers.items()))
     del raw, body, header, binary  # the bridge form holds what is needed
     answers: list[dict] = []
     context = Context()

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ....restrictions import Restriction
+from ..header_forward import HeaderForwarding
 from ..service import TritonService
 from .app import make_app
 from .connections import ConnectionLimits
@@ -56,6 +57,8 @@ class HttpOptions:
     root_cert: Path | None = None
     # Deadlines, keep-alive and the connection cap (`--http-header-timeout-secs`, ...).
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    # `--http-header-forward-pattern` (header_forward.py); None: no header is forwarded.
+    header_forwarding: HeaderForwarding | None = None
 
 
 def check_address(options: HttpOptions) -> None:
