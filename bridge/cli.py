@@ -287,6 +287,17 @@ def build_parser() -> argparse.ArgumentParser:
         "(decoupled models' first-response histogram); repeat for several",
     )
     p.add_argument(
+        "--trace-config",
+        dest="trace_config",
+        action="append",
+        default=[],
+        metavar="[MODE,]SETTING=VALUE",
+        help="as tritonserver: level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, "
+        "mode=triton|opentelemetry, triton,file=PATH, triton,log-frequency=N, "
+        "opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE; repeat for several "
+        "(with --frontend triton)",
+    )
+    p.add_argument(
         "--strict-model-config",
         type=_bool,
         nargs="?",
@@ -630,11 +641,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .options import Timings
         from .restrictions import parse_restricted_api
         from .server import RuntimeSettingsError, ServerOptions, StartupError, serve
+        from .tracing.config import parse_trace_config
 
     try:
         timings = Timings.from_environment(os.environ)
         restricted = parse_restricted_api(args.http_restricted_api)
         metrics_config = parse_metrics_config(args.metrics_config)
+        trace_config = parse_trace_config(args.trace_config)
     except ValueError as exc:
         parser.error(str(exc))
     if args.frontend == "dynamo":
@@ -660,6 +673,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         allow_metrics=args.allow_metrics,
         metrics_address=args.metrics_address,
         metrics_config=metrics_config,
+        trace=trace_config,
         host=args.host,
         exit_on_error=args.exit_on_error,
         model_control_mode=args.model_control_mode,

@@ -13,6 +13,7 @@ from .frontends.triton.http.connections import ConnectionLimits
 from .metrics.triton import MetricsConfig
 from .restrictions import Restriction
 from .serialized_bytes import BytesLimits
+from .tracing.config import TraceConfig
 
 if TYPE_CHECKING:
     from .frontends.triton import DoorOptions, HttpOptions
@@ -70,6 +71,7 @@ class ServerOptions:
     allow_metrics: bool = True
     metrics_address: str = "127.0.0.1"
     metrics_config: MetricsConfig = field(default_factory=MetricsConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)  # --trace-config (the triton door)
     host: str = "127.0.0.1"
     namespace: str = "dynamo_bridge"
     exit_on_error: bool = False

@@ -1,0 +1,227 @@
+"""Tracing against Triton 2.51: the trace file's contents and the trace settings, with a trace
+file configured (`--trace-config triton,file=...`) on both servers.
+
+Each server writes its own file (log frequency 1: one `<file>.<n>` per trace), and the test
+compares what is in them as Triton's trace summary tool reads them: per trace the names and
+order of its timestamps, its header (model, version, request id, which trace is its parent),
+and at level TENSORS the tensors each one dumps (name, data, shape, dtype). Not compared: the
+`ns` values and the trace ids themselves (numbered in order of appearance instead).
+
+The settings steps (last, since they change what is traced) compare TraceSetting answers over
+gRPC step by step, the trace file's path aside (each server has its own).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2_grpc
+
+from tests.differential.support import REPOSITORIES
+from tests.differential.test_diff_settings import outcome, trace_request
+from tests.harness.bridge_server import BridgeServer
+from tests.harness.oracle import TritonOracle, require_oracle
+
+pytestmark = pytest.mark.oracle  # the triton door whatever DYN_BRIDGE_FRONTEND says
+
+REPO = REPOSITORIES / "composition"
+MODELS = ("add_sub", "scale", "multiply", "pipeline", "bls")
+TRACED = ("--trace-config=level=TIMESTAMPS", "--trace-config=level=TENSORS")
+X = np.array([1, 2, 3, 4], np.float32)
+
+
+class Traced:
+    """One server with its trace file, and the trace files it has written so far."""
+
+    def __init__(self, server: Any, trace_file: Path) -> None:
+        self.server = server
+        self.trace_file = trace_file
+        self.read = 0
+
+    def next_trace(self, timeout: float = 30.0) -> list[dict[str, Any]]:
+        """The next `<file>.<n>` once it is whole (written after its trace ended)."""
+        path = Path(f"{self.trace_file}.{self.read}")
+        deadline = time.monotonic() + timeout
+        while True:
+            if path.exists():
+                text = path.read_text()
+                if text.endswith("]"):
+                    self.read += 1
+                    return _loads(text)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no trace file {path} within {timeout}s")
+            time.sleep(0.05)
+
+
+# Triton writes a BYTES tensor's string between quotes it does not escape inside the JSON
+# string (not JSON then); the bridge escapes them. Either way the data is set aside.
+_BYTES_DATA = re.compile(r'"data":"\\".*?\\"","shape"')
+
+
+def _loads(text: str) -> list[dict[str, Any]]:
+    return json.loads(_BYTES_DATA.sub('"data":"<bytes>","shape"', text))
+
+
+def shape(objects: list[dict[str, Any]]) -> list[Any]:
+    """What is compared of one trace file: ids by order of appearance, timestamps by name,
+    tensors in a run of one activity as a sorted run (Triton's input order is a map's)."""
+    ids: dict[int, int] = {}
+
+    def number(trace_id: int) -> int:
+        return ids.setdefault(trace_id, len(ids))
+
+    out: list[Any] = []
+    run: list[Any] = []
+    for item in objects:
+        trace = number(item["id"])
+        if "activity" in item:
+            tensor = item["tensor"]
+            run.append(
+                (
+                    trace,
+                    item["activity"],
+                    tensor["name"],
+                    tensor["shape"],
+                    tensor["dtype"],
+                    tensor["data"],
+                )
+            )
+            continue
+        if run:
+            out.extend(sorted(run))
+            run = []
+        if "timestamps" in item:
+            out.append((trace, [t["name"] for t in item["timestamps"]]))
+        else:
+            parent = item.get("parent_id")
+            out.append(
+                (
+                    trace,
+                    item["model_name"],
+                    item["model_version"],
+                    item.get("request_id"),
+                    None if parent is None else number(parent),
+                )
+            )
+    out.extend(sorted(run))
+    return out
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Traced, Traced]]:
+    require_oracle()
+    folder = tmp_path_factory.mktemp("traces")
+    loads = [f"--load-model={m}" for m in MODELS]
+    common = (
+        "--model-control-mode=explicit",
+        *loads,
+        *TRACED,
+        "--trace-config=rate=1",
+        "--trace-config=triton,log-frequency=1",
+    )
+    oracle_file, bridge_file = folder / "oracle.json", folder / "bridge.json"
+    oracle = TritonOracle(
+        REPO,
+        *common,
+        f"--trace-config=triton,file={oracle_file}",
+        log_path=folder / "tritonserver.log",
+    )
+    bridge = BridgeServer(
+        REPO,
+        "--frontend=triton",
+        *common,
+        f"--trace-config=triton,file={bridge_file}",
+        log_path=folder / "bridge.log",
+    )
+    with oracle, bridge:
+        yield Traced(oracle, oracle_file), Traced(bridge, bridge_file)
+
+
+def _http_add_sub(server: Any) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        tensor = httpclient.InferInput(name, [4], "FP32")
+        tensor.set_data_from_numpy(X)
+        inputs.append(tensor)
+    client.infer("add_sub", inputs, request_id="r-http")
+
+
+def _grpc(server: Any, model: str, inputs: dict[str, tuple[str, np.ndarray]]) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    tensors = []
+    for name, (datatype, array) in inputs.items():
+        tensor = grpcclient.InferInput(name, list(array.shape), datatype)
+        tensor.set_data_from_numpy(array)
+        tensors.append(tensor)
+    client.infer(model, tensors)
+
+
+BLS_SPEC = json.dumps(
+    {
+        "model": "add_sub",
+        "outputs": ["OUTPUT0"],
+        "inputs": [["INPUT0", "FP32", [1, 2, 3, 4]], ["INPUT1", "FP32", [1, 1, 1, 1]]],
+    }
+)
+CALLS = {
+    "http add_sub": _http_add_sub,
+    "grpc add_sub": lambda s: _grpc(s, "add_sub", {"INPUT0": ("FP32", X), "INPUT1": ("FP32", X)}),
+    "grpc ensemble": lambda s: _grpc(s, "pipeline", {"RAW": ("FP32", X)}),
+    "grpc bls (its call is not traced)": lambda s: _grpc(
+        s, "bls", {"SPEC": ("BYTES", np.array([BLS_SPEC.encode()], object))}
+    ),
+}
+
+
+def test_trace_files_as_triton(servers) -> None:
+    oracle, bridge = servers
+    for what, call in CALLS.items():
+        call(oracle.server)
+        call(bridge.server)
+        expected = shape(oracle.next_trace())
+        assert shape(bridge.next_trace()) == expected, what
+
+
+TRACE_STEPS: list[tuple[str, dict[str, list[str] | None]]] = [
+    ("", {}),
+    ("add_sub", {}),
+    ("", {"trace_level": ["TIMESTAMPS"]}),
+    ("add_sub", {"trace_level": ["TENSORS"], "trace_count": ["3"]}),
+    ("add_sub", {}),
+    ("", {"trace_rate": ["0"]}),
+    ("add_sub", {"trace_rate": ["0"]}),
+    ("", {"trace_level": ["OFF"]}),
+    ("add_sub", {}),
+    ("add_sub", {"trace_level": None, "trace_count": None}),
+    ("add_sub", {}),
+    ("", {"trace_level": None, "trace_rate": ["10"], "log_frequency": ["0"]}),
+    ("", {"trace_file": ["/tmp/elsewhere.json"]}),
+    ("", {"trace_level": ["TIMESTAMPS", "TENSORS"], "trace_rate": ["1"], "log_frequency": ["1"]}),
+    ("", {}),
+]
+
+
+def test_trace_settings_with_a_trace_file_as_triton(servers) -> None:
+    oracle, bridge = servers
+    stubs = [
+        service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(t.server.grpc_url))
+        for t in (oracle, bridge)
+    ]
+    for model, step in TRACE_STEPS:
+        request = trace_request(model, **step)
+        expected, got = (outcome(stub.TraceSetting, request) for stub in stubs)
+        for answer in (expected, got):
+            if isinstance(answer, dict):
+                answer["trace_file"] = ["<file>"]
+        assert got == expected, (model, step)
