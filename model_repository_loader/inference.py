@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .pb_utils import InferenceResponse, Tensor
+from .tracing import RequestTrace
 
 ParameterValue = bool | int | float | str
 
@@ -36,6 +37,8 @@ class InferRequest:
     parameters: dict[str, ParameterValue] = field(default_factory=dict)
     # -1: the highest version being served.
     model_version: int = -1
+    # Set only for a request to trace (tracing.py); None costs nothing on the way.
+    trace: RequestTrace | None = None
 
 
 def answer_of(

@@ -165,6 +165,8 @@ class ModelVersion:
             pending.requeue = getattr(self._scheduler, "reschedule", self._scheduler.enqueue)
         params = request.parameters
         pending.queued = True
+        if pending.trace is not None:
+            pending.trace.queued()
         self.stats.queue_changed(1)
         self._scheduler.enqueue(pending, _priority(params) if params else 0)
         return pending
@@ -198,6 +200,9 @@ class ModelVersion:
         pending.batch_size = batch_size
         pending.stats = self.stats
         pending.open_table = self._open
+        if request.trace is not None:
+            pending.trace = request.trace
+            request.trace.admitted(self.name, self.version, request.inputs)
         self._open[id(pending)] = pending
         if self._closing:  # close() began meanwhile (it may not have seen this one)
             del self._open[id(pending)]

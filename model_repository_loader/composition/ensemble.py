@@ -98,6 +98,9 @@ class EnsembleModel:
         except RequestError as exc:
             respond(_error(str(exc), exc.code), True)
             return None
+        if request.trace is not None:  # no compute of its own: its steps have theirs
+            request.trace.admitted(self.name, self.version, request.inputs)
+            request.trace.queued()
         run = EnsembleRun(self, request, respond, batch_size)
         with self._idle:
             self._runs.add(run)
@@ -217,6 +220,8 @@ class EnsembleRun:
             model = self.ensemble.models.get(step.model_name)
             remote = self.ensemble.scope.remote if model is None else None
             if model is not None:
+                if self.request.trace is not None:
+                    request.trace = self.request.trace.child()
                 handle = model.submit(request, respond)
             elif remote is not None:
                 # Served by another process: the same step, through the remote seam.
@@ -267,6 +272,8 @@ class EnsembleRun:
             if final:
                 self._in_flight.pop(submit_id, None)
         if outgoing is not None:
+            if self.request.trace is not None:
+                self.request.trace.responded(outgoing)
             self._respond(outgoing, False)
         self._submit_all(ready)
         if final:
@@ -303,7 +310,12 @@ class EnsembleRun:
                 if hasattr(handle, "cancel"):
                     handle.cancel()
         self._record(failed)
+        trace = self.request.trace
+        if trace is not None:
+            trace.responded(response)
         self._respond(response, True)
+        if trace is not None:
+            trace.end()
         self.ensemble._finished(self)
 
     def _record(self, failed: bool) -> None:

@@ -2,10 +2,12 @@
 file configured (`--trace-config triton,file=...`) on both servers.
 
 Each server writes its own file (log frequency 1: one `<file>.<n>` per trace), and the test
-compares what is in them as Triton's trace summary tool reads them: per trace the names and
-order of its timestamps, its header (model, version, request id, which trace is its parent),
-and at level TENSORS the tensors each one dumps (name, data, shape, dtype). Not compared: the
-`ns` values and the trace ids themselves (numbered in order of appearance instead).
+compares what is in them as Triton's trace summary tool reads them: the traces in the order
+they appear, and per trace the names and order of its timestamps (the server's, and the
+wire's), its header (model, version, request id, which trace is its parent), and at level
+TENSORS the tensors it dumps (name, data, shape, dtype). Not compared: the `ns` values, the
+trace ids themselves (numbered in order of appearance instead), and how the wire's timestamps
+interleave with the server's (a race in Triton).
 
 The settings steps (last, since they change what is traced) compare TraceSetting answers over
 gRPC step by step, the trace file's path aside (each server has its own).
@@ -72,49 +74,52 @@ def _loads(text: str) -> list[dict[str, Any]]:
     return json.loads(_BYTES_DATA.sub('"data":"<bytes>","shape"', text))
 
 
-def shape(objects: list[dict[str, Any]]) -> list[Any]:
-    """What is compared of one trace file: ids by order of appearance, timestamps by name,
-    tensors in a run of one activity as a sorted run (Triton's input order is a map's)."""
-    ids: dict[int, int] = {}
+WIRE = {
+    "HTTP_RECV_START",
+    "HTTP_RECV_END",
+    "HTTP_SEND_START",
+    "HTTP_SEND_END",
+    "GRPC_WAITREAD_START",
+    "GRPC_WAITREAD_END",
+    "GRPC_SEND_START",
+    "GRPC_SEND_END",
+    "INFER_RESPONSE_COMPLETE",
+}
 
-    def number(trace_id: int) -> int:
-        return ids.setdefault(trace_id, len(ids))
 
-    out: list[Any] = []
-    run: list[Any] = []
+def shape(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What is compared of one trace file, per trace in order of first appearance: its header,
+    the names of the server's timestamps in order, the names of the wire's in order, and its
+    tensors (sorted: Triton's input order is a map's). Triton writes each timestamp when it
+    happens, so how the wire's interleave with the server's changes from run to run [V]."""
+    traces: dict[int, dict[str, Any]] = {}
+
+    def trace(trace_id: int) -> dict[str, Any]:
+        return traces.setdefault(
+            trace_id, {"number": len(traces), "core": [], "wire": [], "tensors": []}
+        )
+
     for item in objects:
-        trace = number(item["id"])
+        entry = trace(item["id"])
         if "activity" in item:
-            tensor = item["tensor"]
-            run.append(
-                (
-                    trace,
-                    item["activity"],
-                    tensor["name"],
-                    tensor["shape"],
-                    tensor["dtype"],
-                    tensor["data"],
-                )
+            t = item["tensor"]
+            entry["tensors"].append(
+                (item["activity"], t["name"], t["shape"], t["dtype"], t["data"])
             )
-            continue
-        if run:
-            out.extend(sorted(run))
-            run = []
-        if "timestamps" in item:
-            out.append((trace, [t["name"] for t in item["timestamps"]]))
+        elif "timestamps" in item:
+            for stamp in item["timestamps"]:
+                entry["wire" if stamp["name"] in WIRE else "core"].append(stamp["name"])
         else:
             parent = item.get("parent_id")
-            out.append(
-                (
-                    trace,
-                    item["model_name"],
-                    item["model_version"],
-                    item.get("request_id"),
-                    None if parent is None else number(parent),
-                )
+            entry["header"] = (
+                item["model_name"],
+                item["model_version"],
+                item.get("request_id"),
+                None if parent is None else trace(parent)["number"],
             )
-    out.extend(sorted(run))
-    return out
+    for entry in traces.values():
+        entry["tensors"].sort()
+    return list(traces.values())
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +195,8 @@ def test_trace_files_as_triton(servers) -> None:
         call(oracle.server)
         call(bridge.server)
         expected = shape(oracle.next_trace())
-        assert shape(bridge.next_trace()) == expected, what
+        got = shape(bridge.next_trace())
+        assert got == expected, f"{what}:\n{got}\n{expected}"
 
 
 TRACE_STEPS: list[tuple[str, dict[str, list[str] | None]]] = [

@@ -24,12 +24,14 @@ import asyncio
 import dataclasses
 import logging
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ...logs import apply_log_settings, check_log_settings, log_settings
 from ...tracing.config import LEVEL_NAMES, TraceConfig
+from ...tracing.request import WireTrace
 from ...tracing.setting import TraceSetting, TraceValues
 from ...tracing.triton_file import TraceFile
 from .status import DoorError
@@ -169,6 +171,8 @@ class TraceSettings:
         self._global = TraceSetting(self._defaults, self._file)
         self._models: dict[str, TraceSetting] = {}
         self.active = not self._global.reason  # False: no request is traced (the fast path)
+        # OpenTelemetry mode: where finished traces go instead of the trace file.
+        self.export: Callable[[WireTrace], None] | None = None
 
     def _setting(self, model: str) -> TraceSetting:
         return self._models.get(model, self._global) if model else self._global
@@ -193,6 +197,14 @@ class TraceSettings:
             return None
         setting = self._models.get(model, self._global)
         return setting if setting.sample() else None
+
+    def start(self, model: str, wire: str) -> WireTrace | None:
+        """A trace for this request to `model` through `wire` ("HTTP", "GRPC"), or None.
+        Callers test `active` first, so that a server with tracing off does nothing more."""
+        setting = self.sample(model)
+        if setting is None:
+            return None
+        return WireTrace(setting, wire, self.export)
 
     async def update(
         self, model: str, changes: dict[str, list[str] | None]

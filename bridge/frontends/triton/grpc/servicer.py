@@ -21,6 +21,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
+from ....tracing.request import WireTrace
 from ..service import TritonService
 from ..status import DoorError
 from ..tensor_checks import run_deferred
@@ -210,18 +211,45 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def _model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
         service = self.service
+        if not service.trace.active:  # tracing off: nothing more per request
+            return await self._model_infer_traced(request, None)
+        trace = service.trace.start(request.model_name, "GRPC")
+        if trace is None:
+            return await self._model_infer_traced(request, None)
+        # The handler runs once the message is read: the wait and the read are not ours to
+        # see, so both stamps are the handler's start.
+        trace.stamp("GRPC_WAITREAD_START")
+        trace.stamp("GRPC_WAITREAD_END")
+        trace.request_id = request.id
+        try:
+            response = await self._model_infer_traced(request, trace)
+            trace.stamp("GRPC_SEND_START")
+            return response
+        finally:
+            trace.finish("GRPC_SEND_END")
+
+    async def _model_infer_traced(
+        self, request: pb.ModelInferRequest, trace: WireTrace | None
+    ) -> pb.ModelInferResponse:
+        service = self.service
         target = await service.target(request.model_name, request.model_version, stream=False)
         body = await _converted(service, request, target)
+        if trace is not None and target.entry.bridge_form:
+            body["trace"] = trace.request_form()
         answers: list[dict] = []
         dynamo_context = Context()
         try:
             async for item in service.items(target, body, dynamo_context):
+                if trace is not None:
+                    trace.took(item)
                 if item.get("empty"):
                     continue  # a flag-only FINAL: a unary call has nothing to show for it
                 answers.append(item)
         except asyncio.CancelledError:
             dynamo_context.stop_generating()
             raise
+        if trace is not None:
+            trace.stamp("INFER_RESPONSE_COMPLETE")
         if len(answers) != 1:
             raise DoorError(ErrorCode.INTERNAL, f"expected a single response, got {len(answers)}")
         answer = answers[0]

@@ -16,12 +16,14 @@ import zlib
 from collections.abc import Callable
 
 from dynamo.runtime import Context
+from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
+from ....tracing.request import WireTrace
 from ..status import DoorError
 from ..tensor_checks import run_deferred
 from .status import error_response
@@ -87,6 +89,20 @@ async def _watch_disconnect(request: Request, context: Context) -> None:
 
 async def infer(request: Request) -> Response:
     service = request.app.state.service
+    if not service.trace.active:  # tracing off: nothing more per request
+        return await _infer(request, None)
+    trace = service.trace.start(request.path_params["model"], "HTTP")
+    if trace is None:
+        return await _infer(request, None)
+    trace.stamp("HTTP_RECV_START")
+    response = await _infer(request, trace)
+    trace.stamp("HTTP_SEND_START")
+    response.background = BackgroundTask(trace.finish, "HTTP_SEND_END")  # once it is sent
+    return response
+
+
+async def _infer(request: Request, trace: WireTrace | None) -> Response:
+    service = request.app.state.service
     params = request.path_params
     model = params["model"]
     headers = request.headers
@@ -98,6 +114,8 @@ async def infer(request: Request) -> Response:
             raw = await request.body()
         except ClientDisconnect:  # gone before its body arrived: nobody to answer, nothing to log
             return Response(b"", status_code=400)
+        if trace is not None:
+            trace.stamp("HTTP_RECV_END")
         body = _decompress(raw, headers.get("content-encoding"))
         header, binary = split_body(body, headers.get(HEADER_LENGTH))
     except DoorError as exc:  # refused before the request is parsed: Triton's label [V]
@@ -110,16 +128,23 @@ async def infer(request: Request) -> Response:
     )
     await run_deferred(deferred)  # large BYTES inputs are walked off the event loop
     del raw, body, header, binary, document  # the bridge form holds what is needed
+    if trace is not None and target.entry.bridge_form:
+        bridge["trace"] = trace.request_form()
+        trace.request_id = str(bridge.get("id") or "")
     answers: list[dict] = []
     context = Context()
     watcher = asyncio.ensure_future(_watch_disconnect(request, context))
     try:
         async for item in service.items(target, bridge, context):
+            if trace is not None:
+                trace.took(item)
             if item.get("empty"):
                 continue  # a flag-only FINAL: a unary call has nothing to show for it
             answers.append(item)
     finally:
         watcher.cancel()
+    if trace is not None:
+        trace.stamp("INFER_RESPONSE_COMPLETE")
     if len(answers) != 1:
         error = DoorError(ErrorCode.INTERNAL, f"expected a single response, got {len(answers)}")
         return error_response(error, "text/plain")
@@ -170,3 +195,5 @@ class PartsResponse(Response):
         last = len(self.parts) - 1
         for index, part in enumerate(self.parts):
             await send({"type": "http.response.body", "body": part, "more_body": index < last})
+        if self.background is not None:  # a traced request's HTTP_SEND_END
+            await self.background()
