@@ -247,6 +247,7 @@ class ModelVersion:
             requested_output_names=requested,  # type: ignore[arg-type]
             response_sender=sender,
             is_cancelled=pending.is_cancelled,
+            trace=None if request.trace is None else pb_utils.InferenceTrace("", request.trace),
         )
 
     def _finish(

@@ -11,8 +11,11 @@ request without one (nearly all) costs nothing more than that attribute's None. 
 - each response: its outputs (TENSOR_BACKEND_OUTPUT);
 - it is released (its final response sent and its `execute` returned): REQUEST_END.
 
-An ensemble's steps get child traces of the ensemble's (Triton's parent_id); BLS calls are not
-traced, as in Triton. A trace is complete when it and every child it made have ended;
+An ensemble's steps get child traces of the ensemble's (Triton's parent_id); so does a BLS call
+whose request was given the caller's trace (`pb_utils.InferenceRequest(..., trace=
+request.trace())`, as in Triton; without it a BLS call is not traced). A BLS call or step served
+by another process sends the trace's level in the bridge form and adopts the part that process
+measured (`adopt`). A trace is complete when it and every child it made have ended;
 `when_complete` tells the caller (the bridge sends the trace back with the final answer). Times
 are `time.monotonic_ns()` (Linux's CLOCK_MONOTONIC, the same clock in every process of a host,
 as Triton's steady clock); the tensors' data is written as Triton writes it (values joined by
@@ -61,6 +64,8 @@ class RequestTrace:
         "inputs",
         "outputs",
         "children",
+        "kind",
+        "remote_part",
         "_root",
         "_lock",
         "_open",
@@ -76,6 +81,8 @@ class RequestTrace:
         self.inputs: list[list[str]] = []
         self.outputs: list[list[str]] = []
         self.children: list[RequestTrace] = []
+        self.kind = ""  # "" for a client's request, "ENSEMBLE_STEP" or "BLS" for a child
+        self.remote_part: dict[str, Any] | None = None  # what another process measured
         self._root = root if root is not None else self
         self._ended = False
         # The root counts what is still open: itself and every child admitted.
@@ -83,11 +90,23 @@ class RequestTrace:
         self._open = 1 if root is None else 0
         self._on_complete: Callable[[], None] | None = None
 
-    def child(self) -> RequestTrace:
-        """A trace for one of this ensemble's steps (open once its model admits it)."""
+    def child(self, kind: str) -> RequestTrace:
+        """A trace for one of this request's ensemble steps or BLS calls (open once a model
+        admits it, or it is sent to another process)."""
         child = RequestTrace(self.tensors, self._root)
+        child.kind = kind
         self.children.append(child)
         return child
+
+    def sent(self, model_name: str) -> None:
+        """Sent to another process, which measures it; `adopt` takes what it measured."""
+        self.admitted(model_name, -1, ())
+
+    def adopt(self, part: dict[str, Any] | None) -> None:
+        """The part another process measured (its final answer's "trace"), and the end."""
+        if part is not None:
+            self.remote_part = part
+        self.end()
 
     def admitted(self, model_name: str, version: int, inputs: Iterable[Any]) -> None:
         self.model_name, self.model_version = model_name, version
@@ -137,7 +156,10 @@ class RequestTrace:
 
     def to_wire(self) -> dict[str, Any]:
         """Plain values for the bridge form (docs/worker_protocol.md §2)."""
+        if self.remote_part is not None:
+            return {**self.remote_part, "kind": self.kind}
         wire: dict[str, Any] = {
+            "kind": self.kind,
             "model_name": self.model_name,
             "model_version": self.model_version,
             "times": self.times,

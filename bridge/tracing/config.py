@@ -2,9 +2,9 @@
 
 Each flag is `<setting>=<value>` (a global setting: `level`, `rate`, `count`, `mode`) or
 `<mode>,<setting>=<value>` (`triton,file=...`, `triton,log-frequency=...`,
-`opentelemetry,url=...`, `opentelemetry,resource=key=value`). Levels add up (TIMESTAMPS and
-TENSORS both), an explicit OFF wins over every other level, unknown settings are kept and
-ignored, and a bad value is Triton's ParseException text.
+`opentelemetry,url=...`, `opentelemetry,resource=key=value`, `opentelemetry,bsp_*=N`). Levels
+add up (TIMESTAMPS and TENSORS both), an explicit OFF wins over every other level, unknown
+settings are ignored, and a bad value is Triton's ParseException text.
 """
 
 from __future__ import annotations
@@ -15,6 +15,12 @@ LEVEL_NAMES = ("TIMESTAMPS", "TENSORS")  # Triton's order in the settings it ans
 _TIMESTAMPS_WORDS = ("true", "on", "min", "max", "timestamps")
 MODES = ("triton", "opentelemetry")
 _INT32 = (-(2**31), 2**31 - 1)
+# Triton's BatchSpanProcessor settings → the OpenTelemetry SDK's argument names.
+_BSP = {
+    "bsp_max_queue_size": "max_queue_size",
+    "bsp_schedule_delay": "schedule_delay_millis",
+    "bsp_max_export_batch_size": "max_export_batch_size",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +36,8 @@ class TraceConfig:
     # opentelemetry mode: where spans go (OTLP/HTTP) and the resource attributes they carry.
     url: str = "http://localhost:4318/v1/traces"
     resource: dict[str, str] = field(default_factory=dict)
+    # BatchSpanProcessor settings given as `opentelemetry,bsp_*=N` (the SDK's names).
+    bsp: dict[str, int] = field(default_factory=dict)
 
 
 def _int(text: str) -> int:
@@ -115,12 +123,24 @@ def parse_trace_config(args: list[str]) -> TraceConfig:
                 raise ValueError(f'Bad option: "--trace-config triton,{setting}".\n{exc}') from None
     else:
         resource: dict[str, str] = {}
+        bsp: dict[str, int] = {}
         for setting, value in by_mode.get("opentelemetry", []):
             if setting == "url":
                 values["url"] = value
             elif setting == "resource":
                 key, _, attribute = value.partition("=")
                 resource[key] = attribute
+            elif setting in _BSP:
+                try:
+                    number = _int(value)
+                    if number < 0:
+                        raise ValueError(f"invalid value for integer option: {value}")
+                except ValueError as exc:
+                    raise ValueError(
+                        f'Bad option: "--trace-config opentelemetry,{setting}".\n{exc}'
+                    ) from None
+                bsp[_BSP[setting]] = number
         values["resource"] = resource
+        values["bsp"] = bsp
     chosen = () if "OFF" in levels else tuple(n for n in LEVEL_NAMES if n in levels)
     return TraceConfig(levels=chosen, **values)  # type: ignore[arg-type]

@@ -39,7 +39,7 @@ def next_ids(n: int) -> int:
 class WireTrace:
     """A request the door traces."""
 
-    __slots__ = ("setting", "wire", "times", "request_id", "part", "export")
+    __slots__ = ("setting", "wire", "times", "request_id", "part", "export", "traceparent")
 
     def __init__(
         self,
@@ -53,6 +53,7 @@ class WireTrace:
         self.request_id = ""
         self.part: dict[str, Any] | None = None
         self.export = export  # OpenTelemetry mode: where the finished trace goes instead
+        self.traceparent = ""  # the client's W3C trace context, if it sent one
 
     def stamp(self, name: str) -> None:
         self.times[name] = time.monotonic_ns()

@@ -219,9 +219,9 @@ class EnsembleRun:
 
             model = self.ensemble.models.get(step.model_name)
             remote = self.ensemble.scope.remote if model is None else None
+            if self.request.trace is not None and (model is not None or remote is not None):
+                request.trace = self.request.trace.child("ENSEMBLE_STEP")
             if model is not None:
-                if self.request.trace is not None:
-                    request.trace = self.request.trace.child()
                 handle = model.submit(request, respond)
             elif remote is not None:
                 # Served by another process: the same step, through the remote seam.

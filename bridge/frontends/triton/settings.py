@@ -37,6 +37,7 @@ from ...tracing.triton_file import TraceFile
 from .status import DoorError
 
 if TYPE_CHECKING:
+    from ...tracing.otel import OtelExport
     from .directory import Directory
 
 log = logging.getLogger(__name__)
@@ -172,7 +173,13 @@ class TraceSettings:
         self._models: dict[str, TraceSetting] = {}
         self.active = not self._global.reason  # False: no request is traced (the fast path)
         # OpenTelemetry mode: where finished traces go instead of the trace file.
+        self._otel: OtelExport | None = None
         self.export: Callable[[WireTrace], None] | None = None
+        if config.mode == "opentelemetry":
+            from ...tracing.otel import OtelExport  # the SDK only when asked for
+
+            self._otel = OtelExport(config)
+            self.export = self._otel.export
 
     def _setting(self, model: str) -> TraceSetting:
         return self._models.get(model, self._global) if model else self._global
@@ -270,3 +277,5 @@ class TraceSettings:
             setting.retire()
         if self._file is not None:
             self._file.close()
+        if self._otel is not None:
+            self._otel.close()

@@ -207,15 +207,21 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request: Any, context: Any) -> pb.ModelInferResponse:
         with self.service.calls:  # a shutdown waits for it
-            return await _answer(context, self._model_infer, request)
+            if not self.service.trace.active:  # tracing off: nothing more per request
+                return await _answer(context, self._model_infer_traced, request)
 
-    async def _model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
-        service = self.service
-        if not service.trace.active:  # tracing off: nothing more per request
-            return await self._model_infer_traced(request, None)
-        trace = service.trace.start(request.model_name, "GRPC")
+            async def traced(r: pb.ModelInferRequest) -> pb.ModelInferResponse:
+                return await self._model_infer(r, _traceparent(context))
+
+            return await _answer(context, traced, request)
+
+    async def _model_infer(
+        self, request: pb.ModelInferRequest, traceparent: str
+    ) -> pb.ModelInferResponse:
+        trace = self.service.trace.start(request.model_name, "GRPC")
         if trace is None:
             return await self._model_infer_traced(request, None)
+        trace.traceparent = traceparent
         # The handler runs once the message is read: the wait and the read are not ours to
         # see, so both stamps are the handler's start.
         trace.stamp("GRPC_WAITREAD_START")
@@ -229,7 +235,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             trace.finish("GRPC_SEND_END")
 
     async def _model_infer_traced(
-        self, request: pb.ModelInferRequest, trace: WireTrace | None
+        self, request: pb.ModelInferRequest, trace: WireTrace | None = None
     ) -> pb.ModelInferResponse:
         service = self.service
         target = await service.target(request.model_name, request.model_version, stream=False)
@@ -358,3 +364,11 @@ async def _converted(service: TritonService, request: pb.ModelInferRequest, targ
     )
     await run_deferred(deferred)
     return body
+
+
+def _traceparent(context: Any) -> str:
+    """The client's W3C trace context (`traceparent` metadata), or ""."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "traceparent":
+            return str(value)
+    return ""

@@ -95,6 +95,7 @@ async def infer(request: Request) -> Response:
     if trace is None:
         return await _infer(request, None)
     trace.stamp("HTTP_RECV_START")
+    trace.traceparent = request.headers.get("traceparent", "")
     response = await _infer(request, trace)
     trace.stamp("HTTP_SEND_START")
     response.background = BackgroundTask(trace.finish, "HTTP_SEND_END")  # once it is sent
