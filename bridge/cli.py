@@ -530,6 +530,10 @@ def _env_value(action: argparse.Action, text: str) -> object:
     convert = action.type if callable(action.type) else str
     if isinstance(action, argparse._AppendAction):
         separator = os.pathsep if convert is Path else ","
+        if action.dest == "trace_config":  # `triton,file=x` holds the separator itself
+            from .tracing.config import join_mode_parts
+
+            return join_mode_parts([p.strip() for p in text.split(",") if p.strip()])
         return [convert(part.strip()) for part in text.split(separator) if part.strip()]
     value = convert(text)
     if action.choices is not None and value not in action.choices:

@@ -144,3 +144,15 @@ def parse_trace_config(args: list[str]) -> TraceConfig:
         values["bsp"] = bsp
     chosen = () if "OFF" in levels else tuple(n for n in LEVEL_NAMES if n in levels)
     return TraceConfig(levels=chosen, **values)  # type: ignore[arg-type]
+
+
+def join_mode_parts(parts: list[str]) -> list[str]:
+    """`DYN_BRIDGE_TRACE_CONFIG=triton,file=/t.json,level=TIMESTAMPS` split at its commas: a
+    mode name joins the setting after it again (`triton,file=/t.json`)."""
+    joined: list[str] = []
+    for part in parts:
+        if joined and joined[-1].lower() in MODES:
+            joined[-1] += "," + part
+        else:
+            joined.append(part)
+    return joined

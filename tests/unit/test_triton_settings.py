@@ -14,7 +14,7 @@ import pytest
 from bridge import logs
 from bridge.frontends.triton.settings import TraceSettings
 from bridge.frontends.triton.status import DoorError
-from bridge.tracing.config import parse_trace_config
+from bridge.tracing.config import join_mode_parts, parse_trace_config
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 BAD_FORMAT = (ErrorCode.INVALID_ARG, "invalid argument for log_format, got: bad")
@@ -159,3 +159,11 @@ def test_trace_settings_sample_by_rate_and_count(tmp_path):
     off = TraceSettings()
     assert not off.active and off.sample("m") is None
 
+
+def test_trace_config_environment_form():
+    parts = "triton,file=/t.json,level=TIMESTAMPS,opentelemetry,url=http://h/v1/traces".split(",")
+    assert join_mode_parts(parts) == [
+        "triton,file=/t.json",
+        "level=TIMESTAMPS",
+        "opentelemetry,url=http://h/v1/traces",
+    ]
