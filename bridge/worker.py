@@ -375,6 +375,8 @@ _GONE: Any = object()
 async def _with_trace(item: dict | None, trace: RequestTrace) -> dict | None:
     """The final answer with its request's trace, once the trace is complete: its REQUEST_END
     comes when `execute` returns, which may be after the final response was sent."""
+    if "REQUEST_START" not in trace.times:  # refused before a model took it: nothing to wait for
+        return item
     done = asyncio.get_running_loop().create_future()
 
     def settle() -> None:

@@ -200,14 +200,14 @@ class ModelVersion:
         pending.batch_size = batch_size
         pending.stats = self.stats
         pending.open_table = self._open
-        if request.trace is not None:
-            pending.trace = request.trace
-            request.trace.admitted(self.name, self.version, request.inputs)
         self._open[id(pending)] = pending
         if self._closing:  # close() began meanwhile (it may not have seen this one)
             del self._open[id(pending)]
             self._refuse(respond)
             return None
+        if request.trace is not None:  # from here on it ends (tracing.py)
+            pending.trace = request.trace
+            request.trace.admitted(self.name, self.version, request.inputs)
         return pending
 
     def _refuse(self, respond: Respond) -> None:

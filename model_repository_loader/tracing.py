@@ -171,4 +171,9 @@ class RequestTrace:
         children = [c.to_wire() for c in self.children if c.times]
         if children:
             wire["children"] = children
+            # Released after its steps are, as in Triton: an ensemble answers from within its
+            # last step's response, before that step's `execute` has returned.
+            ends = [c["times"].get("REQUEST_END", 0) for c in children]
+            if "REQUEST_END" in self.times and max(ends) > self.times["REQUEST_END"]:
+                wire["times"] = {**self.times, "REQUEST_END": max(ends)}
         return wire

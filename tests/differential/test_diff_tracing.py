@@ -28,6 +28,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2_grpc
+from tritonclient.utils import InferenceServerException
 
 from tests.differential.support import REPOSITORIES
 from tests.differential.test_diff_settings import outcome, trace_request
@@ -187,6 +188,22 @@ CALLS = {
         s, "bls", {"SPEC": ("BYTES", np.array([BLS_SPEC.encode()], object))}
     ),
 }
+
+
+def test_refused_request_is_answered_and_untraced_as_triton(servers) -> None:
+    """A traced request its model refuses (a wrong shape) is answered at once, with Triton's
+    error; then the next trace is the next request's on both."""
+    oracle, bridge = servers
+    answers = []
+    for traced in (oracle, bridge):
+        started = time.monotonic()
+        with pytest.raises(InferenceServerException) as caught:
+            _grpc(traced.server, "add_sub", {"INPUT0": ("FP32", X[:3]), "INPUT1": ("FP32", X)})
+        assert time.monotonic() - started < 10  # not held back waiting for a trace's end
+        answers.append((caught.value.status(), caught.value.message()))
+        _grpc(traced.server, "add_sub", {"INPUT0": ("FP32", X), "INPUT1": ("FP32", X)})
+    assert answers[1] == answers[0]
+    assert shape(bridge.next_trace()) == shape(oracle.next_trace())
 
 
 def test_trace_files_as_triton(servers) -> None:
