@@ -54,16 +54,19 @@ class TraceSetting:
         elif values.mode == "triton" and not values.file:
             self.reason = NO_FILE
 
-    def sample(self) -> bool:
-        """Count one request; True when it is to be traced."""
-        if self.reason:
+    def sample(self, force: bool = False) -> bool:
+        """Count one request; True when it is to be traced. `force`: a request whose client
+        sent its trace context (OpenTelemetry mode) is traced whatever the rate and count."""
+        if self.reason and not (force and self.values.levels):
             return False
         with self._lock:
-            if self.count == 0:
+            if self.values.rate == 0:
+                return force
+            if self.count == 0 and not force:
                 return False
             self._sample += 1
-            if self._sample % self.values.rate:
-                return False
+            if self._sample % self.values.rate or self.count == 0:
+                return force
             if self.count > 0:
                 self.count -= 1
             self._created += 1

@@ -37,8 +37,7 @@ def traced(tmp_path_factory):
                 folder / "a.log",
                 "--frontend=triton",
                 "--trace-config=mode=opentelemetry",
-                "--trace-config=level=TIMESTAMPS",
-                "--trace-config=rate=1",
+                "--trace-config=level=TIMESTAMPS",  # rate 1000: only requests with context
                 f"--trace-config=opentelemetry,url={receiver.endpoint}",
                 "--trace-config=opentelemetry,resource=service.name=bridge-under-test",
                 "--trace-config=opentelemetry,bsp_schedule_delay=50",
@@ -118,4 +117,20 @@ def test_trace_settings_say_opentelemetry(traced) -> None:
     a, _ = traced
     settings = httpx.get(f"http://{a.http_url}/v2/trace/setting", timeout=30).json()
     assert settings["trace_mode"] == "opentelemetry"
-    assert settings["trace_level"] == ["TIMESTAMPS"] and settings["trace_rate"] == "1"
+    assert settings["trace_level"] == ["TIMESTAMPS"] and settings["trace_rate"] == "1000"
+
+
+def test_only_requests_with_a_trace_context_are_traced_below_the_rate(traced) -> None:
+    """Rate 1000: a request without `traceparent` is not traced; one with it always is (as
+    Triton forces the sample of a propagated context)."""
+    a, receiver = traced
+    client = grpcclient.InferenceServerClient(a.grpc_url)
+    x = grpcclient.InferInput("X", [4], "FP32")
+    x.set_data_from_numpy(X)
+    roots_before = {s.trace_id for s in receiver.spans if s.name == "InferRequest"}
+    client.infer("bls_traced", [x])  # untraced
+    header, trace_id, _ = _traceparent()
+    client.infer("bls_traced", [x], headers={"traceparent": header})
+    receiver.wait_for(_of_trace(trace_id, 7))
+    roots = {s.trace_id for s in receiver.spans if s.name == "InferRequest"} - roots_before
+    assert roots == {trace_id}

@@ -106,6 +106,8 @@ TRACE_DEFAULTS: dict[str, list[str]] = {
 TRACE_LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
 TRACE_FILE_FIXED = "trace file location can not be updated through network protocol"
 INVALID_SETTING = "Attempting to set invalid trace setting :"
+# W3C Trace Context: version 00, a trace id and a parent span id (neither all zeros), flags.
+_TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
 _UINT32_MAX = 2**32 - 1
 _INT32_MAX = 2**31 - 1
 # What C's strtol reads: leading blanks, a sign, digits; the rest is ignored (" 4x" is 4) [V].
@@ -198,20 +200,27 @@ class TraceSettings:
             "trace_mode": [values.mode],
         }
 
-    def sample(self, model: str) -> TraceSetting | None:
+    def sample(self, model: str, force: bool = False) -> TraceSetting | None:
         """The setting that traces this request for `model`, or None (most requests)."""
         if not self.active:
             return None
         setting = self._models.get(model, self._global)
-        return setting if setting.sample() else None
+        return setting if setting.sample(force) else None
 
-    def start(self, model: str, wire: str) -> WireTrace | None:
+    def start(self, model: str, wire: str, traceparent: str = "") -> WireTrace | None:
         """A trace for this request to `model` through `wire` ("HTTP", "GRPC"), or None.
-        Callers test `active` first, so that a server with tracing off does nothing more."""
-        setting = self.sample(model)
+        Callers test `active` first, so that a server with tracing off does nothing more.
+
+        In OpenTelemetry mode a request with a valid `traceparent` is always traced, as a child
+        of the client's span (Triton forces the sample then [tracer.cc])."""
+        propagated = self._otel is not None and _TRACEPARENT.fullmatch(traceparent) is not None
+        setting = self.sample(model, force=propagated)
         if setting is None:
             return None
-        return WireTrace(setting, wire, self.export)
+        trace = WireTrace(setting, wire, self.export)
+        if propagated:
+            trace.traceparent = traceparent
+        return trace
 
     async def update(
         self, model: str, changes: dict[str, list[str] | None]

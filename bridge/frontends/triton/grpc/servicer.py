@@ -218,10 +218,9 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def _model_infer(
         self, request: pb.ModelInferRequest, traceparent: str
     ) -> pb.ModelInferResponse:
-        trace = self.service.trace.start(request.model_name, "GRPC")
+        trace = self.service.trace.start(request.model_name, "GRPC", traceparent)
         if trace is None:
             return await self._model_infer_traced(request, None)
-        trace.traceparent = traceparent
         # The handler runs once the message is read: the wait and the read are not ours to
         # see, so both stamps are the handler's start.
         trace.stamp("GRPC_WAITREAD_START")

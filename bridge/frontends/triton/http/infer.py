@@ -91,11 +91,11 @@ async def infer(request: Request) -> Response:
     service = request.app.state.service
     if not service.trace.active:  # tracing off: nothing more per request
         return await _infer(request, None)
-    trace = service.trace.start(request.path_params["model"], "HTTP")
+    traceparent = request.headers.get("traceparent", "")
+    trace = service.trace.start(request.path_params["model"], "HTTP", traceparent)
     if trace is None:
         return await _infer(request, None)
     trace.stamp("HTTP_RECV_START")
-    trace.traceparent = request.headers.get("traceparent", "")
     response = await _infer(request, trace)
     trace.stamp("HTTP_SEND_START")
     response.background = BackgroundTask(trace.finish, "HTTP_SEND_END")  # once it is sent
