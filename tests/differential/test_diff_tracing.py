@@ -248,3 +248,24 @@ def test_trace_settings_with_a_trace_file_as_triton(servers) -> None:
             if isinstance(answer, dict):
                 answer["trace_file"] = ["<file>"]
         assert got == expected, (model, step)
+
+
+def test_log_frequency_zero_writes_the_file_at_exit(tmp_path) -> None:
+    """Log frequency 0: the traces go to `file` itself, one JSON array closed at exit (the
+    bridge only: how Triton's file ends depends on how it is stopped)."""
+    trace_file = tmp_path / "trace.json"
+    bridge = BridgeServer(
+        REPO,
+        "--frontend=triton",
+        "--model-control-mode=explicit",
+        "--load-model=add_sub",
+        "--trace-config=level=TIMESTAMPS",
+        "--trace-config=rate=1",
+        f"--trace-config=triton,file={trace_file}",
+        log_path=tmp_path / "bridge.log",
+    )
+    with bridge:
+        for _ in range(2):
+            _grpc(bridge, "add_sub", {"INPUT0": ("FP32", X), "INPUT1": ("FP32", X)})
+    objects = json.loads(trace_file.read_text())
+    assert [t["header"][0] for t in shape(objects)] == ["add_sub", "add_sub"]
