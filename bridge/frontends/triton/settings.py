@@ -159,7 +159,6 @@ class TraceSettings:
     def __init__(self, directory: Directory | None = None, config: TraceConfig | None = None):
         self._directory = directory
         config = config or TraceConfig()
-        self.mode = config.mode
         self._defaults = TraceValues(
             config.levels,
             config.rate,
