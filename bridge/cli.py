@@ -655,6 +655,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     if args.frontend == "dynamo":
+        if args.trace_config:
+            log.warning("--trace-config has no effect without --frontend triton")
         if restricted and args.control_port is None:
             log.warning(
                 "--http-restricted-api has no effect without --control-port or --frontend triton"
