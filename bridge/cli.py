@@ -339,6 +339,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="accepted for tritonserver's command lines; the local cache is built in",
     )
     p.add_argument(
+        "--trace-config",
+        dest="trace_config",
+        action="append",
+        default=[],
+        metavar="[MODE,]SETTING=VALUE",
+        help="as tritonserver: level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, "
+        "mode=triton|opentelemetry, triton,file=PATH, triton,log-frequency=N, "
+        "opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE; repeat for several "
+        "(with --frontend triton)",
+    )
+    p.add_argument(
         "--strict-model-config",
         type=_bool,
         nargs="?",
@@ -598,6 +609,10 @@ def _env_value(action: argparse.Action, text: str) -> object:
     convert = action.type if callable(action.type) else str
     if isinstance(action, argparse._AppendAction):
         separator = os.pathsep if convert is Path else ","
+        if action.dest == "trace_config":  # `triton,file=x` holds the separator itself
+            from .tracing.config import join_mode_parts
+
+            return join_mode_parts([p.strip() for p in text.split(",") if p.strip()])
         return [convert(part.strip()) for part in text.split(separator) if part.strip()]
     value = convert(text)
     if action.choices is not None and value not in action.choices:
@@ -772,15 +787,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .options import Timings
         from .restrictions import parse_restricted_api
         from .server import RuntimeSettingsError, ServerOptions, StartupError, serve
+        from .tracing.config import parse_trace_config
 
     try:
         timings = Timings.from_environment(os.environ)
         restricted = parse_restricted_api(args.http_restricted_api)
         metrics_config = parse_metrics_config(args.metrics_config)
         cache_bytes = parse_cache_config(args.cache_config, args.response_cache_byte_size)
+        trace_config = parse_trace_config(args.trace_config)
     except ValueError as exc:
         parser.error(str(exc))
     if args.frontend == "dynamo":
+        if args.trace_config:
+            log.warning("--trace-config has no effect without --frontend triton")
         if restricted and args.control_port is None:
             log.warning(
                 "--http-restricted-api has no effect without --control-port or --frontend triton"
@@ -804,6 +823,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics_address=args.metrics_address,
         metrics_config=metrics_config,
         response_cache_bytes=cache_bytes,
+        trace=trace_config,
         host=args.host,
         exit_on_error=args.exit_on_error,
         model_control_mode=args.model_control_mode,

@@ -14,6 +14,7 @@ from .frontends.triton.http.connections import ConnectionLimits
 from .metrics.triton import MetricsConfig
 from .restrictions import Restriction
 from .serialized_bytes import BytesLimits
+from .tracing.config import TraceConfig
 
 if TYPE_CHECKING:
     from .frontends.triton import DoorOptions, HttpOptions
@@ -73,6 +74,7 @@ class ServerOptions:
     metrics_config: MetricsConfig = field(default_factory=MetricsConfig)
     # `--cache-config local,size=N`: the response cache of each worker process (0: none).
     response_cache_bytes: int = 0
+    trace: TraceConfig = field(default_factory=TraceConfig)  # --trace-config (the triton door)
     host: str = "127.0.0.1"
     namespace: str = "dynamo_bridge"
     exit_on_error: bool = False

@@ -35,6 +35,7 @@ from model_repository_loader.errors import failed_requests_text
 from model_repository_loader.inference import respond_may_wait
 from model_repository_loader.model import ServedModel
 from model_repository_loader.pb_utils import InferenceResponse, TritonError
+from model_repository_loader.tracing import RequestTrace
 from model_repository_loader.validation import (
     RequestError,
     no_available_versions_error,
@@ -63,6 +64,8 @@ log = logging.getLogger(__name__)
 
 # Large raw BYTES inputs are decoded here, off the event loop and one request at a time: the
 # loop keeps serving other models meanwhile, and only one object array is being built at once.
+# How long a traced request's final answer waits for its trace to end (`execute` to return).
+TRACE_WAIT_S = 30.0
 _BYTES_DECODER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bytes-decode")
 
 _CONFIG_DTYPE_TO_KSERVE = {
@@ -265,6 +268,7 @@ class ModelWorker:
         self.in_flight += 1
         self.last_arrival = loop.time()
         refused: TritonError | None = None
+        trace: RequestTrace | None = None
         pending = None
         model: ServedModel | None = None
         try:
@@ -282,6 +286,9 @@ class ModelWorker:
                     inference.model_version = parse_model_version(
                         str(request.get("model_version") or "")
                     )
+                    if "trace" in request:  # a traced request (docs/worker_protocol.md §2)
+                        trace = RequestTrace("TENSORS" in request["trace"]["level"])
+                        inference.trace = trace
             except RequestError as exc:
                 refused = TritonError(exc.message, exc.code)
             else:
@@ -325,6 +332,7 @@ class ModelWorker:
                 item, final = await responses.next()
                 if item is _GONE:
                     return
+                out: dict | None = None
                 if isinstance(item, TritonError):
                     failure = request_failed(self.name, request_id, item)
                     if not bridge:
@@ -333,11 +341,15 @@ class ModelWorker:
                         # cancellation below.
                         finished = final
                         raise failure
-                    yield bridge_error(item, final, rejected)
+                    out = bridge_error(item, final, rejected)
                 elif item is not None:
-                    yield item
+                    out = item
                 elif final and (empty_final or bridge):
-                    yield responses.encode(None, True)
+                    out = responses.encode(None, True)
+                if final and trace is not None:
+                    out = await _with_trace(out, trace)
+                if out is not None:
+                    yield out
                 if final:
                     finished = True
                     return
@@ -359,6 +371,30 @@ class ModelWorker:
 
 # Put in a request's responses when the client is gone.
 _GONE: Any = object()
+
+
+async def _with_trace(item: dict | None, trace: RequestTrace) -> dict | None:
+    """The final answer with its request's trace, once the trace is complete: its REQUEST_END
+    comes when `execute` returns, which may be after the final response was sent."""
+    if "REQUEST_START" not in trace.times:  # refused before a model took it: nothing to wait for
+        return item
+    done = asyncio.get_running_loop().create_future()
+
+    def settle() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def complete() -> None:
+        done.get_loop().call_soon_threadsafe(settle)
+
+    if trace.when_complete(complete):
+        try:
+            await asyncio.wait_for(done, TRACE_WAIT_S)
+        except TimeoutError:
+            log.warning("trace of a '%s' request not complete; sent as it is", trace.model_name)
+    if item is None:
+        return None
+    return {**item, "trace": trace.to_wire()}
 
 
 def _standard_response(name: str, response: InferenceResponse | None, final: bool) -> dict:

@@ -36,6 +36,7 @@ from .inference import Respond
 
 if TYPE_CHECKING:  # instance.py runs batches through this module
     from .instance import ModelInstance
+    from .tracing import RequestTrace
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,7 @@ class Pending:
         "open_table",
         "_executing",
         "_outcome",
+        "trace",
     )
 
     def __init__(
@@ -138,6 +140,7 @@ class Pending:
         # the call ends (`executed`), so that the request's duration covers its execution.
         self._executing = False
         self._outcome: str | None = None
+        self.trace: RequestTrace | None = None  # set for a traced request (tracing.py)
         self.request = build_request(self)
 
     @property
@@ -216,6 +219,10 @@ class Pending:
             self.left_queue()
             if not deferred:
                 self._record(failure)
+        if self.trace is not None:
+            self.trace.responded(response)
+            if final and not deferred:
+                self.trace.end()
         try:
             self._respond(self._finish(response), final)
         except BaseException as exc:  # the caller's callback must not stop the instance
@@ -237,6 +244,8 @@ class Pending:
             outcome, self._outcome = self._outcome, None
         if outcome is not None and self.stats is not None:
             self._record(outcome or None)
+        if self.trace is not None and self._closed:
+            self.trace.end()
 
     def _record(self, failure: str | None) -> None:
         assert self.stats is not None

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from .pb_utils import InferenceResponse, Tensor
+from .tracing import RequestTrace
 
 ParameterValue = bool | int | float | str
 
@@ -62,6 +63,8 @@ class InferRequest:
     parameters: dict[str, ParameterValue] = field(default_factory=dict)
     # -1: the highest version being served.
     model_version: int = -1
+    # Set only for a request to trace (tracing.py); None costs nothing on the way.
+    trace: RequestTrace | None = None
 
 
 def answer_of(

@@ -219,6 +219,8 @@ class ModelVersion:
             pending.requeue = getattr(self._scheduler, "reschedule", self._scheduler.enqueue)
         params = request.parameters
         pending.queued = True
+        if pending.trace is not None:
+            pending.trace.queued()
         self.stats.queue_changed(1)
         self._scheduler.enqueue(pending, _priority(params) if params else 0)
         return pending
@@ -270,6 +272,9 @@ class ModelVersion:
             del self._open[id(pending)]
             self._refuse(respond)
             return None
+        if request.trace is not None:  # from here on it ends (tracing.py)
+            pending.trace = request.trace
+            request.trace.admitted(self.name, self.version, request.inputs)
         if cached is not None:
             # Counted as Triton counts a hit (no inference or execution), before it is sent.
             pending.stats = None
@@ -331,6 +336,7 @@ class ModelVersion:
             requested_output_names=requested,  # type: ignore[arg-type]
             response_sender=sender,
             is_cancelled=pending.is_cancelled,
+            trace=None if request.trace is None else pb_utils.InferenceTrace("", request.trace),
         )
 
     def _finish(

@@ -38,6 +38,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from model_repository_loader.composition import RemoteRespond, RemoteTarget
 from model_repository_loader.inference import InferRequest
 from model_repository_loader.pb_utils import InferenceResponse, TritonError
+from model_repository_loader.tracing import RequestTrace
 
 from ..codec import decode_bridge_item, encode_bridge_request
 from .control_endpoint import control_path
@@ -129,10 +130,14 @@ class DynamoRemoteModels:
         try:
             # Encoded on the caller's thread: the loop only hands bytes over.
             body = encode_bridge_request(request)
+            if request.trace is not None:  # the callee measures its part (tracing.py)
+                levels = ["TIMESTAMPS", "TENSORS"] if request.trace.tensors else ["TIMESTAMPS"]
+                body["trace"] = {"level": levels}
+                request.trace.sent(name)
         except Exception as exc:
             once(_internal(f"BLS call to '{name}' could not be encoded: {exc!r}"), True, False)
             return call
-        running = self._run(name, body, once, call)
+        running = self._run(name, body, once, call, request.trace)
         try:
             asyncio.run_coroutine_threadsafe(running, self._loop)
         except RuntimeError as exc:  # the loop is closed: the server is stopping
@@ -152,13 +157,22 @@ class DynamoRemoteModels:
 
     # -- on the loop ----------------------------------------------------------------------------
 
-    async def _run(self, name: str, body: dict[str, Any], respond: _Once, call: RemoteCall) -> None:
+    async def _run(
+        self,
+        name: str,
+        body: dict[str, Any],
+        respond: _Once,
+        call: RemoteCall,
+        trace: RequestTrace | None = None,
+    ) -> None:
         try:
             stream = await self._open(name, body, call)
             if stream is None:
                 respond(None, True, True)  # no process serves it: the loader words it
                 return
             async for item in stream:
+                if trace is not None and item.get("final"):
+                    trace.adopt(item.pop("trace", None))
                 response, final, rejected = decode_bridge_item(item)
                 respond(response, final, rejected)
                 if final:
@@ -171,6 +185,8 @@ class DynamoRemoteModels:
                 log.warning("BLS call to '%s' in another process failed: %r", name, exc)
                 respond(_internal(f"BLS call to '{name}' failed: {exc}"), True, False)
         finally:
+            if trace is not None:
+                trace.end()  # a no-op once adopted
             respond(None, True, False)  # a no-op unless nothing final was said (cancelled)
 
     async def _open(self, name: str, body: dict[str, Any], call: RemoteCall) -> Any:

@@ -262,12 +262,15 @@ def to_infer_request(request: pb_utils.InferenceRequest) -> InferRequest:
         parameters["sequence_end"] = True
     if request._timeout:
         parameters["timeout"] = request._timeout
+    # Given `trace=request.trace()` of a traced request: the call is a child of its trace.
+    caller = getattr(request._trace, "_request_trace", None)
     return InferRequest(
         inputs=[handed_over(t) for t in request._inputs],
         requested_outputs=sorted(request._requested_output_names),
         request_id=request._request_id,
         parameters=parameters,
         model_version=request._model_version,
+        trace=None if caller is None else caller.child("BLS"),
     )
 
 

@@ -109,6 +109,9 @@ class EnsembleModel:
         except RequestError as exc:
             respond(_error(str(exc), exc.code), True)
             return None
+        if request.trace is not None:  # no compute of its own: its steps have theirs
+            request.trace.admitted(self.name, self.version, request.inputs)
+            request.trace.queued()
         run = EnsembleRun(self, request, respond, batch_size)
         if self.cache is not None:
             arrival = time.monotonic_ns()
@@ -252,6 +255,8 @@ class EnsembleRun:
 
             model = self.ensemble.models.get(step.model_name)
             remote = self.ensemble.scope.remote if model is None else None
+            if self.request.trace is not None and (model is not None or remote is not None):
+                request.trace = self.request.trace.child("ENSEMBLE_STEP")
             if model is not None:
                 handle = model.submit(request, respond)
             elif remote is not None:
@@ -303,6 +308,8 @@ class EnsembleRun:
             if final:
                 self._in_flight.pop(submit_id, None)
         if outgoing is not None:
+            if self.request.trace is not None:
+                self.request.trace.responded(outgoing)
             self._respond(outgoing, False)
         self._submit_all(ready)
         if final:
@@ -345,7 +352,12 @@ class EnsembleRun:
             stored = None if failed else response
             if self.ensemble.cache.insert(key, stored):
                 self.ensemble.stats.record_cache_miss(lookup_ns + time.monotonic_ns() - start)
+        trace = self.request.trace
+        if trace is not None:
+            trace.responded(response)
         self._respond(response, True)
+        if trace is not None:
+            trace.end()
         self.ensemble._finished(self)
 
     def _record(self, failed: bool) -> None:

@@ -37,10 +37,12 @@ _INT64 = 1 << 63
 class InferenceTrace:
     """The trace a request belongs to; `get_context()` is None when tracing is off."""
 
-    __slots__ = ("_context",)
+    __slots__ = ("_context", "_request_trace")
 
-    def __init__(self, trace_context: str = "") -> None:
+    def __init__(self, trace_context: str = "", request_trace: Any = None) -> None:
         self._context = trace_context
+        # The loader's trace of the request it belongs to (tracing.py), for BLS calls.
+        self._request_trace = request_trace
 
     def get_context(self) -> str | None:
         return self._context or None

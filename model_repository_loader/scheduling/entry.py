@@ -95,10 +95,14 @@ def run_recorded(
         start_ns += waited
         queue_ns += waited * requests
         span = take_compute_span()
-        if span is not None and start_ns <= span[0] <= span[1] <= end_ns:
+        if span is not None and not start_ns <= span[0] <= span[1] <= end_ns:
+            span = None
+        if span is not None:
             input_ns, infer_ns, output_ns = span[0] - start_ns, span[1] - span[0], end_ns - span[1]
         else:
             input_ns, infer_ns, output_ns = 0, end_ns - start_ns, 0
         stats.record_execution(batch_size, requests, queue_ns, input_ns, infer_ns, output_ns)
         for pending in executed:
+            if pending.trace is not None:
+                pending.trace.computed(start_ns, span, end_ns)
             pending.executed()

@@ -1,9 +1,8 @@
 """`/v2/logging` and `/v2/trace/setting` (server and per model) on the triton door's HTTP port,
 against the real Triton: the same requests in the same order get the same status, Content-Type and
 body. The calls end with the settings back at their start (the servers are shared).
-
-Not compared: a trace level other than OFF (Triton with no trace file answers 400 "trace file
-name is not given"; the bridge records no traces and says so, UNSUPPORTED: ../settings.py).
+A trace level other than OFF is refused by both with no trace file configured (400, "trace
+file name is not given").
 """
 
 from __future__ import annotations
@@ -50,6 +49,8 @@ CALLS: list[tuple[str, str, str]] = [
     ("POST", "/v2/trace/setting", '{"trace_level":"OFF"}'),
     ("POST", "/v2/trace/setting", '{"trace_level":["OFF"],"log_frequency":"3"}'),
     ("POST", "/v2/trace/setting", '{"trace_file":"x"}'),
+    ("POST", "/v2/trace/setting", '{"trace_level":["TIMESTAMPS"]}'),
+    ("POST", "/v2/models/shapes/trace/setting", '{"trace_level":["TENSORS"],"trace_rate":"3"}'),
     ("POST", "/v2/trace/setting", '{"trace_count":"x"}'),
     ("POST", "/v2/trace/setting", '{"zzz":"1"}'),
     ("POST", "/v2/trace/setting", '{"zzz":1}'),

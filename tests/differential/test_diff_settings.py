@@ -2,9 +2,8 @@
 
 Each test sends the same sequence of changes to a Triton and a door of their own (settings are
 per server, so the shared servers of the other tests stay untouched) and compares every answer:
-the settings after the change, or the status and text of the refusal. Where the door says
-something else on purpose (a trace level other than OFF, which would need traces the bridge
-does not record) the test says so.
+the settings after the change, or the status and text of the refusal. Trace settings with a
+trace file configured, and the traces themselves, are in test_diff_tracing.py.
 """
 
 from __future__ import annotations
@@ -152,18 +151,16 @@ def test_trace_settings_as_triton(stubs):
 
 
 @pytest.mark.parametrize("level", ["TIMESTAMPS", "TENSORS"])
-def test_trace_level_that_needs_traces(stubs, level):
-    """Triton refuses a level with no trace file configured (INVALID_ARGUMENT); the bridge never
-    has one, and says UNIMPLEMENTED in its own words. Nothing changes on either."""
+def test_trace_level_without_a_trace_file(stubs, level):
+    """With no trace file configured, a level other than OFF could trace nothing: both refuse it
+    (INVALID_ARGUMENT, Triton's text) and nothing changes."""
     oracle, door = stubs
     request = trace_request(trace_level=[level])
     triton = outcome(oracle.TraceSetting, request)
-    assert triton[0] == "StatusCode.INVALID_ARGUMENT", triton
-    bridge = outcome(door.TraceSetting, request)
-    assert bridge == (
-        "StatusCode.UNIMPLEMENTED",
-        f"trace_level {level}: dynamo-bridge records no Triton traces; only trace_level OFF is "
-        "supported",
+    assert triton == (
+        "StatusCode.INVALID_ARGUMENT",
+        "Attempting to set invalid trace setting :trace file name is not given",
     )
+    assert outcome(door.TraceSetting, request) == triton
     read = trace_request()
     assert outcome(door.TraceSetting, read) == outcome(oracle.TraceSetting, read)

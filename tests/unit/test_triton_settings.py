@@ -14,6 +14,7 @@ import pytest
 from bridge import logs
 from bridge.frontends.triton.settings import TraceSettings
 from bridge.frontends.triton.status import DoorError
+from bridge.tracing.config import join_mode_parts, parse_trace_config
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 BAD_FORMAT = (ErrorCode.INVALID_ARG, "invalid argument for log_format, got: bad")
@@ -101,12 +102,68 @@ def test_trace_settings_global_and_per_model():
          "Expect only one trace level 'OFF' is specified"),
         ({"trace_file": None}, ErrorCode.UNSUPPORTED,
          "trace file location can not be updated through network protocol"),
-        ({"trace_level": ["TENSORS"]}, ErrorCode.UNSUPPORTED,
-         "trace_level TENSORS: dynamo-bridge records no Triton traces; only trace_level OFF is "
-         "supported"),
+        ({"trace_level": ["TENSORS"]}, ErrorCode.INVALID_ARG,
+         "Attempting to set invalid trace setting :trace file name is not given"),
     ],
 )  # fmt: skip
 def test_trace_settings_refusals(changes, code, message):
     trace = TraceSettings()
     assert trace_update(trace, "", changes) == (code, message)
     assert trace.current() == TraceSettings().current()  # nothing changed
+
+
+def test_trace_config_flags_as_tritonserver():
+    config = parse_trace_config(
+        ["triton,file=/tmp/t.json", "level=TIMESTAMPS", "level=tensors", "rate=1",
+         "count=5", "triton,log-frequency=2", "zzz=1"]
+    )  # fmt: skip
+    assert (config.levels, config.rate, config.count, config.log_frequency, config.file) == (
+        ("TIMESTAMPS", "TENSORS"), 1, 5, 2, "/tmp/t.json"
+    )
+    assert parse_trace_config(["level=TIMESTAMPS", "level=OFF"]).levels == ()  # OFF wins
+    otel = parse_trace_config(
+        ["mode=opentelemetry", "opentelemetry,url=http://h:1/v1/traces",
+         "opentelemetry,resource=service.name=x", "triton,file=/ignored"]
+    )  # fmt: skip
+    assert (otel.mode, otel.url, otel.resource, otel.file) == (
+        "opentelemetry", "http://h:1/v1/traces", {"service.name": "x"}, ""
+    )
+
+
+@pytest.mark.parametrize(
+    "arg, message",
+    [
+        (",rate=1", "No trace mode specified. --trace-config option format is "
+         "<trace mode>,<setting>=<value> or <setting>=<value>. Got ,rate=1"),
+        ("rate", "--trace-config option format is '<trace mode>,<setting>=<value>'. Got rate"),
+        ("level=loud", 'Bad option: "--trace-config level".\n'
+         "invalid value for trace level option: loud"),
+        ("zipkin,url=x", "invalid value for trace mode option: zipkin. Available options are "
+         '"triton" and "opentelemetry"'),
+    ],
+)  # fmt: skip
+def test_trace_config_refusals(arg, message):
+    with pytest.raises(ValueError) as caught:
+        parse_trace_config([arg])
+    assert str(caught.value) == message
+
+
+def test_trace_settings_sample_by_rate_and_count(tmp_path):
+    config = parse_trace_config(
+        [f"triton,file={tmp_path / 't.json'}", "level=TIMESTAMPS", "rate=2", "count=2"]
+    )
+    trace = TraceSettings(config=config)
+    picks = [trace.sample("m") is not None for _ in range(7)]
+    assert picks == [False, True, False, True, False, False, False]
+    assert trace.current()["trace_count"] == ["0"]  # what is left, as Triton reports it
+    off = TraceSettings()
+    assert not off.active and off.sample("m") is None
+
+
+def test_trace_config_environment_form():
+    parts = "triton,file=/t.json,level=TIMESTAMPS,opentelemetry,url=http://h/v1/traces".split(",")
+    assert join_mode_parts(parts) == [
+        "triton,file=/t.json",
+        "level=TIMESTAMPS",
+        "opentelemetry,url=http://h/v1/traces",
+    ]

@@ -74,7 +74,10 @@ class TritonDoorRole:
         directory = Directory(runtime, self.options.namespace, cards, self.local_worker)
         self.local_changes(directory.changed)
         self.service = TritonService(
-            directory, ready=self.ready, bytes_limits=self.options.bytes_limits
+            directory,
+            ready=self.ready,
+            bytes_limits=self.options.bytes_limits,
+            trace=self.options.trace,
         )
         self.grpc = GrpcServer(self.service, self.door_options)
         if self.options.http is not None:

@@ -38,6 +38,7 @@ from model_repository_loader.validation import (
 )
 
 from ...serialized_bytes import BytesLimits
+from ...tracing.config import TraceConfig
 from .directory import Directory, EndpointWithdrawn, ModelEntry
 from .model_cards import FOREIGN_VERSION
 from .settings import LogSettings, TraceSettings
@@ -166,6 +167,7 @@ class TritonService:
         directory: Directory,
         ready: Callable[[], bool] = lambda: True,
         bytes_limits: BytesLimits | None = None,
+        trace: TraceConfig | None = None,
     ) -> None:
         self.directory = directory
         # What one request's BYTES inputs may cost once decoded: the wires check it first.
@@ -173,7 +175,7 @@ class TritonService:
         self._ready = ready  # the composition root's own readiness (starting, stopping)
         self.shm = SharedMemory()
         self.logging = LogSettings(directory)
-        self.trace = TraceSettings(directory)
+        self.trace = TraceSettings(directory, trace)
         self.exiting = False  # shutdown began: answer as Triton does while it exits
         self.calls = InFlight()  # inference calls in flight, which the shutdown waits for
 
@@ -362,6 +364,7 @@ class TritonService:
 
     def close(self) -> None:
         self.shm.close()
+        self.trace.close()
 
 
 _INFER_KINDS = (

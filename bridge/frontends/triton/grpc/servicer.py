@@ -25,6 +25,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
+from ....tracing.request import WireTrace
 from ..header_forward import HeaderForwarding, forward_into
 from ..service import TritonService
 from ..status import DoorError
@@ -213,26 +214,56 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request: Any, context: Any) -> pb.ModelInferResponse:
         with self.service.calls:  # a shutdown waits for it
-            infer = functools.partial(self._model_infer, context=context)
-            return await _answer(context, infer, request)
+            if not self.service.trace.active:  # tracing off: nothing more per request
+                infer = functools.partial(self._model_infer_traced, context=context)
+                return await _answer(context, infer, request)
+
+            async def traced(r: pb.ModelInferRequest) -> pb.ModelInferResponse:
+                return await self._model_infer(r, context)
+
+            return await _answer(context, traced, request)
 
     async def _model_infer(
         self, request: pb.ModelInferRequest, context: Any
+    ) -> pb.ModelInferResponse:
+        trace = self.service.trace.start(request.model_name, "GRPC", _traceparent(context))
+        if trace is None:
+            return await self._model_infer_traced(request, context, None)
+        # The handler runs once the message is read: the wait and the read are not ours to
+        # see, so both stamps are the handler's start.
+        trace.stamp("GRPC_WAITREAD_START")
+        trace.stamp("GRPC_WAITREAD_END")
+        trace.request_id = request.id
+        try:
+            response = await self._model_infer_traced(request, context, trace)
+            trace.stamp("GRPC_SEND_START")
+            return response
+        finally:
+            trace.finish("GRPC_SEND_END")
+
+    async def _model_infer_traced(
+        self, request: pb.ModelInferRequest, context: Any, trace: WireTrace | None = None
     ) -> pb.ModelInferResponse:
         service = self.service
         target = await service.target(request.model_name, request.model_version, stream=False)
         body = await _converted(service, request, target)
         self._forward_headers(body, context)
+        if trace is not None and target.entry.bridge_form:
+            body["trace"] = trace.request_form()
         answers: list[dict] = []
         dynamo_context = Context()
         try:
             async for item in service.items(target, body, dynamo_context):
+                if trace is not None:
+                    trace.took(item)
                 if item.get("empty"):
                     continue  # a flag-only FINAL: a unary call has nothing to show for it
                 answers.append(item)
         except asyncio.CancelledError:
             dynamo_context.stop_generating()
             raise
+        if trace is not None:
+            trace.stamp("INFER_RESPONSE_COMPLETE")
         if len(answers) != 1:
             raise DoorError(ErrorCode.INTERNAL, f"expected a single response, got {len(answers)}")
         answer = answers[0]
@@ -405,3 +436,11 @@ async def _converted(service: TritonService, request: pb.ModelInferRequest, targ
     )
     await run_deferred(deferred)
     return body
+
+
+def _traceparent(context: Any) -> str:
+    """The client's W3C trace context (`traceparent` metadata), or ""."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "traceparent":
+            return str(value)
+    return ""

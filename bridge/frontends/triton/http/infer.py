@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any
 
 from dynamo.runtime import Context
+from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -28,6 +29,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ....serialized_bytes import BytesLimits
+from ....tracing.request import WireTrace
 from ..header_forward import forward_into
 from ..shm import SharedMemory
 from ..status import DoorError
@@ -129,6 +131,21 @@ def _to_bridge(
 
 async def infer(request: Request) -> Response:
     service = request.app.state.service
+    if not service.trace.active:  # tracing off: nothing more per request
+        return await _infer(request, None)
+    traceparent = request.headers.get("traceparent", "")
+    trace = service.trace.start(request.path_params["model"], "HTTP", traceparent)
+    if trace is None:
+        return await _infer(request, None)
+    trace.stamp("HTTP_RECV_START")
+    response = await _infer(request, trace)
+    trace.stamp("HTTP_SEND_START")
+    response.background = BackgroundTask(trace.finish, "HTTP_SEND_END")  # once it is sent
+    return response
+
+
+async def _infer(request: Request, trace: WireTrace | None) -> Response:
+    service = request.app.state.service
     params = request.path_params
     model = params["model"]
     headers = request.headers
@@ -140,6 +157,8 @@ async def infer(request: Request) -> Response:
             raw = await request.body()
         except ClientDisconnect:  # gone before its body arrived: nobody to answer, nothing to log
             return Response(b"", status_code=400)
+        if trace is not None:
+            trace.stamp("HTTP_RECV_END")
         limit = request.app.state.options.max_input_size
         encoding = headers.get("content-encoding")
         body = await off_loop(len(raw), partial(_decompress, raw, encoding, limit))
@@ -168,16 +187,23 @@ async def infer(request: Request) -> Response:
     if forwarding is not None:  # `--http-header-forward-pattern`
         forward_into(bridge, forwarding.parameters(headers.items()))
     del raw, body, header, binary  # the bridge form holds what is needed
+    if trace is not None and target.entry.bridge_form:
+        bridge["trace"] = trace.request_form()
+        trace.request_id = str(bridge.get("id") or "")
     answers: list[dict] = []
     context = Context()
     watcher = asyncio.ensure_future(_watch_disconnect(request, context))
     try:
         async for item in service.items(target, bridge, context):
+            if trace is not None:
+                trace.took(item)
             if item.get("empty"):
                 continue  # a flag-only FINAL: a unary call has nothing to show for it
             answers.append(item)
     finally:
         watcher.cancel()
+    if trace is not None:
+        trace.stamp("INFER_RESPONSE_COMPLETE")
     if len(answers) != 1:
         error = DoorError(ErrorCode.INTERNAL, f"expected a single response, got {len(answers)}")
         return error_response(error, "text/plain")
@@ -230,3 +256,5 @@ class PartsResponse(Response):
         last = len(self.parts) - 1
         for index, part in enumerate(self.parts):
             await send({"type": "http.response.body", "body": part, "more_body": index < last})
+        if self.background is not None:  # a traced request's HTTP_SEND_END
+            await self.background()
