@@ -323,29 +323,6 @@ class ModelManager:
         except ValueError:
             return False
 
-    async def index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        """Triton's repository index: every model folder; loaded or failed ones per version,
-        with `state` (and `reason` when not ready); never-loaded ones by name only [V].
-        The folders are scanned on a thread: a large repository must not stall the loop."""
-        sources = await self._run(repository.scan, self.options.repositories)
-        names = {s.name for s in sources}
-        names |= set(self.repository.models)  # loaded from `files=`, not in a repository
-        entries: list[dict[str, str]] = []
-        for name in sorted(names):
-            status = self.repository.statuses.get(name)
-            if status is None or not status.versions:
-                if not ready_only:
-                    entries.append({"name": name})
-                continue
-            if ready_only and not status.ready:
-                continue
-            for version in status.versions:
-                entry = {"name": name, "version": str(version), "state": status.state}
-                if not status.ready and status.reason:
-                    entry["reason"] = status.reason
-                entries.append(entry)
-        return entries
-
     # -- shutdown ------------------------------------------------------------------------------
 
     async def close(self, timeout: float, withdraw: bool = True) -> bool:
