@@ -33,6 +33,7 @@ from .deadlines import remaining
 from .errors import ModelLoadError
 from .importer import import_model_module
 from .model import Model, ModelVersion, ServedModel, side_by_side
+from .pb_utils.metrics import MetricRegistry
 from .repository import ModelSource
 from .response_cache import ResponseCache
 from .scheduling.rate_limiter import RateLimiter
@@ -72,6 +73,7 @@ class LoadedRepository:
     cache: ResponseCache | None = None
     scope: Scope = field(init=False)
     services: pb_utils.ModelServices = field(init=False)
+    metrics: MetricRegistry = field(init=False)  # its models' custom metric families
 
     @property
     def failures(self) -> dict[str, str]:
@@ -79,7 +81,10 @@ class LoadedRepository:
 
     def __post_init__(self) -> None:
         self.scope = Scope(self.models, self.statuses)
-        self.services = pb_utils.ModelServices(bls=composition.BlsExecutor(self.scope))
+        self.metrics = MetricRegistry()
+        self.services = pb_utils.ModelServices(
+            bls=composition.BlsExecutor(self.scope), metrics=self.metrics
+        )
 
     def close(self, timeout: float | None = 30.0) -> bool:
         """Close every model side by side; `timeout` bounds the whole (False if reached)."""

@@ -117,7 +117,7 @@ class WorkerRole:
         triton = TritonMetrics(
             lambda: manager.repository.models, options.metrics_config, manager.repository.cache
         )
-        self._sources = [triton.render, manager.repository.services.metrics.render_prometheus]
+        self._sources = [triton.render, manager.repository.metrics.render_prometheus]
         await manager.start(self._digests)
 
         if mode == "poll":

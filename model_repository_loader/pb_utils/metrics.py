@@ -252,12 +252,12 @@ REGISTRY = MetricRegistry()
 def registry_of(instance: context.ModelContext | None) -> MetricRegistry:
     """The registry of `instance`'s repository (REGISTRY when it has none)."""
     owner = instance.services if instance is not None else None
-    return owner.metrics if owner is not None else REGISTRY
+    return owner.metrics if owner is not None and owner.metrics is not None else REGISTRY
 
 
 def _current_registry() -> MetricRegistry:
     owner = services.current()
-    return owner.metrics if owner is not None else REGISTRY
+    return owner.metrics if owner is not None and owner.metrics is not None else REGISTRY
 
 
 # When an instance goes, so do the families it made, in its repository's registry.

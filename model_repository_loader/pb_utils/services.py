@@ -42,11 +42,12 @@ class ModelServices:
         control: ModelControl | None = None,
         metrics: MetricRegistry | None = None,
     ) -> None:
-        from .metrics import MetricRegistry  # metrics.py imports this module
-
+        """`metrics`: the registry of its models' families; None: the process's own
+        (`metrics.REGISTRY`). Given by whoever makes the services, so this module needs no
+        import of metrics.py, which imports it."""
         self.bls = bls
         self.control = control
-        self.metrics = metrics if metrics is not None else MetricRegistry()
+        self.metrics = metrics
         _live.add(self)
 
     def retire(self) -> None:

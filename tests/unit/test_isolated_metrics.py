@@ -2,7 +2,7 @@
 
 Repository: tests/repositories/isolated_metrics (model `metered`: two instance processes sharing
 the family `metered_calls`). Loaded in-process through load_repository, with real child
-processes; what /metrics would show is the repository's registry, `services.metrics`, in this
+processes; what /metrics would show is the repository's registry, `metrics`, in this
 process (and nothing lands in the registry of models outside any repository).
 """
 
@@ -49,7 +49,7 @@ def _ask(repo: LoadedRepository, op: str, **parameters: str) -> dict:
 
 
 def _series(repo: LoadedRepository, name: str, labels: str) -> float | None:
-    text = repo.services.metrics.render_prometheus()
+    text = repo.metrics.render_prometheus()
     match = re.search(rf"^{name}{re.escape(labels)} (\S+)$", text, re.M)
     return float(match.group(1)) if match else None
 
@@ -96,7 +96,7 @@ def test_errors_are_the_registry_texts(repo: LoadedRepository):
         answer["other_kind"],
     )
     # The server's registry refused it: the family there is untouched.
-    assert "# TYPE metered_calls counter" in repo.services.metrics.render_prometheus()
+    assert "# TYPE metered_calls counter" in repo.metrics.render_prometheus()
     assert pb_utils.metrics.render_prometheus() == ""  # the repository's, not the process's
 
 
@@ -113,7 +113,7 @@ def test_families_go_when_the_model_unloads(
 ):
     assert _series(repo, "metered_calls", '{by="model"}') == 0
     repo.close()
-    assert "metered_calls" not in repo.services.metrics.render_prometheus()
+    assert "metered_calls" not in repo.metrics.render_prometheus()
     # finalize could still use its metrics (the parent answered while the process finalized).
     for instance in ("metered_0_0", "metered_0_1"):
         assert f"{instance} finalize read 0.0" in caplog.text

@@ -59,8 +59,8 @@ def test_custom_metrics_land_in_each_repositorys_registry(pair):
     _call(left)
     _call(left)
     _call(right)
-    assert "side_calls 2" in left.services.metrics.render_prometheus()
-    assert "side_calls 1" in right.services.metrics.render_prometheus()
+    assert "side_calls 2" in left.metrics.render_prometheus()
+    assert "side_calls 1" in right.metrics.render_prometheus()
     assert "side_calls" not in pb_utils.metrics.render_prometheus()
 
 
