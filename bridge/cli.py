@@ -139,11 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--frontend",
-        choices=("dynamo", "triton"),
-        default="dynamo",
-        help="the gRPC front door: dynamo (Dynamo's KServe frontend) or triton (the bridge's "
-        "own Triton GRPCInferenceService on Dynamo's runtime: TLS, Triton's status codes, "
-        "no 4 MiB cap); default $DYN_BRIDGE_FRONTEND, else dynamo",
+        choices=("triton", "dynamo"),
+        default="triton",
+        help="the front door: triton (the bridge's own Triton server on Dynamo's runtime: "
+        "Triton's gRPC and HTTP/REST APIs, its status codes and texts, TLS) or dynamo "
+        "(Dynamo's KServe gRPC frontend, as Dynamo deployments run it; no HTTP/REST API); "
+        "default $DYN_BRIDGE_FRONTEND, else triton",
     )
     add_tls_flags(p, "grpc", "gRPC")
     p.add_argument(
