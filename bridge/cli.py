@@ -45,6 +45,7 @@ DISCOVERY_BACKENDS = ("mem", "file", "etcd", "kubernetes")
 REQUEST_PLANES = ("tcp", "nats")
 DEFAULT_NAMESPACE = "dynamo_bridge"
 ROLE_ENV = "DYN_BRIDGE_ROLE"
+METRICS_PORT = 8002  # tritonserver's; a worker's default is 0 (any free port)
 
 
 def _bool(text: str) -> bool:
@@ -173,9 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--metrics-port",
         type=int,
-        default=8002,
-        help="port of /metrics (Triton's nv_inference_*, custom metrics and Dynamo's frontend "
-        "metrics) and of the frontend's /health and /live (default 8002)",
+        default=None,
+        help="port of /metrics (Triton's nv_inference_*, custom metrics and, with --frontend "
+        "dynamo, Dynamo's frontend metrics) and of /v2/health/ready and /v2/health/live "
+        f"(default {METRICS_PORT}; for --role worker any free port, announced in the log, so "
+        "that several workers share a host)",
     )
     p.add_argument(
         "--allow-metrics",
@@ -535,7 +538,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         request_plane=topology.request_plane,
         namespace=topology.namespace,
         grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port,
+        metrics_port=(
+            args.metrics_port
+            if args.metrics_port is not None
+            else (0 if topology.role == "worker" else METRICS_PORT)
+        ),
         allow_metrics=args.allow_metrics,
         metrics_address=args.metrics_address,
         metrics_config=metrics_config,

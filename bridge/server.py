@@ -28,6 +28,9 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from typing import NoReturn
+
+from dynamo.runtime import DistributedRuntime
 
 from . import heap
 from .control import ControlPort
@@ -36,6 +39,7 @@ from .frontends.triton.role import TritonDoorRole
 from .metrics.server import MetricsServer
 from .options import ServerOptions, StartupError
 from .roles.frontend import FrontendRole
+from .roles.ports import PortUnavailable, check_free, door_listeners, listeners
 from .roles.runtime import RuntimeSettingsError, check_services, start_runtime
 from .roles.worker import WorkerRole
 from .tuning import batch_scheduling, keep_large_buffers
@@ -46,7 +50,7 @@ __all__ = ["RuntimeSettingsError", "ServerOptions", "StartupError", "serve"]
 log = logging.getLogger("dynamo_bridge")
 
 
-def _exit_now(status: int) -> None:
+def _exit_now(status: int) -> NoReturn:
     """Leave the process at once (threads stuck in model code are not joined); logs first."""
     try:
         logging.shutdown()
@@ -79,6 +83,16 @@ EXIT_TIMEOUT_TEXT = "exit timeout expired: exiting without waiting for the model
 RUNTIME_STOP_S = 5.0
 
 
+def _worker_metrics(worker: WorkerRole) -> Callable[[], str]:
+    """The worker's metrics text at each scrape: its sources exist once it has started, and
+    the metrics port starts before it (bound before any model is registered)."""
+    return lambda: "".join(_ended(source()) for source in worker.metrics_sources())
+
+
+def _ended(text: str) -> str:
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
 def _local_worker_of(worker: WorkerRole | None) -> Callable[[str], ModelWorker | None]:
     """endpoint path → the ModelWorker of this process serving it now, if any."""
 
@@ -87,6 +101,44 @@ def _local_worker_of(worker: WorkerRole | None) -> Callable[[str], ModelWorker |
         return manager.local_worker(path) if manager is not None else None
 
     return local_worker
+
+
+async def _listen(
+    options: ServerOptions,
+    runtime: DistributedRuntime,
+    worker: WorkerRole | None,
+    frontend: FrontendRole | TritonDoorRole | None,
+    stop: asyncio.Event,
+) -> tuple[ControlPort | None, MetricsServer | None]:
+    """Bind the control and metrics ports (before any model is registered)."""
+    control: ControlPort | None = None
+    if options.control_port is not None:  # any role: it reaches the workers through Dynamo
+        control = ControlPort(
+            runtime, options.namespace, options.control_port, options.http_restricted_api
+        )
+        try:
+            await control.start()
+        except HttpConfigError as exc:
+            raise StartupError(f"--control-port: {exc}") from None
+
+    metrics_server: MetricsServer | None = None
+    if options.allow_metrics:
+        ready = worker.ready if worker is not None else frontend.ready  # type: ignore[union-attr]
+        metrics_server = MetricsServer(
+            options.metrics_address,
+            options.metrics_port,
+            [_worker_metrics(worker)] if worker is not None else [],
+            frontend.http_port if frontend is not None else None,
+            ready=lambda: ready() and not stop.is_set(),
+        )
+        try:
+            await metrics_server.start()
+        except OSError as exc:
+            raise PortUnavailable(
+                f"--metrics-port {options.metrics_port}: cannot listen on "
+                f"{options.metrics_address}: {exc.strerror or exc}"
+            ) from None
+    return control, metrics_server
 
 
 async def serve(options: ServerOptions) -> None:
@@ -100,6 +152,7 @@ async def serve(options: ServerOptions) -> None:
     if options.role == "frontend":
         os.environ.pop("DYN_SYSTEM_PORT", None)
     await check_services(options.discovery_backend, options.request_plane)
+    check_free(listeners(options))  # before anything slow: one line naming the flag
     worker = WorkerRole(options) if options.role != "frontend" else None
     frontend: FrontendRole | TritonDoorRole | None = None
     if options.role != "worker":
@@ -112,30 +165,19 @@ async def serve(options: ServerOptions) -> None:
         await worker.load()  # before the runtime: the status table comes first, as in Triton
 
     runtime = start_runtime(options.discovery_backend, options.request_plane, options.role)
+    # Start-up is all or nothing: every port is bound (the door's: free a moment ago) before
+    # any model is registered, so a failed start leaves no registration behind.
+    stop = asyncio.Event()
+    try:
+        control, metrics_server = await _listen(options, runtime, worker, frontend, stop)
+        check_free(door_listeners(options))
+    except (StartupError, RuntimeSettingsError) as exc:
+        # Nothing is registered yet; the runtime and the loaded models' threads would hold a
+        # plain return up.
+        log.error("%s", exc)
+        _exit_now(1)
     if worker is not None:
         await worker.start(runtime, frontend.http_port if frontend is not None else None)
-    control: ControlPort | None = None
-    if options.control_port is not None:  # any role: it reaches the workers through Dynamo
-        control = ControlPort(
-            runtime, options.namespace, options.control_port, options.http_restricted_api
-        )
-        try:
-            await control.start()
-        except HttpConfigError as exc:
-            raise StartupError(f"--control-port: {exc}") from None
-
-    stop = asyncio.Event()
-    metrics_server: MetricsServer | None = None
-    if options.allow_metrics:
-        ready = worker.ready if worker is not None else frontend.ready  # type: ignore[union-attr]
-        metrics_server = MetricsServer(
-            options.metrics_address,
-            options.metrics_port,
-            worker.metrics_sources() if worker is not None else [],
-            frontend.http_port if frontend is not None else None,
-            ready=lambda: ready() and not stop.is_set(),
-        )
-        await metrics_server.start()
 
     heap.freeze()  # everything loaded so far lives as long as the server (heap.py)
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -147,9 +189,11 @@ async def serve(options: ServerOptions) -> None:
     else:
         log.info("serving the models of this worker through discovery (no gRPC port)")
     await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    failed = False
     if frontend is not None and frontend.task is not None and frontend.task.done():
         if frontend.task.exception() is not None:
-            log.error("gRPC frontend stopped: %s", frontend.task.exception())
+            failed = True  # e.g. its port taken since the check: withdraw, then exit 1
+            log.error("the front door stopped: %s", frontend.task.exception())
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, _second_signal)
@@ -179,6 +223,8 @@ async def serve(options: ServerOptions) -> None:
     if worker is not None:
         await worker.wait_served(timeout=2.0)
     stopped.cancel()
+    if failed:
+        _exit_now(1)
     if not clean:
         # Threads stuck in model code would be joined at exit (or hold the executor's join).
         log.error(EXIT_TIMEOUT_TEXT)

@@ -80,6 +80,8 @@ class MetricsServer:
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, self.address, self.port).start()
+        if self.port == 0:  # any free port (a worker's default): say which
+            self.port = self._runner.addresses[0][1]
         log.info("metrics on http://%s:%d/metrics", self.address, self.port)
 
     async def stop(self) -> None:

@@ -123,6 +123,9 @@ class GrpcServer:
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
                 ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
+                # grpc's default lets a second server bind the same port and take half the
+                # connections; a taken port must fail the start-up instead.
+                ("grpc.so_reuseport", 0),
             ],
         )
         server.add_generic_rpc_handlers((_handlers(self._servicer),))
