@@ -137,7 +137,11 @@ def test_failed_request_writes_one_escaped_line(
     lines = [line for line in lines_since(quiet, start, escaped_id) if escaped_id in line]
     assert len(lines) == 1, "\n".join(lines)
     (line,) = lines
-    assert re.match(r"^[WE]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ errors\.py:\d+\] request failed: ", line)
+    # The client's fault is an INFO line (nothing for an operator to do), the model's an ERROR.
+    level = "I" if code == "INVALID_ARG" else "E"
+    assert re.match(
+        rf"^{level}\d{{4}} \d\d:\d\d:\d\d\.\d{{6}} \d+ errors\.py:\d+\] request failed: ", line
+    )
     assert f"model '{model}'" in line and f"id '{escaped_id}'" in line and f" {code}: " in line
     if input_name != "INPUT0":
         assert "IN\\x00\\x1b[31mPUT" in line
@@ -191,6 +195,7 @@ def test_startup_lines_tell_the_bind_address(quiet) -> None:
     assert listening_addresses(quiet.http_port) == {"127.0.0.1"}
     assert f"serving Triton gRPC on 127.0.0.1:{quiet.grpc_port}" in quiet.log_text
     assert f"serving Triton HTTP on 127.0.0.1:{quiet.http_port}" in quiet.log_text
+    assert "Dynamo's KServe frontend serves" not in quiet.log_text
 
 
 def test_startup_lines_tell_dynamo_s_real_bind_address(shared_bridge_server) -> None:
@@ -205,6 +210,12 @@ def test_startup_lines_tell_dynamo_s_real_bind_address(shared_bridge_server) -> 
     )
     assert f"serving KServe gRPC on 0.0.0.0:{port}" in text
     assert f"127.0.0.1:{port}" not in text
+    # Once, at start-up: what this door does not serve that a Triton user expects, and where.
+    notices = [line for line in text.splitlines() if "Dynamo's KServe frontend serves" in line]
+    assert len(notices) == 1 and re.match(r"^I\d{4} ", notices[0]), notices
+    for missing in ("HTTP/REST port (8000, --http-port)", "repository", "statistics"):
+        assert missing in notices[0]
+    assert notices[0].endswith("--frontend triton (the default) serves all of them")
 
 
 # -- --log-format and --log-file, as tritonserver has them ---------------------------------------
