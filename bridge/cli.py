@@ -30,6 +30,8 @@ from .logs import (
     LOG_FORMATS,
     configure_dynamo_logging,
     configure_logging,
+    dynamo_noise,
+    filter_dynamo_noise,
     hide_filter_banner,
     redirect_output,
 )
@@ -505,6 +507,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             redirect_output(args.log_file)
         except OSError as exc:
             parser.error(f"--log-file: cannot open '{args.log_file}': {exc.strerror}")
+    if args.log_verbose <= 0:
+        filter_dynamo_noise()  # before Dynamo is imported and writes its first line
     configure_logging(args.log_verbose, args.log_format)
     # Before Dynamo's runtime starts: it reads its logging settings once.
     quiet_targets = configure_dynamo_logging(args.log_verbose, os.environ)
@@ -571,4 +575,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeSettingsError as exc:
         log.error("%s", exc)
         return 1
+    finally:
+        dynamo_noise.close()  # Dynamo's last lines still in the filter's pipe
     return 0

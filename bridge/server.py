@@ -36,6 +36,7 @@ from . import heap
 from .control import ControlPort
 from .frontends.triton.http.server import HttpConfigError
 from .frontends.triton.role import TritonDoorRole
+from .logs import dynamo_noise
 from .metrics.server import MetricsServer
 from .options import ServerOptions, StartupError
 from .roles.frontend import FrontendRole
@@ -56,6 +57,7 @@ def _exit_now(status: int) -> NoReturn:
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
+        dynamo_noise.close()
     finally:
         os._exit(status)
 
@@ -197,6 +199,7 @@ async def serve(options: ServerOptions) -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, _second_signal)
+    dynamo_noise.shutting_down = True  # the discovery watchers end with the runtime: noise
     if frontend is not None:
         frontend.stopping()
     if control is not None:
