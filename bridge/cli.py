@@ -35,6 +35,7 @@ from .logs import (
     hide_filter_banner,
     redirect_output,
 )
+from .tuning import runtime_threads
 
 if TYPE_CHECKING:
     from .frontends.triton import DoorOptions, HttpOptions
@@ -510,8 +511,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.log_verbose <= 0:
         filter_dynamo_noise()  # before Dynamo is imported and writes its first line
     configure_logging(args.log_verbose, args.log_format)
-    # Before Dynamo's runtime starts: it reads its logging settings once.
+    # Before Dynamo's runtime starts: it reads its logging settings once, and its thread counts.
     quiet_targets = configure_dynamo_logging(args.log_verbose, os.environ)
+    runtime_threads(os.environ)
     with hide_filter_banner(quiet_targets):  # Dynamo reads DYN_LOG when first imported
         from .metrics.triton import parse_metrics_config
         from .options import Timings
