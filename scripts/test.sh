@@ -16,6 +16,15 @@ if [ ! -x .venv-oracle/bin/python ]; then "$PYTHON" -m venv .venv-oracle; fi
 .venv-oracle/bin/python -m pip install --quiet --disable-pip-version-check nvidia-pytriton
 export DYNAMO_BRIDGE_ORACLE_PYTHON="$PWD/.venv-oracle/bin/python"
 
+#   .dynamo-frontend  Dynamo's standalone frontend (`python -m dynamo.frontend`), for
+#                 tests/e2e/test_standalone_frontend.py: ai-dynamo 1.6.1 requires a placeholder
+#                 package (aisimulate), so it is installed without dependencies, beside .venv's
+#                 ai-dynamo-runtime, with the two it needs (docs/deployment.md).
+if [ ! -d .dynamo-frontend/dynamo/frontend ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+    --target .dynamo-frontend ai-dynamo==1.6.1 pyyaml msgspec
+fi
+
 .venv/bin/python -m pytest "$@"
 
 # The differential suite once more through Dynamo's KServe frontend (--frontend dynamo, via
