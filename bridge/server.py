@@ -1,11 +1,14 @@
 """Composition root: the roles of this process (bridge/roles/) on one Dynamo runtime.
 
 `--role all` (the embedded default) runs a worker (bridge/roles/worker.py: the repository's
-models, hot reload, the control port) and Dynamo's KServe gRPC frontend
-(bridge/roles/frontend.py) in one process over `mem` discovery; `--role worker` and
-`--role frontend` run one of them, and find each other through Dynamo's discovery
-(docs/deployment.md). Before anything slow, the services the runtime needs (etcd, NATS) must
-answer (bridge/roles/runtime.py).
+models, hot reload, the control port) and a front door (the triton door,
+bridge/frontends/triton/role.py, by default; Dynamo's KServe gRPC frontend,
+bridge/roles/frontend.py, with `--frontend dynamo`) in one process over `mem` discovery;
+`--role worker` and `--role frontend` run one of them, and find each other through Dynamo's
+discovery (docs/deployment.md). Before anything slow, the services the runtime needs (etcd,
+NATS) must answer (bridge/roles/runtime.py) and every port must be free
+(bridge/roles/ports.py); the metrics and control ports are bound, and the door's checked again,
+before any model is registered, so a failed start-up leaves nothing registered.
 
 The metrics port (`--metrics-port`, bridge/metrics/) serves what the process has: Triton's
 `nv_inference_*` metrics and the models' custom metrics (worker), Dynamo's frontend metrics and
