@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bridge.frontends.triton.routes import NOT_TAKEN_RETRIES, _first_taker
+from bridge.frontends.triton.routes import NOT_TAKEN_RETRIES, _first_taker, _unloading
 
 REFUSED = "Unavailable: Worker disconnected before response stream was established"
 
@@ -48,9 +48,10 @@ async def collect(start, context) -> list:
 
 
 def test_a_refused_request_is_tried_again() -> None:
-    start, calls = starts(RuntimeError(REFUSED), [RuntimeError(REFUSED)], [1, 2])
+    removed = RuntimeError("Worker removed before request could be sent (tombstoned instance)")
+    start, calls = starts(RuntimeError(REFUSED), [RuntimeError(REFUSED)], removed, [1, 2])
     assert asyncio.run(collect(start, Stopped())) == [1, 2]
-    assert len(calls) == 3
+    assert len(calls) == 4
 
 
 def test_only_so_often_and_never_after_an_item_or_for_other_errors() -> None:
@@ -68,4 +69,29 @@ def test_only_so_often_and_never_after_an_item_or_for_other_errors() -> None:
     start, calls = starts(RuntimeError(REFUSED), [2])
     with pytest.raises(RuntimeError):
         asyncio.run(collect(start, Stopped(True)))  # the caller is gone: no second try
+    assert len(calls) == 1
+
+
+def test_a_replica_unloading_the_model_is_passed_by() -> None:
+    unloading = {
+        "error": {
+            "code": "UNAVAILABLE",
+            "message": "Model 'whoami' version 1 is not ready: it is being unloaded",
+        },
+        "final": True,
+        "rejected": True,
+    }
+    queue_full = {"error": {"code": "UNAVAILABLE", "message": "Exceeds maximum queue size"},
+                  "final": True, "rejected": True}  # fmt: skip
+    assert _unloading(unloading) and not _unloading(queue_full) and not _unloading({"final": 1})
+
+    async def collect_refusing(start) -> list:
+        return [i async for i in _first_taker(start, Stopped(), refused=_unloading)]
+
+    start, calls = starts([unloading], [{"final": True, "tensors": []}])
+    assert asyncio.run(collect_refusing(start)) == [{"final": True, "tensors": []}]
+    start, calls = starts(*[[unloading]] * (NOT_TAKEN_RETRIES + 1))
+    assert asyncio.run(collect_refusing(start)) == [unloading]  # the last answer is the caller's
+    start, calls = starts([queue_full], [{"final": True}])
+    assert asyncio.run(collect_refusing(start)) == [queue_full]
     assert len(calls) == 1

@@ -16,10 +16,11 @@ and including the final one (docs/worker_protocol.md §2):
   (foreign.py).
 
 A replica that is stopping may refuse a request before it took it (Dynamo's request plane says
-"Worker disconnected before response stream was established": measured with three replicas, two
-stopped in turn under load, 1 to 6 of about 4500 requests). Nothing ran, so the request plane
-routes try it again (`NOT_TAKEN_RETRIES`), as Dynamo's own frontend lost none of them; an error
-after the first item, or any other error, is the caller's.
+"Worker disconnected before response stream was established", or "Worker removed before request
+could be sent"; a bridge worker answers UNAVAILABLE "... is being unloaded", rejected: measured
+with three replicas, two stopped in turn under load, 1 to 6 of about 4500 requests). Nothing
+ran, so the request plane routes try it again (`NOT_TAKEN_RETRIES`), as Dynamo's own frontend
+lost none of them; an error after the first item, or any other error, is the caller's.
 
 After a reload the retired generation's route may still be used for a moment (the directory
 moves on within its refresh period); a retired worker hands a late request to the model now
@@ -55,24 +56,48 @@ class LocalRoute:
         return self.worker.generate(body, context)
 
 
-# The request plane's text for a request a stopping replica refused before taking it.
-NOT_TAKEN = "before response stream was established"
+# The request plane's texts for a request a stopping replica never took (measured on 1.6.1).
+NOT_TAKEN = (
+    "before response stream was established",  # refused by the replica
+    "before request could be sent",  # its instance record was withdrawn meanwhile
+)
 NOT_TAKEN_RETRIES = 3
 NOT_TAKEN_PAUSE_S = 0.05  # lets the client see the replica's record withdrawn
 
 
-async def _first_taker(start: Callable[[], Awaitable[Any]], context: Context) -> AsyncIterator[Any]:
+def _unloading(item: Any) -> bool:
+    """A bridge worker's answer for a request that reached a version it is unloading (a replica
+    stopping): rejected before the model saw it (model_repository_loader.model.unavailable_text)."""
+    error = item.get("error") if isinstance(item, dict) else None
+    return (
+        isinstance(error, dict)
+        and error.get("code") == "UNAVAILABLE"
+        and bool(item.get("rejected"))
+        and str(error.get("message", "")).endswith("is not ready: it is being unloaded")
+    )
+
+
+async def _first_taker(
+    start: Callable[[], Awaitable[Any]],
+    context: Context,
+    refused: Callable[[Any], bool] = lambda item: False,
+) -> AsyncIterator[Any]:
     """The items of `start()`'s stream; started again (at most NOT_TAKEN_RETRIES times) while a
-    stopping replica refuses it before its first item."""
+    stopping replica refuses it before its first item (an exception, or a first item that
+    `refused` recognises)."""
     for attempt in range(NOT_TAKEN_RETRIES + 1):
         taken = False
         try:
             async for item in await start():
+                if not taken and refused(item):
+                    if attempt < NOT_TAKEN_RETRIES and not context.is_stopped():
+                        break  # another replica, below
                 taken = True
                 yield item
-            return
+            else:
+                return
         except Exception as exc:
-            if taken or attempt == NOT_TAKEN_RETRIES or NOT_TAKEN not in str(exc):
+            if taken or attempt == NOT_TAKEN_RETRIES or not any(t in str(exc) for t in NOT_TAKEN):
                 raise
             if context.is_stopped():
                 raise
@@ -91,7 +116,7 @@ class RequestPlaneRoute:
         def start() -> Awaitable[Any]:
             return self.client.round_robin(body, annotated=False, context=context)
 
-        async for item in _first_taker(start, context):
+        async for item in _first_taker(start, context, refused=_unloading):
             yield item
             if item.get("final", False):
                 return  # the item that ends it: no need to wait for the stream's own end
