@@ -1,7 +1,8 @@
 """The servers under test, each a subprocess on its own loopback ports.
 
 * triton: the real tritonserver from nvidia-pytriton (the test oracle's environment).
-* bridge: `python -m bridge`, the product.
+* bridge: `python -m bridge --frontend dynamo`, the product behind Dynamo's KServe frontend (the
+  default before the triton door became it; the comparison with `echo` is Dynamo's door's).
 * bridge2: a second, identical bridge process: the A/A pair of `bridge`, whose ratio to it is
   the run's noise floor.
 * echo: `python -m benchmarks.echo_worker`, bare Dynamo with the bridge's codec: the floor.
@@ -33,6 +34,7 @@ SERVER_NAMES: tuple[str, ...] = ("triton", "bridge", "bridge2", "echo", "door", 
 # Started when --servers is not given: door_split (two more processes) only on request.
 DEFAULT_SERVERS: tuple[str, ...] = ("triton", "bridge", "bridge2", "echo", "door")
 DOOR = ("--frontend", "triton")
+DYNAMO_DOOR = ("--frontend", "dynamo")
 _STARTUP_TIMEOUT = 120.0
 
 
@@ -114,7 +116,9 @@ def _create(name: str, repository: Path, log_path: Path) -> _Server:
             raise RuntimeError(reason)
         return TritonOracle(repository, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT)
     if name in ("bridge", "bridge2"):
-        return BridgeServer(repository, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT)
+        return BridgeServer(
+            repository, *DYNAMO_DOOR, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT
+        )
     if name == "echo":
         return EchoServer(repository, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT)
     if name == "door":

@@ -32,10 +32,13 @@ from .logs import (
     LOG_FORMATS,
     configure_dynamo_logging,
     configure_logging,
+    dynamo_noise,
+    filter_dynamo_noise,
     hide_filter_banner,
     redirect_output,
 )
 from .serialized_bytes import DEFAULT_MAX_DECODED_SIZE, DEFAULT_MAX_ELEMENTS, BytesLimits
+from .tuning import runtime_threads
 
 if TYPE_CHECKING:
     from .frontends.triton import DoorOptions, HttpOptions
@@ -52,6 +55,7 @@ DEFAULT_NAMESPACE = "dynamo_bridge"
 ROLE_ENV = "DYN_BRIDGE_ROLE"
 # tritonserver's gRPC message limit, both ways (src/common.h MAX_GRPC_MESSAGE_SIZE); no flag there.
 MAX_GRPC_MESSAGE_SIZE = 2**31 - 1
+METRICS_PORT = 8002  # tritonserver's; a worker's default is 0 (any free port)
 
 
 def _bool(text: str) -> bool:
@@ -156,11 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--frontend",
-        choices=("dynamo", "triton"),
-        default="dynamo",
-        help="the gRPC front door: dynamo (Dynamo's KServe frontend) or triton (the bridge's "
-        "own Triton GRPCInferenceService on Dynamo's runtime: TLS, Triton's status codes, "
-        "no 4 MiB cap); default $DYN_BRIDGE_FRONTEND, else dynamo",
+        choices=("triton", "dynamo"),
+        default="triton",
+        help="the front door: triton (the bridge's own Triton server on Dynamo's runtime: "
+        "Triton's gRPC and HTTP/REST APIs, its status codes and texts, TLS) or dynamo "
+        "(Dynamo's KServe gRPC frontend, as Dynamo deployments run it; no HTTP/REST API); "
+        "default $DYN_BRIDGE_FRONTEND, else triton",
     )
     add_tls_flags(p, "grpc", "gRPC")
     p.add_argument(
@@ -286,9 +291,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--metrics-port",
         type=int,
-        default=8002,
-        help="port of /metrics (Triton's nv_inference_*, custom metrics and Dynamo's frontend "
-        "metrics) and of the frontend's /health and /live (default 8002)",
+        default=None,
+        help="port of /metrics (Triton's nv_inference_*, custom metrics and, with --frontend "
+        "dynamo, Dynamo's frontend metrics) and of /v2/health/ready and /v2/health/live "
+        f"(default {METRICS_PORT}; for --role worker any free port, announced in the log, so "
+        "that several workers share a host)",
     )
     p.add_argument(
         "--allow-metrics",
@@ -779,9 +786,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             redirect_output(args.log_file)
         except OSError as exc:
             parser.error(f"--log-file: cannot open '{args.log_file}': {exc.strerror}")
+    if args.log_verbose <= 0:
+        filter_dynamo_noise()  # before Dynamo is imported and writes its first line
     configure_logging(args.log_verbose, args.log_format)
-    # Before Dynamo's runtime starts: it reads its logging settings once.
+    # Before Dynamo's runtime starts: it reads its logging settings once, and its thread counts.
     quiet_targets = configure_dynamo_logging(args.log_verbose, os.environ)
+    runtime_threads(os.environ)
     with hide_filter_banner(quiet_targets):  # Dynamo reads DYN_LOG when first imported
         from .metrics.triton import parse_metrics_config
         from .options import Timings
@@ -818,7 +828,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         request_plane=topology.request_plane,
         namespace=topology.namespace,
         grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port,
+        metrics_port=(
+            args.metrics_port
+            if args.metrics_port is not None
+            else (0 if topology.role == "worker" else METRICS_PORT)
+        ),
         allow_metrics=args.allow_metrics,
         metrics_address=args.metrics_address,
         metrics_config=metrics_config,
@@ -853,4 +867,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeSettingsError as exc:
         log.error("%s", exc)
         return 1
+    finally:
+        dynamo_noise.close()  # Dynamo's last lines still in the filter's pipe
     return 0

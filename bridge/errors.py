@@ -48,7 +48,8 @@ class ReportedHttpError(HttpError):
     """NOT_FOUND (404) or UNSUPPORTED (501), already logged."""
 
 
-# The client's fault, or the client's choice: a warning, not an error of the server.
+# The client's fault, or the client's choice: an INFO line, nothing for an operator to act on (a
+# healthy server prints no WARN or ERROR line; Triton logs no failed request at all).
 _CLIENT_CODES = frozenset(
     {TritonError.INVALID_ARG, TritonError.NOT_FOUND, TritonError.CANCELLED, TritonError.UNSUPPORTED}
 )
@@ -72,7 +73,7 @@ def request_failed(model: str, request_id: str, error: TritonError) -> Exception
     """Log the one line of a failed request; return the exception that answers the client."""
     code = error.code()
     log.log(
-        logging.WARNING if code in _CLIENT_CODES else logging.ERROR,
+        logging.INFO if code in _CLIENT_CODES else logging.ERROR,
         "request failed: model '%s', id '%s', %s: %s",
         printable(model),
         printable(request_id),

@@ -15,6 +15,11 @@ same request; by default each is stopped here:
   included (`StderrGuard`).
 - the loader logs a failed `execute` once per batch (Triton's line); the bridge's per-request
   line carries the same text (`_DuplicateFailureFilter`).
+- Dynamo's lines that mean nothing on a healthy run (`DynamoNoiseFilter`, on fd 2): a watch
+  whose consumer was dropped, a final response for a caller that cancelled, and, only once the
+  bridge's own shutdown has begun, the discovery watchers ending with the runtime (the same lines
+  at any other time mean discovery trouble and are kept). A healthy run, from start to SIGTERM,
+  prints no WARN or ERROR line behind either door (issue 23).
 `--log-verbose 1` brings Dynamo's and the loader's lines back (not the tracebacks: the bridge's
 own line says the same).
 
@@ -115,6 +120,97 @@ def redirect_output(path: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+
+
+# Dynamo 1.6.1's lines (Rust, written to fd 2) that an operator can do nothing about, measured on
+# healthy runs of both doors (start, requests with cancellations, SIGTERM):
+_DYNAMO_NOISE = (
+    # ERROR at start-up and at shutdown: a discovery watch whose consumer was dropped.
+    b"KeyValueStoreManager.watch receiver closed",
+    # ERROR per stream whose caller was gone when its final response went out (a cancel).
+    b"Failed to publish complete final for stream",
+)
+# WARNs of the discovery watchers ending: noise once the runtime is being shut down, discovery
+# trouble at any other time.
+_DYNAMO_SHUTDOWN_NOISE = (
+    b"Instance removal watcher stream ended",
+    b"Failed to start instance removal watcher",
+    b"Model discovery stream ended",
+)
+
+
+class DynamoNoiseFilter:
+    """fd 2 (where Dynamo's Rust code writes), minus Dynamo's noise lines (`_DYNAMO_NOISE`, and
+    `_DYNAMO_SHUTDOWN_NOISE` once `shutting_down` is set).
+
+    fd 2 becomes a pipe that a thread reads line by line and copies to the real output; the
+    bridge's own Python lines (sys.stderr, logging) write to the real output directly, so they
+    never wait for that thread. `close()` puts fd 2 back and lets the thread copy what is left.
+    Only at the default verbosity: `--log-verbose 1` shows every line.
+    """
+
+    _LINE_LIMIT = 1 << 16  # a line longer than this is passed on in pieces
+
+    def __init__(self) -> None:
+        self.shutting_down = False
+        self._output = -1
+        self._thread: threading.Thread | None = None
+
+    def install(self) -> int:
+        """Take over fd 2; returns a descriptor of the real output for Python's own lines."""
+        sys.stderr.flush()
+        self._output = os.dup(2)
+        read, write = os.pipe()
+        os.dup2(write, 2)
+        os.close(write)
+        self._thread = threading.Thread(
+            target=self._copy, args=(read,), name="dynamo-log-filter", daemon=True
+        )
+        self._thread.start()
+        return os.dup(self._output)
+
+    def close(self, timeout: float = 0.5) -> None:
+        """fd 2 back to the real output; the lines still in the pipe are copied (while no
+        other process holds the pipe, e.g. an instance process, at most `timeout` s)."""
+        if self._thread is None:
+            return
+        os.dup2(self._output, 2)
+        self._thread.join(timeout)
+        self._thread = None
+
+    def noise(self, line: bytes) -> bool:
+        if any(text in line for text in _DYNAMO_NOISE):
+            return True
+        return self.shutting_down and any(text in line for text in _DYNAMO_SHUTDOWN_NOISE)
+
+    def _copy(self, read: int) -> None:
+        pending = b""
+        while chunk := os.read(read, self._LINE_LIMIT):
+            *lines, pending = (pending + chunk).split(b"\n")
+            kept = [line + b"\n" for line in lines if not self.noise(line)]
+            if len(pending) >= self._LINE_LIMIT:
+                kept.append(pending)
+                pending = b""
+            self._write(b"".join(kept))
+        self._write(pending)
+        os.close(read)
+
+    def _write(self, data: bytes) -> None:
+        while data:
+            try:
+                data = data[os.write(self._output, data) :]
+            except OSError:
+                return  # the output is gone; nothing to tell it
+
+
+dynamo_noise = DynamoNoiseFilter()
+
+
+def filter_dynamo_noise() -> None:
+    """Install `dynamo_noise` on fd 2, before Dynamo is imported; Python's own lines (sys.stderr)
+    go to the real output from now on."""
+    fd = dynamo_noise.install()
+    sys.stderr = open(fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
 
 
 # The loader's text for a failed execute (Triton's, verified); the bridge logs it per request.

@@ -1,11 +1,14 @@
 """Composition root: the roles of this process (bridge/roles/) on one Dynamo runtime.
 
 `--role all` (the embedded default) runs a worker (bridge/roles/worker.py: the repository's
-models, hot reload, the control port) and Dynamo's KServe gRPC frontend
-(bridge/roles/frontend.py) in one process over `mem` discovery; `--role worker` and
-`--role frontend` run one of them, and find each other through Dynamo's discovery
-(docs/deployment.md). Before anything slow, the services the runtime needs (etcd, NATS) must
-answer (bridge/roles/runtime.py).
+models, hot reload, the control port) and a front door (the triton door,
+bridge/frontends/triton/role.py, by default; Dynamo's KServe gRPC frontend,
+bridge/roles/frontend.py, with `--frontend dynamo`) in one process over `mem` discovery;
+`--role worker` and `--role frontend` run one of them, and find each other through Dynamo's
+discovery (docs/deployment.md). Before anything slow, the services the runtime needs (etcd,
+NATS) must answer (bridge/roles/runtime.py) and every port must be free
+(bridge/roles/ports.py); the metrics and control ports are bound, and the door's checked again,
+before any model is registered, so a failed start-up leaves nothing registered.
 
 The metrics port (`--metrics-port`, bridge/metrics/) serves what the process has: Triton's
 `nv_inference_*` metrics and the models' custom metrics (worker), Dynamo's frontend metrics and
@@ -32,16 +35,21 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from typing import NoReturn
+
+from dynamo.runtime import DistributedRuntime
 
 from . import heap
 from .control import ControlPort
 from .frontends.triton.http.limits import DEFAULT_MAX_INPUT_SIZE
 from .frontends.triton.http.server import HttpConfigError
 from .frontends.triton.role import TritonDoorRole
+from .logs import dynamo_noise
 from .metrics.server import MetricsServer
 from .options import ServerOptions, StartupError
 from .roles.discovery import DiscoveryWatch
 from .roles.frontend import FrontendRole
+from .roles.ports import PortUnavailable, check_free, door_listeners, listeners
 from .roles.runtime import RuntimeSettingsError, check_services, start_runtime
 from .roles.worker import WorkerRole
 from .tuning import batch_scheduling, keep_large_buffers, open_files_to_hard_limit
@@ -52,12 +60,13 @@ __all__ = ["RuntimeSettingsError", "ServerOptions", "StartupError", "serve"]
 log = logging.getLogger("dynamo_bridge")
 
 
-def _exit_now(status: int) -> None:
+def _exit_now(status: int) -> NoReturn:
     """Leave the process at once (threads stuck in model code are not joined); logs first."""
     try:
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
+        dynamo_noise.close()
     finally:
         os._exit(status)
 
@@ -83,6 +92,16 @@ def _arm_exit_watchdog(seconds: float) -> threading.Timer:
 EXIT_TIMEOUT_TEXT = "exit timeout expired: exiting without waiting for the models still running"
 # Past --exit-timeout-secs: what stopping the runtime and the frontend may still take.
 RUNTIME_STOP_S = 5.0
+
+
+def _worker_metrics(worker: WorkerRole) -> Callable[[], str]:
+    """The worker's metrics text at each scrape: its sources exist once it has started, and
+    the metrics port starts before it (bound before any model is registered)."""
+    return lambda: "".join(_ended(source()) for source in worker.metrics_sources())
+
+
+def _ended(text: str) -> str:
+    return text if not text or text.endswith("\n") else text + "\n"
 
 
 def _local_worker_of(worker: WorkerRole | None) -> Callable[[str], ModelWorker | None]:
@@ -128,45 +147,15 @@ def _local_changes_of(worker: WorkerRole | None) -> Callable[[Callable[[str], No
     return subscribe
 
 
-async def serve(options: ServerOptions) -> None:
-    """Run this process's role(s) until SIGINT/SIGTERM (or the frontend stops)."""
-    loop = asyncio.get_running_loop()
-    keep_large_buffers()  # big tensors reuse the heap, not fresh pages (tuning.py)
-    _check_open_files(options)
-    if options.door is not None and options.role != "worker":
-        batch_scheduling()  # the door's threads stop preempting the GIL holder (tuning.py)
-    # A worker with DYN_SYSTEM_PORT serves Dynamo's system status server; a frontend must not
-    # (spec dynamo_runtime.md §5): it reads the variable when the runtime starts.
-    if options.role == "frontend":
-        os.environ.pop("DYN_SYSTEM_PORT", None)
-    await check_services(options.discovery_backend, options.request_plane)
-    worker = WorkerRole(options) if options.role != "frontend" else None
-    frontend: FrontendRole | TritonDoorRole | None = None
-    if options.role != "worker":
-        if options.door is None:
-            frontend = FrontendRole(options)
-        else:
-            # The door calls this process's own workers directly (frontends/triton/routes.py).
-            frontend = TritonDoorRole(
-                options,
-                local_worker=_local_worker_of(worker),
-                local_changes=_local_changes_of(worker),
-            )
-    if worker is not None:
-        await worker.load()  # before the runtime: the status table comes first, as in Triton
-
-    runtime = start_runtime(options.discovery_backend, options.request_plane, options.role)
-    stop = asyncio.Event()
-    # etcd unreachable: not ready; the runtime shut down under us (lease lost): stop, status 1.
-    watch = DiscoveryWatch.for_backend(
-        options.discovery_backend, options.request_plane, on_lost=stop.set
-    )
-    watch.start(runtime, options.namespace)
-    for role in (worker, frontend):
-        if role is not None:
-            role.discovery_usable = watch.usable
-    if worker is not None:
-        await worker.start(runtime, frontend.http_port if frontend is not None else None)
+async def _listen(
+    options: ServerOptions,
+    runtime: DistributedRuntime,
+    worker: WorkerRole | None,
+    frontend: FrontendRole | TritonDoorRole | None,
+    stop: asyncio.Event,
+    watch: DiscoveryWatch,
+) -> tuple[ControlPort | None, MetricsServer | None]:
+    """Bind the control and metrics ports (before any model is registered)."""
     control: ControlPort | None = None
     if options.control_port is not None:  # any role: it reaches the workers through Dynamo
         control = ControlPort(
@@ -191,7 +180,7 @@ async def serve(options: ServerOptions) -> None:
         metrics_server = MetricsServer(
             options.metrics_address,
             options.metrics_port,
-            worker.metrics_sources() if worker is not None else [],
+            [_worker_metrics(worker)] if worker is not None else [],
             frontend.http_port if frontend is not None else None,
             ready=lambda: ready() and not stop.is_set(),
             limits=options.http_limits,
@@ -200,7 +189,60 @@ async def serve(options: ServerOptions) -> None:
         try:
             await metrics_server.start()
         except HttpConfigError as exc:
-            raise StartupError(f"--metrics-port: {exc}") from None
+            raise PortUnavailable(f"--metrics-port {options.metrics_port}: {exc}") from None
+    return control, metrics_server
+
+
+async def serve(options: ServerOptions) -> None:
+    """Run this process's role(s) until SIGINT/SIGTERM (or the frontend stops)."""
+    loop = asyncio.get_running_loop()
+    keep_large_buffers()  # big tensors reuse the heap, not fresh pages (tuning.py)
+    _check_open_files(options)
+    if options.door is not None and options.role != "worker":
+        batch_scheduling()  # the door's threads stop preempting the GIL holder (tuning.py)
+    # A worker with DYN_SYSTEM_PORT serves Dynamo's system status server; a frontend must not
+    # (spec dynamo_runtime.md §5): it reads the variable when the runtime starts.
+    if options.role == "frontend":
+        os.environ.pop("DYN_SYSTEM_PORT", None)
+    await check_services(options.discovery_backend, options.request_plane)
+    check_free(listeners(options))  # before anything slow: one line naming the flag
+    worker = WorkerRole(options) if options.role != "frontend" else None
+    frontend: FrontendRole | TritonDoorRole | None = None
+    if options.role != "worker":
+        if options.door is None:
+            frontend = FrontendRole(options)
+        else:
+            # The door calls this process's own workers directly (frontends/triton/routes.py).
+            frontend = TritonDoorRole(
+                options,
+                local_worker=_local_worker_of(worker),
+                local_changes=_local_changes_of(worker),
+            )
+    if worker is not None:
+        await worker.load()  # before the runtime: the status table comes first, as in Triton
+
+    runtime = start_runtime(options.discovery_backend, options.request_plane, options.role)
+    # Start-up is all or nothing: every port is bound (the door's: free a moment ago) before
+    # any model is registered, so a failed start leaves no registration behind.
+    stop = asyncio.Event()
+    # etcd unreachable: not ready; the runtime shut down under us (lease lost): stop, status 1.
+    watch = DiscoveryWatch.for_backend(
+        options.discovery_backend, options.request_plane, on_lost=stop.set
+    )
+    try:
+        control, metrics_server = await _listen(options, runtime, worker, frontend, stop, watch)
+        check_free(door_listeners(options))
+    except (StartupError, RuntimeSettingsError) as exc:
+        # Nothing is registered yet; the runtime and the loaded models' threads would hold a
+        # plain return up.
+        log.error("%s", exc)
+        _exit_now(1)
+    watch.start(runtime, options.namespace)
+    for role in (worker, frontend):
+        if role is not None:
+            role.discovery_usable = watch.usable
+    if worker is not None:
+        await worker.start(runtime, frontend.http_port if frontend is not None else None)
 
     heap.freeze()  # everything loaded so far lives as long as the server (heap.py)
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -212,14 +254,17 @@ async def serve(options: ServerOptions) -> None:
     else:
         log.info("serving the models of this worker through discovery (no gRPC port)")
     await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    failed = False
     if frontend is not None and frontend.task is not None and frontend.task.done():
         await watch.settle(timeout=2.0)  # Dynamo's frontend ends with a runtime shut down
         if frontend.task.exception() is not None and not watch.lost:
-            log.error("gRPC frontend stopped: %s", frontend.task.exception())
+            failed = True  # e.g. its port taken since the check: withdraw, then exit 1
+            log.error("the front door stopped: %s", frontend.task.exception())
     watch.stopping()
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, _second_signal)
+    dynamo_noise.shutting_down = True  # the discovery watchers end with the runtime: noise
     if frontend is not None:
         frontend.stopping()
     if control is not None:
@@ -249,5 +294,5 @@ async def serve(options: ServerOptions) -> None:
     if not clean and not watch.lost:
         # Threads stuck in model code would be joined at exit (or hold the executor's join).
         log.error(EXIT_TIMEOUT_TEXT)
-    if not clean or watch.lost:  # a lost lease: said at once (roles/discovery.py)
+    if failed or not clean or watch.lost:  # a lost lease: said at once (roles/discovery.py)
         _exit_now(1)

@@ -42,10 +42,11 @@ def readiness_note(failed: list[str]) -> str:
     """Under the table: Triton would say "not ready" here; the frontend will not."""
     return "\n".join(
         [
-            f"Not ready: {', '.join(failed)}. Triton's strict readiness (its default) would "
-            "report this server not ready (ServerReady false) until every model is ready.",
-            "Dynamo's frontend answers ServerReady true regardless: health checks should ask "
-            "ModelReady per model, or GET /v2/health/ready on the metrics port (400 while not "
-            "ready).",
+            f"Not ready: {', '.join(failed)}. Triton's strict readiness (its default) "
+            "reports this server not ready (ServerReady false) until every model is ready, as "
+            "the triton door does.",
+            "Dynamo's frontend (--frontend dynamo) answers ServerReady true regardless: health "
+            "checks there should ask ModelReady per model, or GET /v2/health/ready on the "
+            "metrics port (400 while not ready).",
         ]
     )

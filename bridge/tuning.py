@@ -1,4 +1,5 @@
-"""Process-wide tuning measured on the serving path: the C heap, and the threads' scheduling.
+"""Process-wide tuning measured on the serving path: the C heap, the threads' scheduling, and
+the size of Dynamo's runtime's blocking pool.
 
 ## Keep large buffers in the C heap between requests (glibc's malloc), instead of fresh pages
 
@@ -43,6 +44,19 @@ one listener's idle connections could take them all, and then gRPC, HTTP, metric
 request plane all fail (issue 22). The soft limit is raised to the hard one at start, so the
 per-listener caps (`--http-max-connections`, `--grpc-max-connections`, 1024 each by default) sit
 well below it; when the hard limit itself is lower than the caps need, the bridge says so.
+
+## Dynamo's blocking threads (`runtime_threads`)
+
+Dynamo 1.6.1 sizes its tokio runtime from the CPUs: `num_worker_threads` and
+`max_blocking_threads` both 2 on a 2-CPU host (its start-up line says so at DYN_LOG=debug). Its
+model watcher prepares each discovered model with `block_in_place` + `block_on`, which needs a
+blocking thread to take over the worker's core; measured with etcd discovery and the NATS
+request plane, a frontend started after a worker already serving 10 models never came up (both
+runtime threads blocked there, SIGTERM ignored; Dynamo's own standalone frontend too). With
+`DYN_RUNTIME_MAX_BLOCKING_THREADS=4` it did. So, when the user has set neither that nor
+`DYN_RUNTIME_NUM_WORKER_THREADS`, the bridge sets the blocking pool to
+max(MIN_BLOCKING_THREADS, 4 × CPUs) before Dynamo's runtime is made (threads are started only
+when needed: the cap costs nothing until then).
 """
 
 from __future__ import annotations
@@ -53,8 +67,25 @@ import functools
 import logging
 import os
 import resource
+from collections.abc import MutableMapping
 
 log = logging.getLogger(__name__)
+
+RUNTIME_THREAD_VARIABLES = ("DYN_RUNTIME_MAX_BLOCKING_THREADS", "DYN_RUNTIME_NUM_WORKER_THREADS")
+MIN_BLOCKING_THREADS = 16
+
+
+def runtime_threads(environ: MutableMapping[str, str], cpus: int | None = None) -> str | None:
+    """Set DYN_RUNTIME_MAX_BLOCKING_THREADS unless the user chose the runtime's threads; the
+    value set, or None. Before Dynamo is imported: it reads DYN_RUNTIME_* when a runtime is
+    made (its Python binding may make one of its own early)."""
+    if any(environ.get(name) for name in RUNTIME_THREAD_VARIABLES):
+        return None
+    count = cpus if cpus is not None else (os.cpu_count() or 1)
+    value = str(max(MIN_BLOCKING_THREADS, 4 * count))
+    environ["DYN_RUNTIME_MAX_BLOCKING_THREADS"] = value
+    return value
+
 
 # mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1

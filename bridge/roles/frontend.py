@@ -39,6 +39,15 @@ GRPC_PROBE_S = 0.05  # between connection attempts while the gRPC port comes up
 # Dynamo's switch for its HTTP admin API (`/busy_threshold`), read when the frontend starts.
 ADMIN_API_SWITCH = "DYN_DISABLE_FRONTEND_ADMIN_API"
 
+# Once at start-up: what a Triton user may look for here in vain (most of Triton's own example
+# clients use tritonclient.http on port 8000), and where it is served.
+DYNAMO_DOOR_NOTICE = (
+    "--frontend dynamo: Dynamo's KServe frontend serves gRPC only; it has no HTTP/REST port "
+    "(8000, --http-port), no repository (index, load, unload), statistics, server metadata, "
+    "logging, trace or shared-memory RPCs, and answers some calls differently "
+    "(docs/frontend_differences.md); --frontend triton (the default) serves all of them"
+)
+
 
 class FrontendRole:
     """Runs Dynamo's KServe gRPC frontend on a runtime until the runtime shuts down."""
@@ -85,6 +94,7 @@ class FrontendRole:
             )
         log.info("serving KServe gRPC on 0.0.0.0:%d (all interfaces)", options.grpc_port)
         log.info("Dynamo's frontend HTTP on 0.0.0.0:%d (all interfaces)", self.http_port)
+        log.info(DYNAMO_DOOR_NOTICE)
         return self.task
 
     def ready(self) -> bool:

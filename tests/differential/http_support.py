@@ -22,8 +22,8 @@ import httpx
 from tests.differential.support import TRITON_DOOR
 from tests.harness import BridgeServer, TritonOracle
 
-# The bridge's arguments: the triton door (in the suite's triton pass it is already the default,
-# and the bridge process is then shared with the gRPC tests of the same repository).
+# The bridge's arguments: the triton door (the default unless the suite runs its Dynamo pass;
+# then the bridge process is not shared with the gRPC tests of the same repository).
 DOOR_ARGS: tuple[str, ...] = () if TRITON_DOOR else ("--frontend", "triton")
 
 HTTP_DIFFERENCES: dict[str, str] = {

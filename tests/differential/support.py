@@ -6,9 +6,10 @@ frontend changes and a worker cannot change is listed in `KNOWN_FRONTEND_DIFFERE
 such difference is applied by one named function below (`expected_bridge_*`), so a test asserts
 the exact difference, never "anything goes".
 
-The suite runs against either front door: Dynamo's KServe frontend (the default) or the bridge's
-own (`DYN_BRIDGE_FRONTEND=triton`, which every bridge the harness starts inherits). The triton
-door's list is empty, and every `expected_bridge_*` function then expects Triton's own answer.
+The suite runs against either front door: the bridge's own (the triton door, the default) or
+Dynamo's KServe frontend (`DYN_BRIDGE_FRONTEND=dynamo`, which every bridge the harness starts
+inherits; scripts/test.sh's second pass). The triton door's list is empty, and every
+`expected_bridge_*` function then expects Triton's own answer.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ REPOSITORIES = PROJECT_ROOT / "tests" / "repositories"
 EXAMPLES = PROJECT_ROOT / "examples" / "model_repository"
 
 # The front door of the bridges under test (the bridge's CLI reads the same variable).
-FRONTEND = os.environ.get("DYN_BRIDGE_FRONTEND", "dynamo")
+FRONTEND = os.environ.get("DYN_BRIDGE_FRONTEND", "triton")
 TRITON_DOOR = FRONTEND == "triton"
 
 # Name → what Dynamo's frontend (ai-dynamo-runtime 1.6.1) does differently from Triton; see

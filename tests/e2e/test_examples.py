@@ -28,8 +28,21 @@ FETCH_S = 0.3  # async_fetch's `fetch_ms` (config.pbtxt)
 STEP_S = 0.05  # slow_cancellable's `step_ms`
 
 
-def test_example_client_runs(bridge_server) -> None:
-    server = bridge_server(REPOSITORY)
+# A warning or an error line: the bridge's (Triton's shape) or Dynamo's own (Rust's tracing).
+ALARM_LINE = re.compile(r"^(?:[WE]\d{4} |\S+Z\s+(?:WARN|ERROR) )", re.MULTILINE)
+DOORS = {
+    "triton": (),
+    # --host as Dynamo's frontend binds anyway: the warning that --host is not honoured is for
+    # a user who asked for another address, not noise.
+    "dynamo": ("--frontend", "dynamo", "--host", "0.0.0.0"),
+}
+
+
+@pytest.mark.parametrize("door", list(DOORS))
+def test_example_client_runs(bridge_server, door: str) -> None:
+    """The shipped client through either door, and a healthy run from start to SIGTERM: exit
+    status 0, not one WARN or ERROR line (issue 23: Dynamo's own noise included)."""
+    server = bridge_server(REPOSITORY, *DOORS[door])
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / "client.py"), "--url", server.grpc_url],
         capture_output=True,
@@ -56,6 +69,11 @@ def test_example_client_runs(bridge_server) -> None:
     assert "slow_cancellable progress, then cancelled: [1, 2, 3]" in out
     assert "slow_cancellable stream_timeout: StatusCode.DEADLINE_EXCEEDED" in out
     assert "slow_cancellable STEPS=3: [1, 2, 3]" in out
+    server.stop()
+    assert server.returncode == 0, server.log_text[-3000:]
+    assert not ALARM_LINE.findall(server.log_text), "\n".join(
+        line for line in server.log_text.splitlines() if ALARM_LINE.match(line)
+    )
 
 
 # -- the streaming examples one by one -------------------------------------------------------------

@@ -213,7 +213,8 @@ def test_http_port_taken_fails_start_up(tmp_path: Path):
         with pytest.raises(RuntimeError):
             server.start()
         assert server.returncode == 1
-        assert f"cannot serve HTTP on {LOCALHOST}:{port}" in server.log_text
+        # One line naming the flag and the value (tests/e2e/test_start_all_or_nothing.py).
+        assert f"] --http-port {port} is in use" in server.log_text
 
 
 def test_dynamo_frontend_serves_no_http_api(bridge_server):

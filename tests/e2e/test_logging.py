@@ -137,7 +137,11 @@ def test_failed_request_writes_one_escaped_line(
     lines = [line for line in lines_since(quiet, start, escaped_id) if escaped_id in line]
     assert len(lines) == 1, "\n".join(lines)
     (line,) = lines
-    assert re.match(r"^[WE]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ errors\.py:\d+\] request failed: ", line)
+    # The client's fault is an INFO line (nothing for an operator to do), the model's an ERROR.
+    level = "I" if code == "INVALID_ARG" else "E"
+    assert re.match(
+        rf"^{level}\d{{4}} \d\d:\d\d:\d\d\.\d{{6}} \d+ errors\.py:\d+\] request failed: ", line
+    )
     assert f"model '{model}'" in line and f"id '{escaped_id}'" in line and f" {code}: " in line
     if input_name != "INPUT0":
         assert "IN\\x00\\x1b[31mPUT" in line
@@ -162,21 +166,43 @@ def test_no_colour_when_the_log_is_not_a_terminal(verbose) -> None:
     assert "\x1b[" not in verbose.log_text
 
 
+# An IPv6 socket listening on an IPv4-mapped address (grpc binds 127.0.0.1 so): ::ffff:a.b.c.d
+_V4_MAPPED = "0000000000000000FFFF0000"
+
+
 def listening_addresses(port: int) -> set[str]:
-    """Local IPv4 addresses listening on `port`, from /proc/net/tcp (what `ss -ltn` reads)."""
+    """Local addresses listening on `port`, from /proc/net/tcp and tcp6 (what `ss -ltn`
+    reads); IPv4 ones, IPv4-mapped IPv6 ones included, as a.b.c.d."""
     found = set()
-    for row in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        local, state = row.split()[1], row.split()[3]
-        address, hex_port = local.split(":")
-        if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            local, state = row.split()[1], row.split()[3]
+            address, hex_port = local.split(":")
+            if state != "0A" or int(hex_port, 16) != port:  # 0A: LISTEN
+                continue
+            if len(address) == 32:
+                if not address.startswith(_V4_MAPPED):
+                    found.add(f"ipv6 {address}")
+                    continue
+                address = address[24:]
             found.add(".".join(str(b) for b in reversed(bytes.fromhex(address))))
     return found
 
 
-def test_startup_lines_tell_the_real_bind_address(quiet) -> None:
-    port = quiet.grpc_port
+def test_startup_lines_tell_the_bind_address(quiet) -> None:
+    # The triton door (the default) honours --host and --http-address: loopback only.
+    assert listening_addresses(quiet.grpc_port) == {"127.0.0.1"}
+    assert listening_addresses(quiet.http_port) == {"127.0.0.1"}
+    assert f"serving Triton gRPC on 127.0.0.1:{quiet.grpc_port}" in quiet.log_text
+    assert f"serving Triton HTTP on 127.0.0.1:{quiet.http_port}" in quiet.log_text
+    assert "Dynamo's KServe frontend serves" not in quiet.log_text
+
+
+def test_startup_lines_tell_dynamo_s_real_bind_address(shared_bridge_server) -> None:
+    dynamo = shared_bridge_server(SERVING, "--frontend", "dynamo")
+    port = dynamo.grpc_port
     assert listening_addresses(port) == {"0.0.0.0"}  # Dynamo 1.6 ignores http_host
-    text = quiet.log_text
+    text = dynamo.log_text
     assert re.search(
         r"^W\d{4} .*\] --host 127\.0\.0\.1 is not honoured: .* every interface \(0\.0\.0\.0\)",
         text,
@@ -184,6 +210,12 @@ def test_startup_lines_tell_the_real_bind_address(quiet) -> None:
     )
     assert f"serving KServe gRPC on 0.0.0.0:{port}" in text
     assert f"127.0.0.1:{port}" not in text
+    # Once, at start-up: what this door does not serve that a Triton user expects, and where.
+    notices = [line for line in text.splitlines() if "Dynamo's KServe frontend serves" in line]
+    assert len(notices) == 1 and re.match(r"^I\d{4} ", notices[0]), notices
+    for missing in ("HTTP/REST port (8000, --http-port)", "repository", "statistics"):
+        assert missing in notices[0]
+    assert notices[0].endswith("--frontend triton (the default) serves all of them")
 
 
 # -- --log-format and --log-file, as tritonserver has them ---------------------------------------
@@ -207,11 +239,11 @@ def test_iso8601_lines_go_to_the_log_file(shared_bridge_server, tmp_path: Path) 
         re.MULTILINE,
     )
     assert ISO8601_LINE.search(text) and not DEFAULT_LINE.search(text)
-    assert "serving KServe gRPC on" in text  # the bridge's own lines
+    assert "serving Triton gRPC on" in text  # the bridge's own lines
     assert "+-------" in text  # the start-up table (stdout) too
     # Nothing reaches the console any more.
     assert "chatty" not in server.log_text
-    assert "serving KServe gRPC" not in server.log_text
+    assert "serving Triton gRPC" not in server.log_text
 
 
 def test_unwritable_log_file_is_a_start_up_error(tmp_path: Path) -> None:

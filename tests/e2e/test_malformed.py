@@ -6,6 +6,8 @@ dynamo_runtime §1); of the wrong kind, they used to surface as Python errors (`
 invalid literal for int()`, `Internal: OverflowError`, `AttributeError: 'float' object has no
 attribute 'encode'`). Triton refuses them with INVALID_ARG: `invalid value type for
 '<name>' parameter, expected <kind>.` [S]. benchmarks/fuzz_malformed.py sends the wider set.
+The bridge runs Dynamo's door (`--frontend dynamo`): it is the door that passes the parameters
+through unchecked, so the worker's own checks are what answers.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ WRONG_KINDS = {
 
 @pytest.fixture(scope="module")
 def server(shared_bridge_server):
-    return shared_bridge_server(SERVING)
+    return shared_bridge_server(SERVING, "--frontend", "dynamo")
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """The metrics port: Triton's `nv_inference_*` metrics after known traffic, custom
-`pb_utils.MetricFamily` metrics, Dynamo's frontend metrics and /health on the same port,
+`pb_utils.MetricFamily` metrics and /health on the same port (with `--frontend dynamo`, Dynamo's
+frontend metrics too: tests/e2e/test_roles.py),
 `--allow-metrics=false`.
 
 The port is scraped with a real HTTP client and parsed with prometheus_client's text parser.
@@ -46,8 +47,6 @@ def test_metrics_after_known_traffic(bridge_server, tmp_path) -> None:
     assert value(at_rest, "nv_inference_request_success", **M) == 0
     assert value(at_rest, "nv_inference_pending_request_count", **M) == 0
     assert value(at_rest, "counted_requests", kind="ok") == 0
-    # Dynamo's own frontend metrics stay on the same port: one scrape target.
-    assert any(name.startswith("dynamo_frontend_") for name in at_rest)
 
     outcomes = send_known_traffic(server.grpc_url)
     assert outcomes[0] == outcomes[1] == outcomes[3] == "ok"
@@ -94,10 +93,10 @@ def test_metrics_after_known_traffic(bridge_server, tmp_path) -> None:
     queued.result()
     assert value(scrape(port), "nv_inference_pending_request_count", **M) == 0
 
-    # The frontend's other routes answer on the public port too.
-    status, body = get(port, "/health")
-    assert status == 200 and b"healthy" in body
-    assert get(port, "/live")[0] == 200
+    # Triton's health routes answer on the metrics port too (Dynamo's /health and /live, with
+    # --frontend dynamo: tests/e2e/test_roles.py).
+    assert get(port, "/v2/health/live")[0] == 200
+    assert get(port, "/v2/health/ready")[0] == 200
 
     # Unloaded: the model's rows and its custom families are gone.
     assert control(control_port, "/v2/repository/models/counted/unload") == (200, None)

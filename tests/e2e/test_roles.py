@@ -130,7 +130,11 @@ def test_worker_and_frontend_with_file_discovery(started, file_kv, tmp_path) -> 
     # DYN_SYSTEM_PORT is a worker's: a frontend started with it does not serve it.
     system_port = free_port(SYSTEM_PORTS)
     frontend_env = {**file_kv, "DYN_SYSTEM_PORT": str(system_port), "DYN_SYSTEM_HOST": "127.0.0.1"}
-    frontend = started(Frontend(env=frontend_env, log_path=tmp_path / "frontend.log"))
+    # Dynamo's door: its frontend metrics pass through the metrics port (the triton door's
+    # split roles are tests/e2e/test_triton_door.py's).
+    frontend = started(
+        Frontend("--frontend", "dynamo", env=frontend_env, log_path=tmp_path / "frontend.log")
+    )
     metrics = f"http://127.0.0.1:{frontend.metrics_port}"
     # Ready once its gRPC port is up, with no worker yet.
     wait_until(lambda: http_status(f"{metrics}/v2/health/ready") == 200, "the frontend ready")

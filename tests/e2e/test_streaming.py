@@ -2,6 +2,10 @@
 
 Models: tests/repositories/streaming (README there, with what Triton 2.51 answered). One stream
 per in-flight request: Dynamo's frontend runs the requests of one stream one after another.
+
+Through Dynamo's door (`--frontend dynamo`): the answers asserted here carry its named differences
+(stream_error_ends_request, decoupled_unary, error_status); the triton door's streams are compared
+with Triton's in tests/differential/test_diff_stream.py and test_diff_response_sender.py.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from tests.e2e.metrics_support import scrape, value
 from tests.e2e.support import REPOSITORIES, WAIT_S, BackgroundInfer, Gate, wait_until
 
 STREAMING = REPOSITORIES / "streaming"
+DYNAMO_DOOR = ("--frontend", "dynamo")
 
 
 def int32_input(values: list[int], name: str = "IN") -> grpcclient.InferInput:
@@ -81,7 +86,7 @@ def outs(answers: list[tuple[Any, Any]]) -> list[Any]:
 
 @pytest.fixture(scope="module")
 def server(shared_bridge_server):
-    return shared_bridge_server(STREAMING)
+    return shared_bridge_server(STREAMING, *DYNAMO_DOOR)
 
 
 @pytest.fixture

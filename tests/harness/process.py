@@ -129,7 +129,8 @@ class ServerProcess:
                 return self
             except BaseException as exc:
                 self.stop()
-                port_taken = isinstance(exc, RuntimeError) and "already in use" in self.log_text
+                # The bridge says `--grpc-port N is in use`; other servers `already in use`.
+                port_taken = isinstance(exc, RuntimeError) and "in use" in self.log_text
                 if port_taken and attempt < 2:
                     continue
                 raise

@@ -31,10 +31,13 @@ def refused(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     return capsys.readouterr().err.splitlines()[-1]
 
 
-def test_default_is_dynamo_s_frontend() -> None:
-    assert door() is None
-    options = door("--frontend", "triton", "--grpc-use-ssl", "--grpc-server-cert", "c")
+def test_default_is_the_triton_door(monkeypatch) -> None:
+    assert door() is not None
+    options = door("--grpc-use-ssl", "--grpc-server-cert", "c")
     assert options.use_ssl and str(options.server_cert) == "c"
+    assert door("--frontend", "dynamo") is None
+    monkeypatch.setenv("DYN_BRIDGE_FRONTEND", "dynamo")
+    assert door() is None
 
 
 def test_tls_and_restrictions_need_the_triton_door(capsys) -> None:
@@ -43,7 +46,7 @@ def test_tls_and_restrictions_need_the_triton_door(capsys) -> None:
         "--grpc-use-ssl-mutual",
         "--grpc-restricted-protocol=health:k=v",
     ):
-        assert refused(capsys, flag).endswith("need --frontend triton")
+        assert refused(capsys, "--frontend", "dynamo", flag).endswith("need --frontend triton")
 
 
 def test_grpc_max_message_size(capsys, monkeypatch) -> None:
@@ -71,7 +74,7 @@ def test_bytes_limits_flags_and_their_environment_forms(monkeypatch) -> None:
 def test_frontend_from_the_environment_is_checked(capsys, monkeypatch) -> None:
     monkeypatch.setenv("DYN_BRIDGE_FRONTEND", "tritonn")
     assert refused(capsys).endswith(
-        "DYN_BRIDGE_FRONTEND: invalid value 'tritonn': choose from dynamo, triton"
+        "DYN_BRIDGE_FRONTEND: invalid value 'tritonn': choose from triton, dynamo"
     )
 
 

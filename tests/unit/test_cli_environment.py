@@ -73,3 +73,16 @@ def test_the_servers_waits_are_settings_with_an_environment_form():
     assert timings.drain_timeout_secs == Timings().drain_timeout_secs
     with pytest.raises(ValueError, match="DYN_BRIDGE_DRAIN_TIMEOUT_SECS"):
         Timings.from_environment({"DYN_BRIDGE_DRAIN_TIMEOUT_SECS": "-1"})
+
+
+def test_dynamo_blocking_threads_are_raised_unless_the_user_chose() -> None:
+    from bridge.tuning import runtime_threads
+
+    environ: dict[str, str] = {}
+    assert runtime_threads(environ, cpus=2) == "16"
+    assert environ == {"DYN_RUNTIME_MAX_BLOCKING_THREADS": "16"}
+    assert runtime_threads({}, cpus=8) == "32"
+    for chosen in ("DYN_RUNTIME_MAX_BLOCKING_THREADS", "DYN_RUNTIME_NUM_WORKER_THREADS"):
+        environ = {chosen: "3"}
+        assert runtime_threads(environ, cpus=2) is None
+        assert environ == {chosen: "3"}

@@ -48,8 +48,8 @@ def http_options(*argv: str):
 
 
 def test_http_flags_and_their_environment_forms(monkeypatch) -> None:
-    assert http_options() is None  # Dynamo's frontend has no HTTP/REST API
-    assert http_options("--frontend", "triton") == HttpOptions(8000, "127.0.0.1")
+    assert http_options() == HttpOptions(8000, "127.0.0.1")  # the triton door, the default
+    assert http_options("--frontend", "dynamo") is None  # Dynamo's frontend: no HTTP/REST API
     options = http_options("--frontend", "triton", "--http-port", "0", "--http-address", "::1")
     assert options == HttpOptions(0, "::1")
     monkeypatch.setenv("DYN_BRIDGE_HTTP_PORT", "9100")

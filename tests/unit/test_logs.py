@@ -5,10 +5,19 @@ from __future__ import annotations
 import logging
 import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from bridge.logs import TritonFormatter, _DuplicateFailureFilter, dynamo_log_filter, printable
+from bridge.logs import (
+    DynamoNoiseFilter,
+    TritonFormatter,
+    _DuplicateFailureFilter,
+    dynamo_log_filter,
+    printable,
+)
 
 
 @pytest.mark.parametrize(
@@ -79,3 +88,47 @@ def test_default_format_keeps_micros_and_the_letter_first() -> None:
 def test_unknown_log_format_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown log format"):
         TritonFormatter("json")
+
+
+def test_dynamo_noise_is_dropped_and_discovery_trouble_kept_until_shutdown() -> None:
+    noise = DynamoNoiseFilter()
+    always = (
+        b"2026-11-27T08:12:42Z ERROR dynamo_runtime::storage::kv: KeyValueStoreManager.watch "
+        b'receiver closed bucket_name="v1/instances" error=channel closed'
+    )
+    watcher = (
+        b"2026-11-27T08:12:48Z  WARN dynamo_runtime::pipeline::network::egress::push_router: "
+        b"Instance removal watcher stream ended; reconnecting endpoint=generate"
+    )
+    other = b"2026-11-27T08:12:48Z ERROR dynamo_runtime::transports::etcd: lease lost"
+    assert noise.noise(always) and not noise.noise(watcher) and not noise.noise(other)
+    noise.shutting_down = True
+    assert noise.noise(always) and noise.noise(watcher) and not noise.noise(other)
+
+
+def test_dynamo_noise_filter_copies_every_other_line(tmp_path) -> None:
+    """fd 2 through the filter, in a child process (it takes over the process's fd 2)."""
+    script = (
+        "import os, sys, time\n"
+        "from bridge.logs import filter_dynamo_noise, dynamo_noise\n"
+        "filter_dynamo_noise()\n"
+        "os.write(2, b'kept 1\\nx KeyValueStoreManager.watch receiver closed y\\nkept 2\\n')\n"
+        "os.write(2, b'Model discovery stream ended\\n')\n"
+        "time.sleep(0.5)  # copied before the shutdown begins\n"
+        "dynamo_noise.shutting_down = True\n"
+        "os.write(2, b'Model discovery stream ended\\npartial')\n"
+        "print('python line', file=sys.stderr)\n"
+        "dynamo_noise.close()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        timeout=30,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.decode().splitlines()
+    assert sorted(lines) == sorted(
+        ["kept 1", "kept 2", "Model discovery stream ended", "partial", "python line"]
+    ), lines

@@ -146,6 +146,9 @@ class GrpcServer:
                 ("grpc.max_send_message_length", self.options.max_message_size),
                 ("grpc.max_allowed_incoming_connections", self.options.max_connections),
                 ("grpc.server_handshake_timeout_ms", int(HANDSHAKE_TIMEOUT_S * 1000)),
+                # grpc's default lets a second server bind the same port and take half the
+                # connections; a taken port must fail the start-up instead.
+                ("grpc.so_reuseport", 0),
             ],
         )
         server.add_generic_rpc_handlers((_handlers(self._servicer),))

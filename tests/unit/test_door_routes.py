@@ -1,0 +1,97 @@
+"""The triton door's request-plane routes try again a request a stopping replica refused before
+taking it, and nothing else (bridge/frontends/triton/routes.py; end to end in
+tests/e2e/test_scale_out.py::test_replicas_stopped_under_load_fail_nothing)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bridge.frontends.triton.routes import NOT_TAKEN_RETRIES, _first_taker, _unloading
+
+REFUSED = "Unavailable: Worker disconnected before response stream was established"
+
+
+class Stopped:
+    def __init__(self, stopped: bool = False) -> None:
+        self.stopped = stopped
+
+    def is_stopped(self) -> bool:
+        return self.stopped
+
+
+def starts(*outcomes: object):
+    """start() for `_first_taker`: each call gives the next outcome (an exception it raises
+    before any item, or a list of items, an exception among them raised there)."""
+    calls = []
+
+    async def stream(items: list) -> AsyncIterator[object]:
+        for item in items:
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+    async def start() -> AsyncIterator[object]:
+        outcome = outcomes[len(calls)]
+        calls.append(outcome)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return stream(outcome)  # type: ignore[arg-type]
+
+    return start, calls
+
+
+async def collect(start, context) -> list:
+    return [item async for item in _first_taker(start, context)]
+
+
+def test_a_refused_request_is_tried_again() -> None:
+    removed = RuntimeError("Worker removed before request could be sent (tombstoned instance)")
+    start, calls = starts(RuntimeError(REFUSED), [RuntimeError(REFUSED)], removed, [1, 2])
+    assert asyncio.run(collect(start, Stopped())) == [1, 2]
+    assert len(calls) == 4
+
+
+def test_only_so_often_and_never_after_an_item_or_for_other_errors() -> None:
+    start, calls = starts(*[RuntimeError(REFUSED)] * (NOT_TAKEN_RETRIES + 1))
+    with pytest.raises(RuntimeError, match="before response stream"):
+        asyncio.run(collect(start, Stopped()))
+    assert len(calls) == NOT_TAKEN_RETRIES + 1
+    start, calls = starts([1, RuntimeError(REFUSED)], [2])
+    with pytest.raises(RuntimeError):
+        asyncio.run(collect(start, Stopped()))
+    assert len(calls) == 1
+    start, calls = starts(RuntimeError("model temporarily unavailable"), [2])
+    with pytest.raises(RuntimeError, match="temporarily"):
+        asyncio.run(collect(start, Stopped()))
+    start, calls = starts(RuntimeError(REFUSED), [2])
+    with pytest.raises(RuntimeError):
+        asyncio.run(collect(start, Stopped(True)))  # the caller is gone: no second try
+    assert len(calls) == 1
+
+
+def test_a_replica_unloading_the_model_is_passed_by() -> None:
+    unloading = {
+        "error": {
+            "code": "UNAVAILABLE",
+            "message": "Model 'whoami' version 1 is not ready: it is being unloaded",
+        },
+        "final": True,
+        "rejected": True,
+    }
+    queue_full = {"error": {"code": "UNAVAILABLE", "message": "Exceeds maximum queue size"},
+                  "final": True, "rejected": True}  # fmt: skip
+    assert _unloading(unloading) and not _unloading(queue_full) and not _unloading({"final": 1})
+
+    async def collect_refusing(start) -> list:
+        return [i async for i in _first_taker(start, Stopped(), refused=_unloading)]
+
+    start, calls = starts([unloading], [{"final": True, "tensors": []}])
+    assert asyncio.run(collect_refusing(start)) == [{"final": True, "tensors": []}]
+    start, calls = starts(*[[unloading]] * (NOT_TAKEN_RETRIES + 1))
+    assert asyncio.run(collect_refusing(start)) == [unloading]  # the last answer is the caller's
+    start, calls = starts([queue_full], [{"final": True}])
+    assert asyncio.run(collect_refusing(start)) == [queue_full]
+    assert len(calls) == 1
