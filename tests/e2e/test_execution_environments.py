@@ -179,3 +179,22 @@ def test_a_bad_environment_fails_that_model_only(
         assert not answer.has_error()
     finally:
         loaded.close()
+
+
+@pytest.mark.oracle
+def test_the_archive_model_answers_as_on_triton(
+    oracle_server, bridge_server, repository: Path, cache: Path
+) -> None:
+    """Triton 2.51 serves the same conda-pack-style archive with its own stub (a Python 3.11
+    environment, as the stub needs): the model answers alike. Triton resolves a relative
+    EXECUTION_ENV_PATH from its working folder, not the model's ("Failed to get the canonical
+    path for env."), so `numpy1_folder` is left out there; the server's own numpy differs (the
+    oracle's is 1.x), so only the environment's model is compared."""
+    shutil.rmtree(repository / "numpy1_folder")
+    triton = oracle_server(repository)
+    ours = bridge_server(repository, env={CACHE_ENV: str(cache)})
+    answers = [
+        {name: server.client().infer("numpy1", []).as_numpy(name)[0] for name in ("OUT", "NUMPY")}
+        for server in (triton, ours)
+    ]
+    assert answers[0]["OUT"] == -np.inf and answers[1] == answers[0]
