@@ -39,10 +39,13 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from model_repository_loader import repository
+from model_repository_loader.errors import TritonStatusError
+from model_repository_loader.loader import LoadedRepository
 from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.scheduling.stats import ModelStats
 
@@ -51,7 +54,25 @@ from ..logs import apply_log_settings, check_log_settings
 if TYPE_CHECKING:
     from dynamo.runtime import DistributedRuntime
 
-    from ..models import ModelManager
+
+class ServedModels(Protocol):
+    """What the control endpoint answers from: the process's model manager
+    (bridge/models/manager.py `ModelManager`), seen through what this side reads and asks."""
+
+    @property
+    def repository(self) -> LoadedRepository: ...
+    @property
+    def workers(self) -> Mapping[str, Any]: ...  # name -> its serving endpoint (`.path`)
+    @property
+    def repositories(self) -> list[Path]: ...  # the repository folders it was given
+
+    def refuse_unless_explicit(self) -> None:
+        """A TritonStatusError unless load/unload requests are taken from outside."""
+
+    async def load(
+        self, name: str, config_json: str = "", files: dict[str, bytes] | None = None
+    ) -> None: ...
+    async def unload(self, name: str) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +94,7 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def index_entries(manager: ModelManager) -> list[dict[str, Any]]:
+def index_entries(manager: ServedModels) -> list[dict[str, Any]]:
     """One entry per model name the manager knows (loaded, failed, or unloaded)."""
     repository = manager.repository
     models = repository.models
@@ -104,9 +125,9 @@ def index_entries(manager: ModelManager) -> list[dict[str, Any]]:
 
 
 class ControlEndpoint:
-    """Serves the control endpoint for one ModelManager."""
+    """Serves the control endpoint for one process's models (a ServedModels)."""
 
-    def __init__(self, runtime: DistributedRuntime, namespace: str, manager: ModelManager) -> None:
+    def __init__(self, runtime: DistributedRuntime, namespace: str, manager: ServedModels) -> None:
         self.path = control_path(namespace)
         self._endpoint = runtime.endpoint(self.path)
         self._manager = manager
@@ -149,7 +170,7 @@ class ControlEndpoint:
 
     async def _folders(self, request: dict[str, Any]) -> dict[str, Any]:
         manager = self._manager
-        sources = await asyncio.to_thread(repository.scan, manager.options.repositories)
+        sources = await asyncio.to_thread(repository.scan, manager.repositories)
         names = {source.name for source in sources} | set(manager.repository.models)
         return {"worker": self.worker, "names": sorted(names)}
 
@@ -168,15 +189,11 @@ class ControlEndpoint:
         return await self._change(request, unload=True)
 
     async def _change(self, request: dict[str, Any], unload: bool) -> dict[str, Any]:
-        # Imported here: manager.py imports this module.
-        from ..models import NOT_EXPLICIT, ControlError
-
         name = request.get("name")
         if not isinstance(name, str) or not name:
             return _error(ErrorCode.INVALID_ARG, "a model name is required")
-        if self._manager.options.mode != "explicit":
-            return _error(ErrorCode.UNAVAILABLE, NOT_EXPLICIT)
         try:
+            self._manager.refuse_unless_explicit()
             if unload:
                 await self._manager.unload(name)
             else:
@@ -185,7 +202,7 @@ class ControlEndpoint:
                 if not isinstance(files, dict) or not isinstance(config, str):
                     return _error(ErrorCode.INVALID_ARG, "malformed load request")
                 await self._manager.load(name, config, files or None)
-        except ControlError as exc:
+        except TritonStatusError as exc:
             return _error(exc.code, str(exc))
         return {}
 
@@ -194,7 +211,7 @@ def _duration(duration: Any) -> list[int]:
     return [duration.count, duration.ns]
 
 
-def stats_entries(manager: ModelManager) -> list[dict[str, Any]]:
+def stats_entries(manager: ServedModels) -> list[dict[str, Any]]:
     """One entry per served model version that keeps statistics (ensembles included)."""
     entries = []
     for name, model in sorted(manager.repository.models.items()):

@@ -31,11 +31,12 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dynamo.runtime import DistributedRuntime
 
 from model_repository_loader import repository
+from model_repository_loader.composition import RemoteModels
 from model_repository_loader.composition.loading import missing_steps_text
 from model_repository_loader.config import ConfigOptions
 from model_repository_loader.errors import ModelLoadError
@@ -51,12 +52,10 @@ from model_repository_loader.model import ServedModel
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from .. import heap
-from ..cluster.control_endpoint import ControlEndpoint
-from ..cluster.remote_models import DynamoRemoteModels
 from ..serialized_bytes import BytesLimits
 from ..tuning import release_free_memory
 from ..worker import ModelWorker
-from .errors import ControlError, poll_failed
+from .errors import NOT_EXPLICIT, ControlError, poll_failed
 from .frontend_probe import until_frontend_lists
 from .threads import on_daemon_thread
 
@@ -102,11 +101,14 @@ class ManagerOptions:
     # before the instance records go too (a caller that routes on instances, not cards, would
     # otherwise hold the exit until --exit-timeout-secs).
     routes_quiet_max: float = 5.0
-    # Whether other processes may serve models (any discovery but `mem`): only then do BLS calls
-    # and ensemble steps look for models elsewhere.
-    other_processes: bool = True
     # What one request's BYTES inputs may cost once decoded (--max-bytes-elements, ...).
     bytes_limits: BytesLimits = field(default_factory=BytesLimits)
+
+
+class StartableRemoteModels(RemoteModels, Protocol):
+    """The models other processes serve (bridge/cluster/remote_models.py), started once."""
+
+    async def start(self) -> None: ...
 
 
 class ModelManager:
@@ -133,7 +135,6 @@ class ModelManager:
         # futures are kept; a retired worker lets go of its model (ModelWorker.retire).
         self._serving: list[asyncio.Future[Any]] = []
         self._refreeze: asyncio.TimerHandle | None = None
-        self.control: ControlEndpoint | None = None  # served from start() on
         # Called on the loop with a model's name as soon as what serves it changed (see the
         # module doc); before a load or unload returns, before an old generation is withdrawn.
         self.listeners: list[Callable[[str], None]] = []
@@ -141,8 +142,19 @@ class ModelManager:
 
     # -- start-up ------------------------------------------------------------------------------
 
-    async def start(self, digests: dict[str, str]) -> None:
-        """Serve every model the start-up load produced; `digests` as read before that load."""
+    async def start(
+        self,
+        digests: dict[str, str],
+        serve_control: Callable[[], asyncio.Future[Any]] | None = None,
+        remote: StartableRemoteModels | None = None,
+    ) -> None:
+        """Serve every model the start-up load produced; `digests` as read before that load.
+
+        The role hands in what crosses processes (bridge/cluster/): `serve_control` starts the
+        endpoint through which other bridge processes (a door, BLS callers) find these models,
+        once they are served; `remote` reaches the models other processes serve (None: `mem`
+        discovery, no other process), for BLS calls and ensemble steps.
+        """
         for name, digest in digests.items():
             if name in self.repository.models:
                 self.digests[name] = digest
@@ -150,18 +162,23 @@ class ModelManager:
                 self._failed_digests[name] = digest
         for model in list(self.repository.models.values()):
             await self._serve(model, announce=False)
-        # Other bridge processes (a door, BLS callers) find this one's models through it, and
-        # BLS calls and ensemble steps reach theirs.
-        self.control = ControlEndpoint(self.runtime, self.options.namespace, self)
-        self._serving.append(self.control.start())
-        if self.options.other_processes:
-            remote = DynamoRemoteModels(
-                self.runtime, self.options.namespace, self.loop, self.control.worker
-            )
+        if serve_control is not None:
+            self._serving.append(serve_control())
+        if remote is not None:
             await remote.start()
             self.repository.scope.remote = remote
             await self._load_remote_ensembles()
         self.ready = True
+
+    @property
+    def repositories(self) -> list[Path]:
+        return list(self.options.repositories)
+
+    def refuse_unless_explicit(self) -> None:
+        """ControlError (Triton's text) unless load and unload requests are taken from outside
+        (`--model-control-mode=explicit`)."""
+        if self.options.mode != "explicit":
+            raise ControlError(NOT_EXPLICIT, ErrorCode.UNAVAILABLE)
 
     async def _load_remote_ensembles(self) -> None:
         """Load again the ensembles the start-up load refused for a composing model it did not

@@ -33,6 +33,8 @@ from model_repository_loader.loader import LoadedRepository, ModelStatus, load_r
 from model_repository_loader.response_cache import ResponseCache
 from model_repository_loader.scheduling.rate_limiter import RateLimiter
 
+from ..cluster.control_endpoint import ControlEndpoint
+from ..cluster.remote_models import DynamoRemoteModels
 from ..metrics.triton import TritonMetrics
 from ..models import ManagerOptions, ModelControl, ModelManager, digests_of
 from ..options import ServerOptions, StartupError
@@ -108,7 +110,6 @@ class WorkerRole:
                 slow_load_warning=options.timings.slow_load_warning_secs,
                 remote_frontend_grace=options.timings.remote_frontend_grace_secs,
                 routes_quiet_max=options.timings.routes_quiet_max_secs,
-                other_processes=options.discovery_backend != "mem",
                 bytes_limits=options.bytes_limits,
             ),
             self._loaded,
@@ -118,7 +119,18 @@ class WorkerRole:
             lambda: manager.repository.models, options.metrics_config, manager.repository.cache
         )
         self._sources = [triton.render, manager.repository.metrics.render_prometheus]
-        await manager.start(self._digests)
+        # What crosses processes is built here (bridge/cluster/), not by the manager: the
+        # control endpoint other bridge processes find these models through, and the models
+        # other processes serve (none with `mem` discovery: this process is alone).
+        control = ControlEndpoint(runtime, options.namespace, manager)
+        remote = (
+            DynamoRemoteModels(
+                runtime, options.namespace, asyncio.get_running_loop(), control.worker
+            )
+            if options.discovery_backend != "mem"
+            else None
+        )
+        await manager.start(self._digests, control.start, remote)
 
         if mode == "poll":
             self._watcher = RepositoryWatcher(
