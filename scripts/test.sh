@@ -38,6 +38,14 @@ if [ "$#" -eq 0 ] || [ "$*" = "-p no:cacheprovider" ]; then
     --ignore-glob='tests/differential/test_diff_http*'
 fi
 
+# Triton's qa bls_memory tests (1 GiB tensors through BLS, ~7 GB resident, a few minutes): a
+# step of their own, so that the main pass keeps its memory small. Skipped when pytest was given
+# a selection.
+if [ "$#" -eq 0 ] || [ "$*" = "-p no:cacheprovider" ]; then
+  DYN_BRIDGE_UPSTREAM_HEAVY=1 .venv/bin/python -m pytest "$@" \
+    tests/upstream/test_qa_backend_python.py -k bls_memory
+fi
+
 # The product must work with numpy 1.x too (a repository's models may pin it): the in-process
 # unit tests once more against numpy < 2. Skipped when pytest was given a selection.
 if [ "$#" -eq 0 ] || [ "$*" = "-p no:cacheprovider" ]; then
