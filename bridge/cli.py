@@ -298,6 +298,17 @@ def build_parser() -> argparse.ArgumentParser:
         "that several workers share a host)",
     )
     p.add_argument(
+        "--exit-on-lease-loss",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="BOOL",
+        help="with etcd discovery, when Dynamo drops this process's lease (etcd away past "
+        "ETCD_LEASE_TTL): exit with status 1 for a supervisor to restart it, instead of the "
+        "default, which starts this process again by itself (re-executed) once etcd answers",
+    )
+    p.add_argument(
         "--allow-metrics",
         type=_bool,
         nargs="?",
@@ -834,6 +845,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             else (0 if topology.role == "worker" else METRICS_PORT)
         ),
         allow_metrics=args.allow_metrics,
+        exit_on_lease_loss=args.exit_on_lease_loss,
         metrics_address=args.metrics_address,
         metrics_config=metrics_config,
         response_cache_bytes=cache_bytes,

@@ -331,6 +331,9 @@ def configure_logging(verbose: int, log_format: str = "default") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     _handler = handler
+    # httpx (the metrics port's fetches from Dynamo's frontend) logs every request at INFO: a
+    # line per scrape is noise, not news. Its warnings and errors still show.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     apply_log_settings({"log_verbose_level": verbose, "log_format": log_format})
     sys.stderr = StderrGuard(stream)  # type: ignore[assignment]
 

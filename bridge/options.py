@@ -70,6 +70,9 @@ class ServerOptions:
     grpc_port: int = 8001
     metrics_port: int = 8002
     allow_metrics: bool = True
+    # A lost etcd lease: exit 1 (a supervisor restarts) rather than re-execute this process
+    # once etcd answers (bridge/roles/discovery.py).
+    exit_on_lease_loss: bool = False
     metrics_address: str = "127.0.0.1"
     metrics_config: MetricsConfig = field(default_factory=MetricsConfig)
     # `--cache-config local,size=N`: the response cache of each worker process (0: none).

@@ -71,6 +71,20 @@ def _exit_now(status: int) -> NoReturn:
         os._exit(status)
 
 
+def _reexec() -> NoReturn:
+    """This process, started again from its own command line: same pid, arguments and
+    environment; threads, sockets and models are gone (Python opens its descriptors
+    non-inheritable), stdio stays."""
+    try:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        dynamo_noise.close()  # fd 2 back to the real output before the new image writes to it
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    finally:
+        os._exit(1)  # execv failed (it does not return otherwise)
+
+
 def _second_signal() -> None:
     log.warning("second signal: exiting now, without waiting for models to finish")
     _exit_now(1)
@@ -227,7 +241,10 @@ async def serve(options: ServerOptions) -> None:
     stop = asyncio.Event()
     # etcd unreachable: not ready; the runtime shut down under us (lease lost): stop, status 1.
     watch = DiscoveryWatch.for_backend(
-        options.discovery_backend, options.request_plane, on_lost=stop.set
+        options.discovery_backend,
+        options.request_plane,
+        on_lost=stop.set,
+        exit_on_loss=options.exit_on_lease_loss,
     )
     try:
         control, metrics_server = await _listen(options, runtime, worker, frontend, stop, watch)
@@ -294,5 +311,11 @@ async def serve(options: ServerOptions) -> None:
     if not clean and not watch.lost:
         # Threads stuck in model code would be joined at exit (or hold the executor's join).
         log.error(EXIT_TIMEOUT_TEXT)
+    if watch.lost and not options.exit_on_lease_loss:
+        # Nothing of this process serves any more (its ports are closed: not ready). Once etcd
+        # answers, the process starts again from its own command line (roles/discovery.py).
+        await watch.until_etcd_answers()
+        log.warning("etcd answers again: starting this process again (same pid and arguments)")
+        _reexec()
     if failed or not clean or watch.lost:  # a lost lease: said at once (roles/discovery.py)
         _exit_now(1)

@@ -1,4 +1,4 @@
-"""Whether etcd discovery still works in this process: readiness, and the exit on a lost lease.
+"""Whether etcd discovery still works in this process: readiness, and the restart on a lost lease.
 
 With etcd discovery every Dynamo runtime holds one etcd lease, and every record it publishes
 (instances, model cards) lives on that lease. What Dynamo does when etcd goes away (ai-dynamo-
@@ -18,8 +18,13 @@ etcd.rs and etcd/lease.rs):
 A new `DistributedRuntime` made in the same process does get a new lease and serve (measured),
 but everything bound to the old one (each model generation's endpoint and model card, the
 control endpoint, BLS clients, the door's directory, Dynamo's KServe frontend) would have to be
-rebuilt on it. The bridge does the honest, simple thing instead: it stops with one ERROR line and
-exit status 1, so the orchestrator that started it starts it again, with a new lease.
+rebuilt on it, while reloads may be in flight. The bridge starts the whole process again
+instead, which builds all of it the one way it is always built: it says so in one ERROR line,
+shuts down as on SIGTERM (its ports close: not ready), waits until etcd answers, and re-executes
+itself (same pid, same arguments and environment; composition root, bridge/server.py), which
+loads the models and registers them with a new lease. Traffic resumes with no supervisor
+involved. With `--exit-on-lease-loss` it exits with status 1 instead, for an orchestrator that
+prefers to restart it.
 
 So `DiscoveryWatch`:
 * probes etcd (the ETCD_ENDPOINTS addresses) every PROBE_S; while no address answers (after
@@ -28,7 +33,8 @@ So `DiscoveryWatch`:
   control port) and says so in one ERROR line, then one line when etcd answers again;
 * serves one sentinel endpoint whose `serve_endpoint` returns only when the runtime shuts down:
   if that happens while the bridge is not stopping, the runtime was shut down under it (the lease
-  was lost), and `on_lost` runs (the composition root stops the process with status 1).
+  was lost), and `on_lost` runs (the composition root stops the process, then starts it again
+  once etcd answers, or exits with status 1 under `--exit-on-lease-loss`).
 
 With `mem` or `file` discovery there is no lease and nothing to watch.
 """
@@ -61,9 +67,12 @@ SENTINEL_ENDPOINT = "bridge.runtime"
 class DiscoveryWatch:
     """Readiness of discovery (`usable()`) and the lease-loss signal (`on_lost`); see module doc."""
 
-    def __init__(self, etcd: Service | None, on_lost: Callable[[], None]) -> None:
+    def __init__(
+        self, etcd: Service | None, on_lost: Callable[[], None], exit_on_loss: bool = False
+    ) -> None:
         self.etcd = etcd  # None: not etcd discovery, nothing to watch
         self._on_lost = on_lost
+        self.exit_on_loss = exit_on_loss  # --exit-on-lease-loss (else: re-executed)
         self.reachable = True
         self.lost = False
         self._stopping = False
@@ -73,12 +82,16 @@ class DiscoveryWatch:
 
     @classmethod
     def for_backend(
-        cls, discovery: str, request_plane: str, on_lost: Callable[[], None]
+        cls,
+        discovery: str,
+        request_plane: str,
+        on_lost: Callable[[], None],
+        exit_on_loss: bool = False,
     ) -> DiscoveryWatch:
         """The watch of this process's discovery backend (etcd: as the runtime finds it)."""
         services = needed_services(discovery, request_plane, os.environ)
         etcd = next((s for s in services if s.variable == "ETCD_ENDPOINTS"), None)
-        return cls(etcd, on_lost)
+        return cls(etcd, on_lost, exit_on_loss)
 
     def usable(self) -> bool:
         """Discovery answers and the runtime still holds its lease."""
@@ -123,11 +136,23 @@ class DiscoveryWatch:
             cause = str(failure) if failure is not None else "its etcd lease was lost"
         log.error(
             "Dynamo shut this process's runtime down (%s); every model and endpoint it served "
-            "is gone from discovery and cannot come back in this process: exiting with status "
-            "1 to be restarted with a new lease",
+            "is gone from discovery and cannot come back on that runtime: %s",
             cause,
+            "exiting with status 1 to be restarted with a new lease (--exit-on-lease-loss)"
+            if self.exit_on_loss
+            else "not ready; the process starts again by itself once etcd answers",
         )
         self._on_lost()
+
+    async def until_etcd_answers(self) -> None:
+        """Return once etcd answers again (probed every PROBE_S, for as long as it takes)."""
+        assert self.etcd is not None
+        scheme = scheme_of(self.etcd.value)
+        while True:
+            checks = [etcd_answers(scheme, host, port) for host, port in self.etcd.addresses]
+            if any(await asyncio.gather(*checks)):
+                return
+            await asyncio.sleep(PROBE_S)
 
     # -- etcd's reachability -------------------------------------------------------------------
 

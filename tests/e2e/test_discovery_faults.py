@@ -1,5 +1,6 @@
-"""etcd going away under load (issue 22 finding 3): health tells the truth, a lost lease stops the
-process so it can be restarted, and a frontend that lives on finds restarted workers.
+"""etcd going away under load (issue 22 finding 3): health tells the truth, a lost lease restarts
+the process by itself once etcd answers (or, with --exit-on-lease-loss, stops it for a
+supervisor to restart), and a frontend that lives on finds restarted workers.
 
 Before the fix, with etcd stopped longer than the lease, Dynamo shut every process's runtime down
 (roles/discovery.py says how) while each process lived on answering `/v2/health/ready` 200 and
@@ -18,6 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tritonclient.grpc as grpcclient
@@ -138,9 +140,14 @@ class Readiness:
         latest = self.latest()
         return len(latest) == len(self._probes) and all(v is ready for v in latest.values())
 
-    def answered_ready_after(self, since: float) -> list[str]:
-        """The surfaces that said ready at some point after `since`."""
-        return [n for n, s in self.samples.items() if any(t > since and v for t, v in s)]
+    def none_ready(self) -> bool:
+        """No surface says ready (each says not ready, or nothing answers there)."""
+        latest = self.latest()
+        return len(latest) == len(self._probes) and not any(latest.values())
+
+    def answered_ready_after(self, since: float, until: float = float("inf")) -> list[str]:
+        """The surfaces that said ready at some point after `since` (and before `until`)."""
+        return [n for n, s in self.samples.items() if any(since < t < until and v for t, v in s)]
 
 
 def _instances(etcd: EtcdServer, namespace: str) -> list[str]:
@@ -155,23 +162,26 @@ def _answers_from(pids: set[int], since: float) -> Callable[[list[Outcome]], boo
 
 
 @pytest.mark.parametrize(
-    "door, plane", [("triton", "tcp"), ("dynamo", "nats")], ids=["triton-tcp", "dynamo-nats"]
+    "door, plane, on_loss",
+    [("triton", "tcp", "restart"), ("dynamo", "nats", "exit")],
+    ids=["triton-tcp-restarts-itself", "dynamo-nats-exits"],
 )
 def test_etcd_outages_short_and_past_the_lease(
-    door: str, plane: str, tmp_path: Path, etcd: EtcdServer, nats: NatsServer
+    door: str, plane: str, on_loss: str, tmp_path: Path, etcd: EtcdServer, nats: NatsServer
 ) -> None:
+    env = {"ETCD_LEASE_TTL": str(LEASE_TTL_S)}
+    if on_loss == "exit":
+        env["DYN_BRIDGE_EXIT_ON_LEASE_LOSS"] = "true"
     cluster = Cluster(
         tmp_path / "cluster",
         discovery="etcd",
         request_plane=plane,
         etcd_endpoint=etcd.endpoint,
         nats_url=nats.url,
-        extra_env={"ETCD_LEASE_TTL": str(LEASE_TTL_S)},
+        extra_env=env,
     )
     control_port = free_port()
-    frontend = cluster.frontend(
-        "--control-port", str(control_port), *(("--frontend", "triton") if door == "triton" else ())
-    )
+    frontend = cluster.frontend("--control-port", str(control_port), "--frontend", door)
     workers = [cluster.worker(SCALE_OUT, name=f"worker_{n}") for n in "ab"]
     processes = [frontend, *workers]
     try:
@@ -179,8 +189,9 @@ def test_etcd_outages_short_and_past_the_lease(
         frontend.wait_model_ready("whoami")
         pids = {w.pid for w in workers}
         load = LoadGenerator(
-            frontend.grpc_url, "whoami", one_value, threads=2, max_seconds=90,
+            frontend.grpc_url, "whoami", one_value, threads=2, max_seconds=240,
             client_timeout=5, keep=pid_of, parameters={"delay_ms": 20},
+            pause_after_failure=0.1,
         )  # fmt: skip
         with load, Readiness(frontend, control_port, workers, door == "triton") as readiness:
             load.wait_for(_answers_from(pids, 0.0), "answers from both workers")
@@ -202,10 +213,14 @@ def test_etcd_outages_short_and_past_the_lease(
                 f"ready; {len(short)} requests since, all answered"
             )
 
-            # Past the lease: Dynamo shuts each runtime down; each process says so and exits 1.
+            # Past the lease: Dynamo shuts each runtime down; each process says so, and either
+            # starts again by itself once etcd answers, or exits 1 (--exit-on-lease-loss).
             logs = {p.name: len(p.log_text) for p in processes}
             etcd.stop()
             stopped = time.monotonic()
+            if on_loss == "restart":
+                _restarts_by_itself(etcd, processes, workers, load, readiness, logs, stopped)
+                return
             wait_until(
                 lambda: not any(p.running for p in processes),
                 "every process to exit after its lease",
@@ -260,6 +275,48 @@ def test_etcd_outages_short_and_past_the_lease(
         )
     finally:
         cluster.stop()
+
+
+def _restarts_by_itself(
+    etcd: EtcdServer,
+    processes: list[Any],
+    workers: list[WorkerProcess],
+    load: LoadGenerator,
+    readiness: Readiness,
+    logs: dict[str, int],
+    stopped: float,
+) -> None:
+    """Past the lease with the default: every process says the lease is lost, is not ready
+    (its ports close) while etcd stays away, and once etcd is back serves again as the same
+    process (same pid: re-executed), with nobody restarting it."""
+    pids = {p.name: p.pid for p in processes}
+    wait_until(
+        lambda: all(LOST_TEXT in p.log_text[logs[p.name] :] for p in processes),
+        "every process to say its lease is lost",
+        timeout=3 * LEASE_TTL_S + 10,
+    )
+    lost = time.monotonic()
+    wait_until(readiness.none_ready, "every surface not ready (or closed)", timeout=30)
+    assert all(p.running for p in processes), [p.log_tail() for p in processes]
+    etcd.restart()
+    back = time.monotonic()
+    wait_until(lambda: readiness.all_are(True), "every surface ready again", timeout=120)
+    load.wait_for(_answers_from({w.pid for w in workers}, back), "answers from both workers")
+    assert {p.name: p.pid for p in processes} == pids  # the same processes: nobody restarted them
+    assert all(p.running for p in processes)
+    assert not readiness.answered_ready_after(stopped + 3, until=back), readiness.latest()
+    for process in processes:
+        text = process.log_text[logs[process.name] :]
+        assert text.count(LOST_TEXT) == 1, (process.name, text[-3000:])
+        assert "starting this process again" in text, (process.name, text[-3000:])
+    settled = len(load.snapshot())
+    load.wait_for(lambda o: len(o) >= settled + 20, "20 more answers")
+    tail = load.snapshot()[settled:]
+    assert all(o.ok for o in tail), describe(tail)
+    print(
+        f"past the lease: lost {lost - stopped:.0f} s in, every process re-executed itself "
+        f"once etcd was back; {len(tail)} answers since, all ok"
+    )
 
 
 def test_worker_restarted_alone_is_served_by_the_same_frontend(

@@ -354,6 +354,7 @@ class LoadGenerator:
         threads: int = 4,
         max_requests: int = 20000,
         max_seconds: float = 60.0,
+        pause_after_failure: float = 0.0,
         keep: Callable[[grpcclient.InferResult], Any] | None = None,
         client_timeout: float = 30.0,
         **infer_kwargs: Any,
@@ -361,6 +362,9 @@ class LoadGenerator:
         self.url, self.model = url, model
         self._inputs, self._keep = inputs, keep
         self.max_requests, self.max_seconds = max_requests, max_seconds
+        # A failed request waits this long before the next (a server down fails at once: the
+        # budget would go in a burst of refusals).
+        self._pause_after_failure = pause_after_failure
         self._client_timeout = client_timeout
         self._infer_kwargs = infer_kwargs
         self.outcomes: list[Outcome] = []
@@ -421,6 +425,8 @@ class LoadGenerator:
                     outcome = Outcome(sent, time.monotonic(), False, type(exc).__name__, str(exc))
                 with self._lock:
                     self.outcomes.append(outcome)
+                if not outcome.ok and self._pause_after_failure:
+                    self._stop.wait(self._pause_after_failure)
         finally:
             client.close()
 
