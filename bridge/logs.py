@@ -133,6 +133,8 @@ _DYNAMO_NOISE = (
 # WARNs of the discovery watchers ending: noise once the runtime is being shut down, discovery
 # trouble at any other time.
 _DYNAMO_SHUTDOWN_NOISE = (
+    # ERROR from a client's instance monitor whose source went with the runtime.
+    b"monitor_instance_source: The Sender is dropped",
     b"Instance removal watcher stream ended",
     b"Failed to start instance removal watcher",
     b"Model discovery stream ended",

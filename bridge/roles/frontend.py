@@ -73,16 +73,18 @@ class FrontendRole:
         )
         asyncio.ensure_future(self._until_up())
         # Dynamo 1.6's KServe frontend listens on every interface whatever `http_host` says
-        # (seen with `ss -ltnp`), its own HTTP port too (module docstring). Say where, loudly.
-        log.warning(
+        # (seen with `ss -ltnp`), its own HTTP port too (module docstring). Say where: a WARN
+        # when that is not what --host asked for, else once at INFO (a healthy start has no
+        # WARN line; the HTTP port on every interface is said all the same).
+        all_interfaces = options.host in ("0.0.0.0", "::")
+        log.log(
+            logging.INFO if all_interfaces else logging.WARNING,
             "%sDynamo's KServe frontend binds gRPC (port %d) and its own HTTP port (%d: "
             "/metrics, /health, /live, /v1/models, /docs, /openapi.json) on every interface "
             "(0.0.0.0), and Dynamo 1.6 has no setting for their address: both are reachable "
             "from other hosts; restrict them with a firewall or a network namespace, or use "
             "--frontend triton",
-            f"--host {options.host} is not honoured: "
-            if options.host not in ("0.0.0.0", "::")
-            else "",
+            "" if all_interfaces else f"--host {options.host} is not honoured: ",
             options.grpc_port,
             self.http_port,
         )
