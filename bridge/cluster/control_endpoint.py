@@ -228,12 +228,12 @@ def stats_entries(manager: ServedModels) -> list[dict[str, Any]]:
                     "inference_count": snap.inference_count,
                     "execution_count": snap.execution_count,
                     "inference_stats": {
-                        kind: _duration(getattr(snap, kind)) for kind in _INFER_KINDS
+                        kind: _duration(getattr(snap, kind)) for kind in INFER_KINDS
                     },
                     "batch_stats": [
                         {
                             "batch_size": batch.batch_size,
-                            **{kind: _duration(getattr(batch, kind)) for kind in _BATCH_KINDS},
+                            **{kind: _duration(getattr(batch, kind)) for kind in BATCH_KINDS},
                         }
                         for batch in snap.batch_stats
                     ],
@@ -242,7 +242,9 @@ def stats_entries(manager: ServedModels) -> list[dict[str, Any]]:
     return entries
 
 
-_INFER_KINDS = (
+# The durations of a stats row (Triton's InferStatistics and InferBatchStatistics fields): what
+# this side sends and the door reads (frontends/triton/service.py).
+INFER_KINDS = (
     "success",
     "fail",
     "queue",
@@ -252,7 +254,7 @@ _INFER_KINDS = (
     "cache_hit",
     "cache_miss",
 )
-_BATCH_KINDS = ("compute_input", "compute_infer", "compute_output")
+BATCH_KINDS = ("compute_input", "compute_infer", "compute_output")
 
 
 def _error(code: ErrorCode, message: str) -> dict[str, Any]:

@@ -351,7 +351,7 @@ def test_inputs_are_passed_without_a_copy(repo):
 
 # -- async decoupled BLS runs concurrently (issue 24) ---------------------------------------------
 
-_GATE_MODEL = '''
+_GATE_MODEL = """
 import itertools
 import os
 import threading
@@ -385,9 +385,9 @@ class TritonPythonModel:
             error = pb_utils.TritonError("the four requests were never in the callee at once")
             sender.send(pb_utils.InferenceResponse([], error=error))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-'''
+"""
 
-_ASYNC_CALLER = '''
+_ASYNC_CALLER = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -404,7 +404,14 @@ class TritonPythonModel:
             text = np.array([";".join(errors).encode()], dtype=object)
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("ERRORS", text)]))
         return responses
-'''
+"""
+
+
+def _model(root: Path, name: str, source: str, config: str) -> None:
+    """A model folder `root/name` with `source` as version 1's model.py."""
+    (root / name / "1").mkdir(parents=True)
+    (root / name / "1" / "model.py").write_text(source)
+    (root / name / "config.pbtxt").write_text(config)
 
 
 def test_async_decoupled_bls_calls_overlap(tmp_path: Path) -> None:
@@ -413,18 +420,20 @@ def test_async_decoupled_bls_calls_overlap(tmp_path: Path) -> None:
     It returned at once before, and the model's `for r in iterator` then blocked the instance's
     event loop while it waited, so requests that came after the first could not start (Triton's
     concurrency_test test_concurrent_execute_multi_request_bls)."""
-    gate = tmp_path / "gate"
-    (gate / "1").mkdir(parents=True)
-    (gate / "1" / "model.py").write_text(_GATE_MODEL)
-    (gate / "config.pbtxt").write_text(
-        'backend: "python"\nmodel_transaction_policy { decoupled: true }\n'
-        'output [{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }]\n'
+    _model(
+        tmp_path,
+        "gate",
+        _GATE_MODEL,
+        (
+            'backend: "python"\nmodel_transaction_policy { decoupled: true }\n'
+            'output [{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }]\n'
+        ),
     )
-    caller = tmp_path / "caller"
-    (caller / "1").mkdir(parents=True)
-    (caller / "1" / "model.py").write_text(_ASYNC_CALLER)
-    (caller / "config.pbtxt").write_text(
-        'backend: "python"\noutput [{ name: "ERRORS" data_type: TYPE_STRING dims: [ 1 ] }]\n'
+    _model(
+        tmp_path,
+        "caller",
+        _ASYNC_CALLER,
+        ('backend: "python"\noutput [{ name: "ERRORS" data_type: TYPE_STRING dims: [ 1 ] }]\n'),
     )
     loaded = load_repository([tmp_path])
     try:
@@ -437,7 +446,7 @@ def test_async_decoupled_bls_calls_overlap(tmp_path: Path) -> None:
         threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
         threads[0].start()
         # The others come once the first is waiting in the callee, as on a client's stream.
-        arrived = gate / "arrived.0"
+        arrived = tmp_path / "gate" / "arrived.0"
         for _ in range(300):
             if arrived.exists():
                 break
@@ -454,7 +463,7 @@ def test_async_decoupled_bls_calls_overlap(tmp_path: Path) -> None:
         loaded.close()
 
 
-_UNTIL_CANCELLED = '''
+_UNTIL_CANCELLED = """
 import time
 
 import numpy as np
@@ -475,9 +484,9 @@ class TritonPythonModel:
             time.sleep(0.01)
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
-'''
+"""
 
-_CANCELLING_CALLER = '''
+_CANCELLING_CALLER = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -498,25 +507,27 @@ class TritonPythonModel:
                 stream.cancel()
         answer = np.array([total, -1 if code is None else int(code)], dtype=np.int32)
         return [pb_utils.InferenceResponse([pb_utils.Tensor("ANSWER", answer)])]
-'''
+"""
 
 
 def test_a_cancelled_decoupled_call_reports_cancelled(tmp_path: Path) -> None:
     """`ResponseIterator.cancel()` and the callee's TritonError(CANCELLED) reach the caller with
     that code, as in the Triton releases that have cancel() (decoupled_test.py
     test_decoupled_bls_cancel); 2.51's rule (every BLS error INTERNAL) would hide it."""
-    callee = tmp_path / "until_cancelled"
-    (callee / "1").mkdir(parents=True)
-    (callee / "1" / "model.py").write_text(_UNTIL_CANCELLED)
-    (callee / "config.pbtxt").write_text(
-        'backend: "python"\nmodel_transaction_policy { decoupled: true }\n'
-        'output [{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }]\n'
+    _model(
+        tmp_path,
+        "until_cancelled",
+        _UNTIL_CANCELLED,
+        (
+            'backend: "python"\nmodel_transaction_policy { decoupled: true }\n'
+            'output [{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }]\n'
+        ),
     )
-    caller = tmp_path / "caller"
-    (caller / "1").mkdir(parents=True)
-    (caller / "1" / "model.py").write_text(_CANCELLING_CALLER)
-    (caller / "config.pbtxt").write_text(
-        'backend: "python"\noutput [{ name: "ANSWER" data_type: TYPE_INT32 dims: [ 2 ] }]\n'
+    _model(
+        tmp_path,
+        "caller",
+        _CANCELLING_CALLER,
+        ('backend: "python"\noutput [{ name: "ANSWER" data_type: TYPE_INT32 dims: [ 2 ] }]\n'),
     )
     loaded = load_repository([tmp_path])
     try:

@@ -37,6 +37,7 @@ from model_repository_loader.validation import (
     unknown_model_error,
 )
 
+from ...cluster.control_endpoint import BATCH_KINDS, INFER_KINDS
 from ...serialized_bytes import BytesLimits
 from ...tracing.config import TraceConfig
 from .directory import Directory, EndpointWithdrawn, ModelEntry
@@ -367,17 +368,6 @@ class TritonService:
         self.trace.close()
 
 
-_INFER_KINDS = (
-    "success",
-    "fail",
-    "queue",
-    "compute_input",
-    "compute_infer",
-    "compute_output",
-    "cache_hit",
-    "cache_miss",
-)
-_BATCH_KINDS = ("compute_input", "compute_infer", "compute_output")
 
 
 def _add(target: Any, pair: Any) -> None:
@@ -401,13 +391,13 @@ def statistics_response(rows: list[dict[str, Any]]) -> pb.ModelStatisticsRespons
         stats.inference_count += int(row.get("inference_count", 0))
         stats.execution_count += int(row.get("execution_count", 0))
         inference = row.get("inference_stats", {})
-        for kind in _INFER_KINDS:
+        for kind in INFER_KINDS:
             _add(getattr(stats.inference_stats, kind), inference.get(kind))
         for batch in row.get("batch_stats", ()):
             size = int(batch["batch_size"])
             entry = batches.get((*key, size))
             if entry is None:
                 entry = batches[(*key, size)] = stats.batch_stats.add(batch_size=size)
-            for kind in _BATCH_KINDS:
+            for kind in BATCH_KINDS:
                 _add(getattr(entry, kind), batch.get(kind))
     return response
