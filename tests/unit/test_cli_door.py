@@ -53,7 +53,9 @@ def test_grpc_max_message_size(capsys, monkeypatch) -> None:
     assert door("--frontend", "triton").max_message_size == 2**31 - 1  # Triton's, fixed there
     monkeypatch.setenv("DYN_BRIDGE_GRPC_MAX_MESSAGE_SIZE", "1048576")
     assert door("--frontend", "triton").max_message_size == 1 << 20
-    assert refused(capsys).endswith("--grpc-max-message-size needs --frontend triton")
+    assert refused(capsys, "--frontend", "dynamo").endswith(
+        "--grpc-max-message-size needs --frontend triton"
+    )
     monkeypatch.setenv("DYN_BRIDGE_GRPC_MAX_MESSAGE_SIZE", "0")
     assert "expected a whole number of 1 or more, got '0'" in refused(
         capsys, "--frontend", "triton"

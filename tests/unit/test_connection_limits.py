@@ -79,7 +79,10 @@ def test_values_that_cannot_work_are_refused(capsys, argv, text) -> None:
 
 
 def test_grpc_cap_needs_the_triton_door(capsys) -> None:
-    for argv in (("--grpc-max-connections=8",), ("--frontend=triton", "--grpc-max-connections=0")):
+    for argv in (
+        ("--frontend=dynamo", "--grpc-max-connections=8"),
+        ("--frontend=triton", "--grpc-max-connections=0"),
+    ):
         with pytest.raises(SystemExit):
             resolve_door(*_args(*argv))
     assert "--grpc-max-connections" in capsys.readouterr().err
