@@ -28,9 +28,30 @@ SERVED = {
 }
 
 
+FAILING = ("warm_fails", "warm_short_file")
+# Triton 2.51 now and then dies with SIGSEGV while it loads a model whose warmup fails (seen in
+# CI: "tritonserver exited with code -11 during start-up"), more often with both of these in one
+# server. Its crash is not what is compared here: each is served on its own, and a start that
+# died so is tried again.
+ORACLE_CRASH_RETRIES = 4
+
+
 @pytest.fixture(scope="module")
 def warmup(pair_for, tmp_path_factory: pytest.TempPathFactory) -> Pair:
-    return pair_for(warmup_repository(tmp_path_factory.mktemp("warmup")), expect_failures=True)
+    """The models whose warmup succeeds."""
+    return pair_for(warmup_repository(tmp_path_factory.mktemp("warmup"), *SERVED))
+
+
+def _failing_pair(pair_for, tmp_path_factory: pytest.TempPathFactory, model: str) -> Pair:
+    """`model`, whose warmup fails, on a server pair of its own."""
+    for attempt in range(ORACLE_CRASH_RETRIES):
+        root = warmup_repository(tmp_path_factory.mktemp("failing"), model)
+        try:
+            return pair_for(root, expect_failures=True)
+        except RuntimeError as exc:
+            if "exited with code -11" not in str(exc) or attempt == ORACLE_CRASH_RETRIES - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _report(model: str) -> Any:
@@ -58,16 +79,20 @@ def test_the_samples_run_before_the_first_request(warmup: Pair, model: str) -> N
 
 
 @pytest.mark.skipif(not TRITON_DOOR, reason="Dynamo's frontend: no repository index, no stats")
-def test_a_failed_warmup_fails_the_load_with_tritons_text(warmup: Pair) -> None:
+@pytest.mark.parametrize("model", FAILING)
+def test_a_failed_warmup_fails_the_load_with_tritons_text(
+    pair_for, tmp_path_factory: pytest.TempPathFactory, model: str
+) -> None:
+    failing = _failing_pair(pair_for, tmp_path_factory, model)
+
     def reasons(client: grpcclient.InferenceServerClient) -> dict[str, tuple[str, str]]:
         return {
-            m.name: (m.state, relative_paths(m.reason, warmup.root))
+            m.name: (m.state, relative_paths(m.reason, failing.root))
             for m in client.get_model_repository_index().models
         }
 
-    triton, bridge = both(warmup, reasons)
-    assert triton["warm_fails"][0] == "UNAVAILABLE"
-    assert triton["warm_short_file"][0] == "UNAVAILABLE"
+    triton, bridge = both(failing, reasons)
+    assert triton[model][0] == "UNAVAILABLE", triton
     assert bridge == triton
 
 
