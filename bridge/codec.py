@@ -28,10 +28,10 @@ import numpy as np
 from model_repository_loader.inference import InferRequest
 from model_repository_loader.pb_utils import InferenceResponse, Tensor, TritonError
 from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
-from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import RequestError
 
 from . import serialized_bytes
+from .cluster.protocol import error_item, read_error
 from .serialized_bytes import Budget, BytesLimits, OverLimit
 
 # Dynamo's datatype names ⇄ KServe's.
@@ -477,7 +477,7 @@ def bridge_error(error: TritonError, final: bool, rejected: bool = False) -> dic
     prefixes exactly those errors with the model's name.
     """
     item: dict[str, Any] = {
-        "error": {"code": error.code().name, "message": error.message()},
+        "error": error_item(error.code(), error.message()),
         "final": final,
     }
     if rejected:
@@ -513,8 +513,10 @@ def decode_bridge_item(
     final = bool(item.get("final", False))
     error = item.get("error")
     if error is not None:
-        code = ErrorCode.__members__.get(str(error.get("code")), ErrorCode.INTERNAL)
-        response = InferenceResponse._create([], TritonError(str(error.get("message", "")), code))
+        if not isinstance(error, dict):
+            raise TypeError(f"an error item that is not a dict: {error!r}")
+        code, message = read_error(error)
+        response = InferenceResponse._create([], TritonError(message, code))
         return response, final, bool(item.get("rejected"))
     if item.get("empty"):
         return None, final, False

@@ -1,5 +1,7 @@
 """The bridge as one process among many, through Dynamo endpoints only.
 
+- protocol.py: what crosses processes, in one place: the control endpoint's path, its ops, the
+  rows of its answers and the error item.
 - control_endpoint.py: `<namespace>.bridge.control`, what other processes ask this one (the
   index of the models served here).
 - remote_models.py: BLS calls and ensemble steps into models other bridge processes serve

@@ -7,28 +7,12 @@ lists the bridge processes with `client.instance_ids()` on this endpoint and ask
 request plane). Model components never use the component name `bridge` (worker.py
 `component_name` always ends with `-<hash>`), so the two never meet in discovery.
 
-Ops:
-- `{"op": "index"}` → `{"worker": "<host>:<pid>", "models": [...]}`, read from the manager's live
-  state at the time of the call: one entry per model name this process knows, ready or not,
-  with the endpoint of the generation serving it now (empty when none) and its serialized
-  Triton `ModelConfig` (empty when none is loaded).
-- `{"op": "stats"}` → `{"worker": ..., "models": [{"name", "version", "last_inference",
-  "inference_count", "execution_count", "inference_stats": {<kind>: [count, ns], ...},
-  "batch_stats": [{"batch_size", <kind>: [count, ns], ...}]}, ...]}`: every served version's
-  statistics (model_repository_loader/scheduling/stats.py), durations in ns as Triton keeps
-  them. A front door sums them over the workers serving a model (Triton's ModelStatistics).
-- `{"op": "folders"}` → `{"worker": ..., "names": [...]}`: every model name of the repositories
-  (a scan of the folders, on a thread) and every model loaded from files, as Triton's
-  repository index lists them, loaded or not; an error (INTERNAL) when a repository cannot be
-  read.
-- `{"op": "load", "name": str, "config": str, "files": {"file:<path>": bytes}}` and
-  `{"op": "unload", "name": str}` → `{}` once done, or an error with Triton's code and text
-  (the worker's `--model-control-mode` rules: load/unload only in explicit mode).
-- `{"op": "log_settings", "settings": {<Triton LogSettings name>: value}}` → the process's
-  settings after the change (`{"settings": {...}}`), or an error with Triton's code and text
-  (bridge/logs.py `check_log_settings`); `"settings": {}` only reads them. The triton door
-  sends a client's LogSettings change to every worker this way.
-- anything else → `{"error": {"code": "INVALID_ARG", "message": ...}}`.
+The ops, their rows and the error item are protocol.py's (docs/worker_protocol.md §1): the
+index and the folders are read from the manager's live state at the time of the call, the
+statistics are every served version's (model_repository_loader/scheduling/stats.py), load and
+unload follow the worker's `--model-control-mode` (explicit only), and log_settings applies
+bridge/logs.py `check_log_settings`. An unknown op is answered INVALID_ARG; an op that fails,
+INTERNAL.
 
 More ops (`ready`) can join `ControlEndpoint.ops`, in the same style.
 """
@@ -50,6 +34,17 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.scheduling.stats import ModelStats
 
 from ..logs import apply_log_settings, check_log_settings
+from .protocol import (
+    BATCH_KINDS,
+    INFER_KINDS,
+    BatchRow,
+    Duration,
+    IndexRow,
+    Op,
+    StatsRow,
+    control_path,
+    error_answer,
+)
 
 if TYPE_CHECKING:
     from dynamo.runtime import DistributedRuntime
@@ -74,19 +69,10 @@ class ServedModels(Protocol):
     ) -> None: ...
     async def unload(self, name: str) -> None: ...
 
+
 log = logging.getLogger(__name__)
 
-CONTROL_COMPONENT = "bridge"
-CONTROL_ENDPOINT = "control"
-# Answers carry this in every index entry: the model endpoints here take the bridge form.
-BRIDGE_FORM_VERSION = 1
-
-Op = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
-
-
-def control_path(namespace: str) -> str:
-    """The control endpoint's path in `namespace`."""
-    return f"{namespace}.{CONTROL_COMPONENT}.{CONTROL_ENDPOINT}"
+OpHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 def worker_id() -> str:
@@ -94,7 +80,7 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def index_entries(manager: ServedModels) -> list[dict[str, Any]]:
+def index_rows(manager: ServedModels) -> list[IndexRow]:
     """One entry per model name the manager knows (loaded, failed, or unloaded)."""
     repository = manager.repository
     models = repository.models
@@ -111,15 +97,14 @@ def index_entries(manager: ServedModels) -> list[dict[str, Any]]:
             versions = list(status.versions) if status is not None else []
             ready = False
         entries.append(
-            {
-                "name": name,
-                "versions": [str(v) for v in versions],
-                "ready": ready,
-                "reason": status.reason if status is not None else "",
-                "endpoint": worker.path if worker is not None and model is not None else "",
-                "config": model.config.SerializeToString() if model is not None else b"",
-                "bridge_form": BRIDGE_FORM_VERSION,
-            }
+            IndexRow(
+                name=name,
+                versions=tuple(str(v) for v in versions),
+                ready=ready,
+                reason=status.reason if status is not None else "",
+                endpoint=worker.path if worker is not None and model is not None else "",
+                config=model.config.SerializeToString() if model is not None else b"",
+            )
         )
     return entries
 
@@ -132,13 +117,13 @@ class ControlEndpoint:
         self._endpoint = runtime.endpoint(self.path)
         self._manager = manager
         self.worker = worker_id()
-        self.ops: dict[str, Op] = {
-            "index": self._index,
-            "stats": self._stats,
-            "folders": self._folders,
-            "load": self._load,
-            "unload": self._unload,
-            "log_settings": self._log_settings,
+        self.ops: dict[str, OpHandler] = {
+            Op.INDEX: self._index,
+            Op.STATS: self._stats,
+            Op.FOLDERS: self._folders,
+            Op.LOAD: self._load,
+            Op.UNLOAD: self._unload,
+            Op.LOG_SETTINGS: self._log_settings,
         }
         self.serving: asyncio.Future[Any] | None = None
 
@@ -153,20 +138,22 @@ class ControlEndpoint:
         op = self.ops.get(op_name) if isinstance(op_name, str) else None
         if op is None:
             known = ", ".join(sorted(self.ops))
-            yield _error(ErrorCode.INVALID_ARG, f"unknown control op {op_name!r} (known: {known})")
+            yield error_answer(
+                ErrorCode.INVALID_ARG, f"unknown control op {op_name!r} (known: {known})"
+            )
             return
         try:
             answer = await op(request)
         except Exception as exc:  # an op that fails answers INTERNAL, the endpoint stays up
             log.exception("control op %r failed", op_name)
-            answer = _error(ErrorCode.INTERNAL, f"control op {op_name!r} failed: {exc}")
+            answer = error_answer(ErrorCode.INTERNAL, f"control op {op_name!r} failed: {exc}")
         yield answer
 
     async def _index(self, request: dict[str, Any]) -> dict[str, Any]:
-        return {"worker": self.worker, "models": index_entries(self._manager)}
+        return {"worker": self.worker, "models": [r.to_wire() for r in index_rows(self._manager)]}
 
     async def _stats(self, request: dict[str, Any]) -> dict[str, Any]:
-        return {"worker": self.worker, "models": stats_entries(self._manager)}
+        return {"worker": self.worker, "models": [r.to_wire() for r in stats_rows(self._manager)]}
 
     async def _folders(self, request: dict[str, Any]) -> dict[str, Any]:
         manager = self._manager
@@ -177,10 +164,10 @@ class ControlEndpoint:
     async def _log_settings(self, request: dict[str, Any]) -> dict[str, Any]:
         changes = request.get("settings") or {}
         if not isinstance(changes, dict):
-            return _error(ErrorCode.INVALID_ARG, "malformed log_settings request")
+            return error_answer(ErrorCode.INVALID_ARG, "malformed log_settings request")
         valid, error = check_log_settings(changes)
         settings = apply_log_settings(valid)
-        return _error(*error) if error is not None else {"settings": settings}
+        return error_answer(*error) if error is not None else {"settings": settings}
 
     async def _load(self, request: dict[str, Any]) -> dict[str, Any]:
         return await self._change(request, unload=False)
@@ -191,7 +178,7 @@ class ControlEndpoint:
     async def _change(self, request: dict[str, Any], unload: bool) -> dict[str, Any]:
         name = request.get("name")
         if not isinstance(name, str) or not name:
-            return _error(ErrorCode.INVALID_ARG, "a model name is required")
+            return error_answer(ErrorCode.INVALID_ARG, "a model name is required")
         try:
             self._manager.refuse_unless_explicit()
             if unload:
@@ -200,63 +187,41 @@ class ControlEndpoint:
                 files = request.get("files") or {}
                 config = request.get("config") or ""
                 if not isinstance(files, dict) or not isinstance(config, str):
-                    return _error(ErrorCode.INVALID_ARG, "malformed load request")
+                    return error_answer(ErrorCode.INVALID_ARG, "malformed load request")
                 await self._manager.load(name, config, files or None)
         except TritonStatusError as exc:
-            return _error(exc.code, str(exc))
+            return error_answer(exc.code, str(exc))
         return {}
 
 
-def _duration(duration: Any) -> list[int]:
-    return [duration.count, duration.ns]
+def _duration(duration: Any) -> Duration:
+    return (duration.count, duration.ns)
 
 
-def stats_entries(manager: ServedModels) -> list[dict[str, Any]]:
-    """One entry per served model version that keeps statistics (ensembles included)."""
-    entries = []
+def stats_rows(manager: ServedModels) -> list[StatsRow]:
+    """One row per served model version that keeps statistics (ensembles included)."""
+    rows = []
     for name, model in sorted(manager.repository.models.items()):
         for version, served in sorted(getattr(model, "versions", {}).items()):
             stats = getattr(served, "stats", None)
             if not isinstance(stats, ModelStats):
                 continue
             snap = stats.snapshot()
-            entries.append(
-                {
-                    "name": name,
-                    "version": str(version),
-                    "last_inference": snap.last_inference_ms,
-                    "inference_count": snap.inference_count,
-                    "execution_count": snap.execution_count,
-                    "inference_stats": {
-                        kind: _duration(getattr(snap, kind)) for kind in INFER_KINDS
-                    },
-                    "batch_stats": [
-                        {
-                            "batch_size": batch.batch_size,
-                            **{kind: _duration(getattr(batch, kind)) for kind in BATCH_KINDS},
-                        }
+            rows.append(
+                StatsRow(
+                    name=name,
+                    version=str(version),
+                    last_inference=snap.last_inference_ms,
+                    inference_count=snap.inference_count,
+                    execution_count=snap.execution_count,
+                    inference={kind: _duration(getattr(snap, kind)) for kind in INFER_KINDS},
+                    batches=tuple(
+                        BatchRow(
+                            batch.batch_size,
+                            {kind: _duration(getattr(batch, kind)) for kind in BATCH_KINDS},
+                        )
                         for batch in snap.batch_stats
-                    ],
-                }
+                    ),
+                )
             )
-    return entries
-
-
-# The durations of a stats row (Triton's InferStatistics and InferBatchStatistics fields): what
-# this side sends and the door reads (frontends/triton/service.py).
-INFER_KINDS = (
-    "success",
-    "fail",
-    "queue",
-    "compute_input",
-    "compute_infer",
-    "compute_output",
-    "cache_hit",
-    "cache_miss",
-)
-BATCH_KINDS = ("compute_input", "compute_infer", "compute_output")
-
-
-def _error(code: ErrorCode, message: str) -> dict[str, Any]:
-    # On the wire a code travels by name (docs/worker_protocol.md).
-    return {"error": {"code": code.name, "message": message}}
+    return rows

@@ -41,7 +41,7 @@ from model_repository_loader.pb_utils import InferenceResponse, TritonError
 from model_repository_loader.tracing import RequestTrace
 
 from ..codec import decode_bridge_item, encode_bridge_request
-from .control_endpoint import control_path
+from .protocol import Op, control_path, control_request
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +239,7 @@ class DynamoRemoteModels:
 
     async def _index_of(self, control: Any, instance: int) -> dict[str, Any] | None:
         async def ask() -> dict[str, Any] | None:
-            stream = await control.direct({"op": "index"}, instance, annotated=False)
+            stream = await control.direct(control_request(Op.INDEX), instance, annotated=False)
             async for item in stream:
                 return item if isinstance(item, dict) else None
             return None

@@ -45,14 +45,20 @@ from tritonclient.grpc import model_config_pb2 as mc
 from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import no_available_versions_error, unknown_model_error
 
+from ...cluster.protocol import (
+    BRIDGE_FORM_VERSION,
+    IndexRow,
+    Op,
+    StatsRow,
+    control_path,
+    control_request,
+)
 from .model_cards import FOREIGN_VERSION, ModelCards
 from .routes import LocalRoute, RequestPlaneRoute, Route, StandardFormRoute, instance_gone
 from .status import DoorError
 
 log = logging.getLogger(__name__)
 
-CONTROL_COMPONENT = "bridge"
-CONTROL_ENDPOINT = "control"
 _NO_VERSION_SELECTED = "at least one version must be available"
 # Bound of one worker's index answer: a worker that hangs must not hang the door.
 INDEX_TIMEOUT_S = 10.0
@@ -99,24 +105,22 @@ class ModelEntry:
     def decoupled(self) -> bool:
         return self.config.model_transaction_policy.decoupled
 
-    def merge(self, model: dict[str, Any]) -> None:
-        ready = bool(model.get("ready"))
-        endpoint = str(model.get("endpoint") or "")
-        self.known_versions.update(str(v) for v in model.get("versions", ()))
-        if ready:
+    def merge(self, row: IndexRow) -> None:
+        self.known_versions.update(row.versions)
+        if row.ready:
             self.ready = True
-            self.versions.update(str(v) for v in model.get("versions", ()))
+            self.versions.update(row.versions)
         elif not self.reason:
-            self.reason = str(model.get("reason") or "")
-        if endpoint and endpoint not in self.endpoints:
-            self.endpoints.append(endpoint)
-        self.bridge_form = self.bridge_form or model.get("bridge_form") == 1
+            self.reason = row.reason
+        if row.endpoint and row.endpoint not in self.endpoints:
+            self.endpoints.append(row.endpoint)
+        self.bridge_form = self.bridge_form or row.bridge_form == BRIDGE_FORM_VERSION
 
 
-def _parse_config(data: Any, name: str) -> mc.ModelConfig:
+def _parse_config(data: bytes, name: str) -> mc.ModelConfig:
     config = mc.ModelConfig()
-    if isinstance(data, bytes | bytearray):
-        config.ParseFromString(bytes(data))
+    if data:
+        config.ParseFromString(data)
     if not config.name:
         config.name = name
     return config
@@ -155,8 +159,7 @@ class Directory:
         self.on_new_workers: list[Callable[[list[int]], None]] = []
 
     async def start(self) -> None:
-        path = f"{self._namespace}.{CONTROL_COMPONENT}.{CONTROL_ENDPOINT}"
-        self._control = await self._runtime.endpoint(path).client()
+        self._control = await self._runtime.endpoint(control_path(self._namespace)).client()
         self._refresher = asyncio.ensure_future(self._keep_fresh())
 
     def stop(self) -> None:
@@ -242,16 +245,14 @@ class Directory:
                 # expires; it serves nothing, so the index lacks nothing without it.
                 complete = complete and instance_id in gone
                 continue
-            for model in answer.get("models", ()):
-                name = str(model.get("name", ""))
+            for row in map(IndexRow.from_wire, answer.get("models", ())):
+                name = row.name
                 entry = models.get(name)
                 if entry is None:
-                    entry = models[name] = ModelEntry(
-                        name, _parse_config(model.get("config"), name)
-                    )
-                elif model.get("ready") and not entry.ready:
-                    entry.config = _parse_config(model.get("config"), name)
-                entry.merge(model)
+                    entry = models[name] = ModelEntry(name, _parse_config(row.config, name))
+                elif row.ready and not entry.ready:
+                    entry.config = _parse_config(row.config, name)
+                entry.merge(row)
                 entry.owners.append(instance_id)
         if self._cards is not None:
             await self._merge_cards(models)
@@ -296,7 +297,9 @@ class Directory:
         """Every model name in the workers' repositories, loaded or not (control op `folders`);
         DoorError with a worker's error when one cannot read its repositories."""
         ids = list(self._control.instance_ids())
-        answers = await asyncio.gather(*(self._index_of(i, {"op": "folders"}) for i in ids))
+        answers = await asyncio.gather(
+            *(self._index_of(i, control_request(Op.FOLDERS)) for i in ids)
+        )
         names: set[str] = set()
         for answer in answers:
             if answer is not None and "error" in answer:
@@ -304,11 +307,16 @@ class Directory:
             names.update(answer.get("names", ()) if answer is not None else ())
         return names
 
-    async def stats(self) -> list[dict[str, Any]]:
+    async def stats(self) -> list[StatsRow]:
         """Every worker's per-version statistics (control op `stats`), one list over all."""
         ids = list(self._control.instance_ids())
-        answers = await asyncio.gather(*(self._index_of(i, "stats") for i in ids))
-        return [model for answer in answers if answer for model in answer.get("models", ())]
+        answers = await asyncio.gather(*(self._index_of(i, Op.STATS) for i in ids))
+        return [
+            StatsRow.from_wire(row)
+            for answer in answers
+            if answer
+            for row in answer.get("models", ())
+        ]
 
     async def tell_every_worker(
         self,
@@ -331,18 +339,18 @@ class Directory:
         return await asyncio.gather(*(ask(i) for i in ids))
 
     async def _index_of(
-        self, instance_id: int, op: str | dict[str, Any] = "index", gone: set[int] | None = None
+        self, instance_id: int, op: Op | dict[str, Any] = Op.INDEX, gone: set[int] | None = None
     ) -> dict[str, Any] | None:
         """One control op's answer from one worker (a dict op is sent as it is; its errors are
         answers, returned). None when the worker does not answer; its id is then added to
         `gone` if the worker is gone (routes.instance_gone), logged once."""
-        request = {"op": op} if isinstance(op, str) else op
-        timeout = INDEX_TIMEOUT_S if isinstance(op, str) else None  # a load takes its time
+        question = control_request(op) if isinstance(op, Op) else op
+        timeout = INDEX_TIMEOUT_S if isinstance(op, Op) else None  # a load takes its time
         try:
             async with asyncio.timeout(timeout):
-                stream = await self._control.direct(request, instance_id, annotated=False)
+                stream = await self._control.direct(question, instance_id, annotated=False)
                 async for item in stream:
-                    if isinstance(item, dict) and ("error" not in item or not isinstance(op, str)):
+                    if isinstance(item, dict) and ("error" not in item or not isinstance(op, Op)):
                         return item
                     log.warning("worker %x answered %s with %r", instance_id, op, item)
                     return None

@@ -20,6 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from model_repository_loader.pb_utils.errors import ErrorCode
+
+from ...cluster.protocol import error_item
 from ...codec import TO_KSERVE
 from .model_cards import FOREIGN_VERSION
 
@@ -135,7 +138,7 @@ async def bridge_items(stream: AsyncIterator[Any], model: str) -> AsyncIterator[
     except Exception as exc:  # the worker's handler raised: Dynamo carries the text only
         if held is not None:
             yield _bridge_item(held, False)
-        yield {"error": {"code": "INTERNAL", "message": str(exc)}, "final": True}
+        yield {"error": error_item(ErrorCode.INTERNAL, str(exc)), "final": True}
         return
     if held is not None:
         yield _bridge_item(held, True)

@@ -46,6 +46,9 @@ from typing import Any, Protocol
 
 from dynamo.runtime import Context
 
+from model_repository_loader.pb_utils.errors import ErrorCode
+
+from ...cluster.protocol import read_error
 from .foreign import bridge_items, to_standard_request
 
 # How long an instance that was found gone is left out of the rotation before it is tried
@@ -137,12 +140,10 @@ def _unloading(item: Any) -> bool:
     """A bridge worker's answer for a request that reached a version it is unloading (a replica
     stopping): rejected before the model saw it (model_repository_loader.model.unavailable_text)."""
     error = item.get("error") if isinstance(item, dict) else None
-    return (
-        isinstance(error, dict)
-        and error.get("code") == "UNAVAILABLE"
-        and bool(item.get("rejected"))
-        and str(error.get("message", "")).endswith("is not ready: it is being unloaded")
-    )
+    if not isinstance(error, dict) or not item.get("rejected"):
+        return False
+    code, message = read_error(error)
+    return code == ErrorCode.UNAVAILABLE and message.endswith("is not ready: it is being unloaded")
 
 
 async def _first_taker(

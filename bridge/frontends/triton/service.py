@@ -37,7 +37,7 @@ from model_repository_loader.validation import (
     unknown_model_error,
 )
 
-from ...cluster.control_endpoint import BATCH_KINDS, INFER_KINDS
+from ...cluster.protocol import BATCH_KINDS, INFER_KINDS, StatsRow, load_request, unload_request
 from ...serialized_bytes import BytesLimits
 from ...tracing.config import TraceConfig
 from .directory import Directory, EndpointWithdrawn, ModelEntry
@@ -252,11 +252,11 @@ class TritonService:
         version = version_number(version_text) if name else -1
         rows = await self.directory.stats()
         if name:
-            rows = [row for row in rows if row.get("name") == name]
+            rows = [row for row in rows if row.name == name]
             if not rows:
                 raise DoorError(ErrorCode.INVALID_ARG, f"requested model '{name}' is not available")
             if version != -1:
-                rows = [row for row in rows if row.get("version") == str(version)]
+                rows = [row for row in rows if row.version == str(version)]
                 if not rows:
                     raise DoorError(
                         ErrorCode.INVALID_ARG,
@@ -298,14 +298,13 @@ class TritonService:
         """Forwarded to the worker(s) that know the model, which apply their control mode's
         rules (explicit only) and answer with Triton's texts. `files` are keyed `file:<path>`."""
         self._refuse_while_exiting()
-        change = {"op": "load", "name": name, "config": config, "files": dict(files or {})}
-        error = await self.directory.change(name, change)
+        error = await self.directory.change(name, load_request(name, config, files))
         if error is not None:
             raise DoorError.from_item(error)
 
     async def unload(self, name: str) -> None:
         self._refuse_while_exiting()
-        error = await self.directory.change(name, {"op": "unload", "name": name})
+        error = await self.directory.change(name, unload_request(name))
         if error is not None:
             raise DoorError.from_item(error)
 
@@ -368,36 +367,33 @@ class TritonService:
         self.trace.close()
 
 
-
-
-def _add(target: Any, pair: Any) -> None:
+def _add(target: Any, pair: tuple[int, int] | None) -> None:
     target.SetInParent()  # Triton sends every duration, zero ones as empty messages [V]
     if pair:
-        target.count += int(pair[0])
-        target.ns += int(pair[1])
+        target.count += pair[0]
+        target.ns += pair[1]
 
 
-def statistics_response(rows: list[dict[str, Any]]) -> pb.ModelStatisticsResponse:
+def statistics_response(rows: list[StatsRow]) -> pb.ModelStatisticsResponse:
     """The workers' `stats` rows → ModelStatisticsResponse, one entry per (model, version)."""
     response = pb.ModelStatisticsResponse()
     merged: dict[tuple[str, str], pb.ModelStatistics] = {}
     batches: dict[tuple[str, str, int], pb.InferBatchStatistics] = {}
-    for row in sorted(rows, key=lambda r: (r["name"], int(r["version"]))):
-        key = (row["name"], row["version"])
+    for row in sorted(rows, key=lambda r: (r.name, int(r.version))):
+        key = (row.name, row.version)
         stats = merged.get(key)
         if stats is None:
             stats = merged[key] = response.model_stats.add(name=key[0], version=key[1])
-        stats.last_inference = max(stats.last_inference, int(row.get("last_inference", 0)))
-        stats.inference_count += int(row.get("inference_count", 0))
-        stats.execution_count += int(row.get("execution_count", 0))
-        inference = row.get("inference_stats", {})
+        stats.last_inference = max(stats.last_inference, row.last_inference)
+        stats.inference_count += row.inference_count
+        stats.execution_count += row.execution_count
         for kind in INFER_KINDS:
-            _add(getattr(stats.inference_stats, kind), inference.get(kind))
-        for batch in row.get("batch_stats", ()):
-            size = int(batch["batch_size"])
+            _add(getattr(stats.inference_stats, kind), row.inference.get(kind))
+        for batch in row.batches:
+            size = batch.batch_size
             entry = batches.get((*key, size))
             if entry is None:
                 entry = batches[(*key, size)] = stats.batch_stats.add(batch_size=size)
             for kind in BATCH_KINDS:
-                _add(getattr(entry, kind), batch.get(kind))
+                _add(getattr(entry, kind), batch.durations.get(kind))
     return response

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
+from ...cluster.protocol import log_settings_request
 from ...logs import apply_log_settings, check_log_settings, log_settings
 from ...tracing.config import LEVEL_NAMES, TraceConfig
 from ...tracing.request import WireTrace
@@ -88,7 +89,7 @@ class LogSettings:
         if self._directory is None:
             return
         answers = await self._directory.tell_every_worker(
-            {"op": "log_settings", "settings": changes}, instance_ids=instance_ids
+            log_settings_request(changes), instance_ids=instance_ids
         )
         for answer in answers:
             if answer is None or "error" in answer:
