@@ -39,6 +39,7 @@ from .protocol import (
     INFER_KINDS,
     BatchRow,
     Duration,
+    IndexAnswer,
     IndexRow,
     Op,
     StatsRow,
@@ -150,7 +151,7 @@ class ControlEndpoint:
         yield answer
 
     async def _index(self, request: dict[str, Any]) -> dict[str, Any]:
-        return {"worker": self.worker, "models": [r.to_wire() for r in index_rows(self._manager)]}
+        return IndexAnswer(self.worker, tuple(index_rows(self._manager))).to_wire()
 
     async def _stats(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"worker": self.worker, "models": [r.to_wire() for r in stats_rows(self._manager)]}

@@ -108,6 +108,23 @@ class IndexRow:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class IndexAnswer:
+    """One worker's answer to `index`: the worker (`<host>:<pid>`) and its rows."""
+
+    worker: str
+    models: tuple[IndexRow, ...] = ()
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"worker": self.worker, "models": [row.to_wire() for row in self.models]}
+
+    @classmethod
+    def from_wire(cls, item: Any) -> IndexAnswer:
+        answer = item if isinstance(item, dict) else {}
+        rows = tuple(IndexRow.from_wire(row) for row in answer.get("models", ()))
+        return cls(str(answer.get("worker", "")), rows)
+
+
 # A stats row's durations (Triton's InferStatistics and InferBatchStatistics fields), each
 # `[count, ns]` on the wire, as Triton keeps them.
 INFER_KINDS = (

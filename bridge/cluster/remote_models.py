@@ -3,14 +3,14 @@
 `DynamoRemoteModels` is the loader's `RemoteModels` (model_repository_loader/composition/
 remote.py), installed by the ModelManager. The loader asks it only for names not loaded here.
 
-- Where a model lives: the `index` of every bridge process's control endpoint
-  (control_endpoint.py), cached. The cache is rebuilt when the control endpoint's
-  `instance_ids()` change (a process came or went), on a miss (a model loaded somewhere since),
-  and when a cached endpoint has no instance any more (a reload moved the model to a new
-  generation, or its worker stopped). This process's own entries are skipped: its models are
-  local, and the loader never asks for them.
+- Where a model lives: the `index` of every bridge process's control endpoint, read through
+  the cluster's one client of it (index.py `ClusterIndex`: its cache, when it is asked again,
+  how long an answer may take). Besides its rules, a round is asked for on a miss (a model
+  loaded somewhere since) and when a cached endpoint has no instance any more (a reload moved
+  the model to a new generation, or its worker stopped). This process's own entries are
+  skipped: its models are local, and the loader never asks for them.
 - How a request goes: `client.round_robin(request, annotated=False, context=...)` on the model's
-  endpoint (one cached client per endpoint), in the bridge form (codec.py): raw `bytes` both ways,
+  endpoint (the ClusterIndex's client of it), in the bridge form (codec.py): raw `bytes` both ways,
   no per-element work, errors as items. Dynamo routes between replicas.
 - Threads: the loader calls from a model's thread (BLS `exec`), an executor thread
   (`async_exec`), or the event loop itself (an ensemble's first steps). Everything Dynamo is done
@@ -27,12 +27,12 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from dynamo._core import Context
-from dynamo.runtime import DistributedRuntime
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import model_config_pb2 as mc
 
 from model_repository_loader.composition import RemoteRespond, RemoteTarget
@@ -41,17 +41,14 @@ from model_repository_loader.pb_utils import InferenceResponse, TritonError
 from model_repository_loader.tracing import RequestTrace
 
 from ..codec import decode_bridge_item, encode_bridge_request
-from .protocol import Op, control_path, control_request
+from .index import ClusterIndex, EndpointWithdrawn, IndexRound
+from .protocol import IndexRow
 
 log = logging.getLogger(__name__)
 
-# Bound of one control call (`index`) to one process: a process that died without leaving
-# discovery must not hold every lookup up.
-INDEX_TIMEOUT_S = 5.0
-# Bound of `find`'s wait for the loop: a backstop, the index calls are bounded themselves.
+# Bound of `find`'s wait for the loop: a backstop, the index calls are bounded themselves
+# (index.py ANSWER_TIMEOUT_S).
 FIND_TIMEOUT_S = 30.0
-# How long a new endpoint client may take to see the instances the index named.
-INSTANCES_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,28 +81,20 @@ class DynamoRemoteModels:
     """The loader's RemoteModels over Dynamo (see the module doc)."""
 
     def __init__(
-        self,
-        runtime: DistributedRuntime,
-        namespace: str,
-        loop: asyncio.AbstractEventLoop,
-        own_worker: str,
+        self, index: ClusterIndex, loop: asyncio.AbstractEventLoop, own_worker: str
     ) -> None:
-        self._runtime = runtime
+        self._index = index
         self._loop = loop
         self._loop_thread = threading.get_ident()  # made on the loop (ModelManager.start)
-        self._control_path = control_path(namespace)
         self._own_worker = own_worker
-        self._control: Any = None
-        self._index: dict[str, _Entry] = {}
-        self._seen: tuple[int, ...] | None = None  # control instances at the last refresh
-        self._refreshes = 0
-        self._refresh_lock: asyncio.Lock | None = None
-        self._clients: dict[str, Any] = {}
+        # model name → where it is served, from the index's latest round; replaced whole
+        self._targets: dict[str, _Entry] = {}
+        index.on_round.append(self._merge)
 
     async def start(self) -> None:
         """Watch the control endpoint from now on, so that the first lookup already sees the
         other processes (discovery lists them shortly after a client is made)."""
-        await self._control_client()
+        await self._index.start(wait_for_instances=True)
 
     # -- the loader's side (any thread) ---------------------------------------------------------
 
@@ -148,12 +137,11 @@ class DynamoRemoteModels:
     def _cached(self, name: str) -> _Entry | None:
         """The cache's entry for `name` while no bridge process came or went, read from any
         thread without a hop to the loop (the index is replaced whole, never changed)."""
-        control, index = self._control, self._index
-        if control is None or name not in index:
+        targets = self._targets
+        self._index.used()
+        if name not in targets or self._index.outdated():
             return None
-        if tuple(sorted(control.instance_ids())) != self._seen:
-            return None
-        return index[name]
+        return targets[name]
 
     # -- on the loop ----------------------------------------------------------------------------
 
@@ -199,77 +187,47 @@ class DynamoRemoteModels:
             entry = await self._lookup(name, refresh=attempt > 0)
             if entry is None:
                 return None
-            client = await self._client(entry.endpoint)
+            try:
+                client = await self._index.endpoint_client(entry.endpoint, self._withdrawn(entry))
+            except EndpointWithdrawn:
+                client = None
             if client is not None and client.instance_ids():
                 try:
                     return await client.round_robin(body, annotated=False, context=call.context)
                 except Exception as exc:  # no worker left on it, connection refused ...
                     log.debug("'%s' at %s: %r; looking again", name, entry.endpoint, exc)
-            self._clients.pop(entry.endpoint, None)
+            self._index.forget_endpoint(entry.endpoint)
         return None
 
+    def _withdrawn(self, entry: _Entry) -> Callable[[], Awaitable[bool]]:
+        """Whether a fresh index, heard from every live process, names `entry`'s endpoint no
+        more (then nothing waits for an instance that will never come)."""
+
+        async def withdrawn() -> bool:
+            answered = await self._index.fresh()
+            named = any(t.endpoint == entry.endpoint for t in self._targets.values())
+            return answered.complete and not named
+
+        return withdrawn
+
     async def _lookup(self, name: str, refresh: bool = False) -> _Entry | None:
-        control = await self._control_client()
-        seen = tuple(sorted(control.instance_ids()))
-        if refresh or seen != self._seen or name not in self._index:
-            await self._refresh(control)
-        return self._index.get(name)
+        await self._index.start(wait_for_instances=True)  # a no-op once started
+        self._index.used()
+        if refresh or self._index.outdated() or name not in self._targets:
+            await self._index.fresh()
+        return self._targets.get(name)
 
-    async def _refresh(self, control: Any) -> None:
-        """Ask every bridge process for its index; concurrent refreshes share one."""
-        if self._refresh_lock is None:
-            self._refresh_lock = asyncio.Lock()
-        started = self._refreshes
-        async with self._refresh_lock:
-            if self._refreshes != started:
-                return  # another refresh ran while this one waited: it is fresh enough
-            seen = tuple(sorted(control.instance_ids()))
-            answers = await asyncio.gather(*(self._index_of(control, i) for i in seen))
-            index: dict[str, _Entry] = {}
-            for answer in answers:
-                if not answer or answer.get("worker") == self._own_worker:
-                    continue
-                for model in answer.get("models", ()):
-                    entry = _entry(model)
-                    if entry is not None:
-                        index.setdefault(entry.target.name, entry)
-            self._index = index
-            self._seen = seen
-            self._refreshes += 1
-
-    async def _index_of(self, control: Any, instance: int) -> dict[str, Any] | None:
-        async def ask() -> dict[str, Any] | None:
-            stream = await control.direct(control_request(Op.INDEX), instance, annotated=False)
-            async for item in stream:
-                return item if isinstance(item, dict) else None
-            return None
-
-        try:
-            return await asyncio.wait_for(ask(), INDEX_TIMEOUT_S)
-        except Exception as exc:  # a process going away: the others still answer
-            log.debug("index of bridge instance %x failed: %r", instance, exc)
-            return None
-
-    async def _control_client(self) -> Any:
-        if self._control is None:
-            control = await self._runtime.endpoint(self._control_path).client()
-            try:  # this process serves it too: an instance shows up soon
-                await asyncio.wait_for(control.wait_for_instances(), INSTANCES_TIMEOUT_S)
-            except asyncio.TimeoutError:
-                log.warning("the bridge control endpoint lists no instance yet")
-            self._control = control
-        return self._control
-
-    async def _client(self, endpoint: str) -> Any:
-        client = self._clients.get(endpoint)
-        if client is None:
-            client = await self._runtime.endpoint(endpoint).client()
-            try:
-                await asyncio.wait_for(client.wait_for_instances(), INSTANCES_TIMEOUT_S)
-            except asyncio.TimeoutError:
-                return None
-            self._clients[endpoint] = client
-        return client
+    async def _merge(self, answered: IndexRound) -> None:
+        """A new round's rows that can take requests, by name (another process's first)."""
+        targets: dict[str, _Entry] = {}
+        for _, answer in answered.answers:
+            if answer.worker == self._own_worker:
+                continue
+            for row in answer.models:
+                entry = _entry(row)
+                if entry is not None:
+                    targets.setdefault(entry.target.name, entry)
+        self._targets = targets
 
     def _on_loop(self) -> bool:
         return threading.get_ident() == self._loop_thread
@@ -299,20 +257,20 @@ class _Once:
         self._respond(response, final, rejected)
 
 
-def _entry(model: dict[str, Any]) -> _Entry | None:
-    """An index entry that can take requests, as a cache entry; None otherwise."""
-    try:
-        if not model.get("ready") or not model.get("endpoint"):
-            return None
-        target = RemoteTarget(
-            name=model["name"],
-            versions=frozenset(int(v) for v in model.get("versions", ())),
-            config=mc.ModelConfig.FromString(model["config"]),
-        )
-        return _Entry(model["endpoint"], target)
-    except (KeyError, TypeError, ValueError) as exc:
-        log.debug("unusable index entry %r: %r", model.get("name"), exc)
+def _entry(row: IndexRow) -> _Entry | None:
+    """An index row that can take requests, as a cache entry; None otherwise."""
+    if not row.takes_requests:
         return None
+    try:
+        target = RemoteTarget(
+            name=row.name,
+            versions=frozenset(int(v) for v in row.versions),
+            config=mc.ModelConfig.FromString(row.config),
+        )
+    except (TypeError, ValueError, DecodeError) as exc:
+        log.debug("unusable index entry %r: %r", row.name, exc)
+        return None
+    return _Entry(row.endpoint, target)
 
 
 def _internal(message: str) -> InferenceResponse:

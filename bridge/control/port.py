@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 
 from dynamo.runtime import DistributedRuntime
 
+from ..cluster.index import ClusterIndex
 from ..frontends.triton.directory import Directory
 from ..frontends.triton.http.connections import ConnectionLimits
 from ..frontends.triton.http.limits import DEFAULT_MAX_INPUT_SIZE
@@ -47,7 +48,7 @@ class ControlPort:
         ready: Callable[[], bool] = lambda: True,
         max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
     ) -> None:
-        self._directory = Directory(runtime, namespace)
+        self._directory = Directory(ClusterIndex(runtime, namespace))
         # `ready`: the process's own readiness (discovery works), on top of the models'.
         self._service = TritonService(self._directory, ready=ready)
         options = HttpOptions(

@@ -34,6 +34,7 @@ from model_repository_loader.response_cache import ResponseCache
 from model_repository_loader.scheduling.rate_limiter import RateLimiter
 
 from ..cluster.control_endpoint import ControlEndpoint
+from ..cluster.index import ClusterIndex
 from ..cluster.remote_models import DynamoRemoteModels
 from ..metrics.triton import TritonMetrics
 from ..models import ManagerOptions, ModelControl, ModelManager, digests_of
@@ -125,7 +126,7 @@ class WorkerRole:
         control = ControlEndpoint(runtime, options.namespace, manager)
         remote = (
             DynamoRemoteModels(
-                runtime, options.namespace, asyncio.get_running_loop(), control.worker
+                ClusterIndex(runtime, options.namespace), asyncio.get_running_loop(), control.worker
             )
             if options.discovery_backend != "mem"
             else None

@@ -19,6 +19,7 @@ from typing import Any
 
 from dynamo.runtime import DistributedRuntime
 
+from ...cluster.index import ClusterIndex
 from ...options import ServerOptions, StartupError
 from .directory import Directory
 from .grpc.server import DoorConfigError, DoorOptions, GrpcServer, credentials
@@ -71,7 +72,8 @@ class TritonDoorRole:
     def start(self, runtime: DistributedRuntime) -> asyncio.Future[None]:
         """Start serving; the returned future ends when the door stops (or fails to start)."""
         cards = ModelCards(self.options.discovery_backend, self.options.namespace)
-        directory = Directory(runtime, self.options.namespace, cards, self.local_worker)
+        index = ClusterIndex(runtime, self.options.namespace)
+        directory = Directory(index, cards, self.local_worker)
         self.local_changes(directory.changed)
         self.service = TritonService(
             directory,

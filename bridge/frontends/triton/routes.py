@@ -48,6 +48,7 @@ from dynamo.runtime import Context
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
+from ...cluster.index import instance_gone
 from ...cluster.protocol import read_error
 from .foreign import bridge_items, to_standard_request
 
@@ -57,15 +58,6 @@ GONE_S = 5.0
 # Instances one request tries at most: after a restart of every worker, the dead half of the
 # list comes first as often as not, until each has been found gone once.
 MAX_TRIES = 4
-# What Dynamo's client says when the instance it was asked to reach has no handler any more
-# (the request never ran, so sending it elsewhere is safe).
-_GONE_TEXTS = ("TCP connection to", "unknown endpoint", "not found for endpoint")
-
-
-def instance_gone(exc: BaseException) -> bool:
-    """The request could not reach the instance: it is gone (crashed, or its runtime stopped)."""
-    text = str(exc)
-    return text.startswith("Unavailable:") and any(t in text for t in _GONE_TEXTS)
 
 
 class Instances:

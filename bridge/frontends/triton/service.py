@@ -37,10 +37,11 @@ from model_repository_loader.validation import (
     unknown_model_error,
 )
 
+from ...cluster.index import EndpointWithdrawn
 from ...cluster.protocol import BATCH_KINDS, INFER_KINDS, StatsRow, load_request, unload_request
 from ...serialized_bytes import BytesLimits
 from ...tracing.config import TraceConfig
-from .directory import Directory, EndpointWithdrawn, ModelEntry
+from .directory import Directory, ModelEntry
 from .model_cards import FOREIGN_VERSION
 from .settings import LogSettings, TraceSettings
 from .shm import SharedMemory
