@@ -119,3 +119,28 @@ def test_the_loader_never_imports_the_bridge() -> None:
 def test_the_check_sees_a_cycle() -> None:
     """The check itself: a cycle of three and a module on its own."""
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _crossing(graph: dict[str, set[str]], source: str, targets: tuple[str, ...]) -> set:
+    def inside(module: str, package: str) -> bool:
+        return module == package or module.startswith(package + ".")
+
+    return {
+        (module, target)
+        for module, imported in graph.items()
+        if inside(module, source)
+        for target in imported
+        if any(inside(target, package) for package in targets)
+    }
+
+
+def test_the_model_side_never_imports_the_cluster() -> None:
+    """The roles build what crosses processes and hand it to the manager (bridge/roles/)."""
+    assert _crossing(_graph(), "bridge.models", ("bridge.cluster",)) == set()
+
+
+def test_the_cluster_never_imports_the_models_or_a_door() -> None:
+    """The control endpoint answers from the `ServedModels` Protocol; the door and BLS read the
+    cluster's protocol and index, never the other way round."""
+    graph = _graph()
+    assert _crossing(graph, "bridge.cluster", ("bridge.models", "bridge.frontends")) == set()
