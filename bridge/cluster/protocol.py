@@ -225,7 +225,7 @@ def error_answer(code: ErrorCode, message: str) -> dict[str, Any]:
     return {"error": error_item(code, message)}
 
 
-def code_by_name(name: object) -> ErrorCode:
+def _code_by_name(name: object) -> ErrorCode:
     """`"INVALID_ARG"` → ErrorCode.INVALID_ARG; an unknown name is INTERNAL."""
     return _CODES.get(str(name), ErrorCode.INTERNAL)
 
@@ -234,4 +234,4 @@ def read_error(item: object) -> tuple[ErrorCode, str]:
     """An error item's code and text; a malformed item is INTERNAL, saying what came."""
     if not isinstance(item, dict):
         return ErrorCode.INTERNAL, f"malformed error from the model's worker: {item!r}"
-    return code_by_name(item.get("code", "")), str(item.get("message", ""))
+    return _code_by_name(item.get("code", "")), str(item.get("message", ""))

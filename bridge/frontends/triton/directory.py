@@ -40,7 +40,14 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import no_available_versions_error, unknown_model_error
 
 from ...cluster.index import ClusterIndex, IndexRound
-from ...cluster.protocol import BRIDGE_FORM_VERSION, IndexRow, Op, StatsRow, control_request
+from ...cluster.protocol import (
+    BRIDGE_FORM_VERSION,
+    IndexRow,
+    Op,
+    StatsRow,
+    control_request,
+    error_item,
+)
 from .model_cards import FOREIGN_VERSION, ModelCards
 from .routes import LocalRoute, RequestPlaneRoute, Route, StandardFormRoute
 from .status import DoorError
@@ -205,13 +212,13 @@ class Directory:
         entry = self._models.get(name)
         ids = entry.owners if entry is not None else self._index.instance_ids()
         if not ids:
-            return {"code": "UNAVAILABLE", "message": "no bridge worker is serving"}
+            return error_item(ErrorCode.UNAVAILABLE, "no bridge worker is serving")
         answers = await self._index.ask_each(request, ids)
         await self.refresh()  # the change is visible to the next lookup
         if any(answer is not None and "error" not in answer for answer in answers):
             return None
         errors = [answer["error"] for answer in answers if answer is not None]
-        return errors[0] if errors else {"code": "UNAVAILABLE", "message": "no worker answered"}
+        return errors[0] if errors else error_item(ErrorCode.UNAVAILABLE, "no worker answered")
 
     async def folders(self) -> set[str]:
         """Every model name in the workers' repositories, loaded or not (control op `folders`);
