@@ -8,8 +8,9 @@ request plane). Model components never use the component name `bridge` (worker.p
 `component_name` always ends with `-<hash>`), so the two never meet in discovery.
 
 Ops:
-- `{"op": "index"}` → `{"worker": "<host>:<pid>", "models": [...]}`, read from the manager's live
-  state at the time of the call: one entry per model name this process knows, ready or not,
+- `{"op": "index"}` → `{"worker": "<host>:<pid>", "host": str, "models": [...]}`, read from
+  the manager's live state at the time of the call (`host`: bridge/transport/shm_regions.py
+  `host_id`): one entry per model name this process knows, ready or not,
   with the endpoint of the generation serving it now (empty when none) and its serialized
   Triton `ModelConfig` (empty when none is loaded).
 - `{"op": "stats"}` → `{"worker": ..., "models": [{"name", "version", "last_inference",
@@ -50,6 +51,7 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.scheduling.stats import ModelStats
 
 from ..logs import apply_log_settings, check_log_settings
+from ..transport.shm_regions import host_id
 
 if TYPE_CHECKING:
     from dynamo.runtime import DistributedRuntime
@@ -163,7 +165,8 @@ class ControlEndpoint:
         yield answer
 
     async def _index(self, request: dict[str, Any]) -> dict[str, Any]:
-        return {"worker": self.worker, "models": index_entries(self._manager)}
+        # `host`: a door with the same id sends tensors through shared memory (bridge/transport/)
+        return {"worker": self.worker, "host": host_id(), "models": index_entries(self._manager)}
 
     async def _stats(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"worker": self.worker, "models": stats_entries(self._manager)}

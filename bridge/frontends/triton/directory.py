@@ -45,6 +45,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import no_available_versions_error, unknown_model_error
 
+from ...transport.shm_exchange import ShmDoor
 from .model_cards import FOREIGN_VERSION, ModelCards
 from .routes import LocalRoute, RequestPlaneRoute, Route, StandardFormRoute, instance_gone
 from .status import DoorError
@@ -131,8 +132,12 @@ class Directory:
         namespace: str,
         cards: ModelCards | None = None,
         local_worker: Callable[[str], Any | None] = lambda path: None,
+        shm: ShmDoor | None = None,
     ) -> None:
         self._runtime = runtime
+        # Tensors to workers on this host through shared memory (bridge/transport/): learns
+        # each worker's host from its index answer.
+        self._shm = shm
         self._namespace = namespace
         self._cards = cards  # foreign TensorBased workers' models (model_cards.py)
         # endpoint path → this process's ModelWorker serving it, or None (routes.py)
@@ -242,6 +247,8 @@ class Directory:
                 # expires; it serves nothing, so the index lacks nothing without it.
                 complete = complete and instance_id in gone
                 continue
+            if self._shm is not None:
+                self._shm.hosts[instance_id] = str(answer.get("host") or "")
             for model in answer.get("models", ()):
                 name = str(model.get("name", ""))
                 entry = models.get(name)
@@ -370,7 +377,7 @@ class Directory:
             if worker is not None:
                 route = LocalRoute(worker)
             elif entry.bridge_form:
-                route = RequestPlaneRoute(await self.client(endpoint))
+                route = RequestPlaneRoute(await self.client(endpoint), self._shm)
             else:
                 route = StandardFormRoute(await self.client(endpoint), entry.name)
             self._routes[endpoint] = route

@@ -1,0 +1,309 @@
+"""One request's tensors through shared memory: what the door and the worker each do with the
+regions of shm_regions.py, and what the request plane carries instead of the bytes.
+
+The request plane message stays the bridge form (docs/worker_protocol.md §2) with two changes:
+
+- the request carries `"shm": {"host", "prefix", "threshold", "region"?, "size"?}`: the door's
+  host id (the worker refuses a region from another host), the names its answers' regions must
+  take (`<prefix>o<k>`), the size from which an output goes to a region, and, when some input
+  did, the inputs' region `<prefix>i` and its size;
+- a tensor placed in a region has `"data": {"data_type", "shm": [offset, length]}` instead of
+  `values`; so has an answer's tensor, the answer then carrying `"shm": {"region", "size"}`.
+
+Tensors below the threshold stay inline (`values` as bytes): for them a region costs more
+(creating, sizing, unlinking) than the request plane's copies (docs/benchmarks.md has the
+crossover). Outputs: the worker makes a region per answer, sized to what it holds, and the door
+reads and unlinks it. The door cannot make them beforehand: it does not know the outputs' sizes,
+nor how many answers a decoupled model sends.
+
+Copies: the door writes an input once into the region (pwrite), and the worker's model gets a
+copy-on-write numpy view of it (no copy); the worker writes an output once (pwrite from its
+array), and the door reads it once into the `bytes` its wire sends (pread).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import re
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from model_repository_loader.pb_utils import Tensor
+from model_repository_loader.pb_utils.errors import ErrorCode
+from model_repository_loader.validation import RequestError
+
+from ..codec import TO_DYNAMO, encode_raw_tensor, raw_array, raw_contents
+from . import shm_regions
+from .shm_regions import ALIGN, RegionError, Sweeper, host_id
+
+log = logging.getLogger(__name__)
+
+# A tensor of at least this many bytes travels in a region (measured crossover:
+# docs/benchmarks.md, "shared memory between door and worker").
+THRESHOLD = 64 * 1024
+_PREFIX = re.compile(r"dynbridge-\d+-\d+-\d+-")
+
+
+def _aligned(size: int) -> int:
+    return -(-size // ALIGN) * ALIGN
+
+
+def _failure(message: str) -> RequestError:
+    return RequestError(message, ErrorCode.INTERNAL)
+
+
+# -- the door's side ----------------------------------------------------------------------------
+
+
+class ShmDoor:
+    """The door process's part: which worker instances share its host, its requests in flight,
+    and the sweeper that frees what they left."""
+
+    def __init__(self, threshold: int = THRESHOLD) -> None:
+        self.host = host_id()
+        self.threshold = threshold
+        # control instance id → the host id it published (its index answer); one process's
+        # model endpoints have the same instance id as its control endpoint
+        self.hosts: dict[int, str] = {}
+        self._tokens = itertools.count(1)
+        self._in_flight: weakref.WeakValueDictionary[int, Exchange] = weakref.WeakValueDictionary()
+        self.sweeper = Sweeper(lambda: list(self._in_flight))
+
+    def same_host(self, instance_id: int) -> bool:
+        return bool(self.host) and self.hosts.get(instance_id) == self.host
+
+    def exchange(self) -> Exchange | None:
+        """A request's exchange, or None when no worker shares this host."""
+        if not self.host or self.host not in self.hosts.values():
+            return None
+        token = next(self._tokens)
+        exchange = self._in_flight[token] = Exchange(self, token)
+        return exchange
+
+
+class Exchange:
+    """One request's regions on the door's side (created per request, `close`d at its end)."""
+
+    __slots__ = ("__weakref__", "_door", "token", "prefix", "_sent", "_inputs")
+
+    def __init__(self, door: ShmDoor, token: int) -> None:
+        self._door = door
+        self.token = token
+        self.prefix = shm_regions.request_prefix(token)
+        self._sent: dict | None = None  # the request in the shared memory form, made once
+        self._inputs: str | None = None  # the inputs' region, when one was made
+
+    def request_for(self, instance_id: int, body: dict) -> dict:
+        """What to send `instance_id`: the shared memory form on this host, else `body`."""
+        if not self._door.same_host(instance_id):
+            return body
+        if self._sent is None:
+            try:
+                self._sent = self._place_inputs(body)
+            except OSError as exc:  # /dev/shm full or refused: the bytes form still works
+                log.warning("inputs sent inline: %s", exc)
+                self._close_inputs()
+                self._sent = body
+        return self._sent
+
+    def _place_inputs(self, body: dict) -> dict:
+        threshold = self._door.threshold
+        shm: dict[str, Any] = {
+            "host": self._door.host,
+            "prefix": self.prefix,
+            "threshold": threshold,
+        }
+        tensors = list(body.get("tensors", ()))
+        placed: list[tuple[int, memoryview, int]] = []  # (tensor index, bytes, offset)
+        size = 0
+        for index, tensor in enumerate(tensors):
+            values = tensor.get("data", {}).get("values")
+            if isinstance(values, bytes | bytearray | memoryview) and len(values) >= threshold:
+                placed.append((index, memoryview(values).cast("B"), size))
+                size = _aligned(size + len(values))
+        if placed:
+            name = self.prefix + "i"
+            fd = shm_regions.create(name, size)
+            self._inputs = name
+            try:
+                for index, data, offset in placed:
+                    shm_regions.write(fd, data, offset)
+                    tensor = tensors[index]
+                    tensors[index] = {
+                        "metadata": tensor["metadata"],
+                        "data": {
+                            "data_type": tensor["data"]["data_type"],
+                            "shm": [offset, len(data)],
+                        },
+                    }
+            finally:
+                os.close(fd)
+            shm["region"] = name
+            shm["size"] = size
+        return {**body, "tensors": tensors, "shm": shm}
+
+    def receive(self, item: Any) -> Any:
+        """An answer as the rest of the door reads it: its region's tensors read back into
+        `bytes`, and the region unlinked. RegionError for a region that is not as it says."""
+        shm = item.get("shm") if isinstance(item, dict) else None
+        if shm is None:
+            return item
+        name = shm.get("region") if isinstance(shm, dict) else None
+        size = shm.get("size") if isinstance(shm, dict) else None
+        if not isinstance(name, str) or not name.startswith(self.prefix + "o"):
+            raise RegionError(f"an answer names the shared memory region {name!r}, not its own")
+        if type(size) is not int or size <= 0:
+            raise RegionError(f"an answer gives shared memory region '{name}' a size of {size!r}")
+        try:
+            fd = shm_regions.open_sized(name, size)
+            try:
+                tensors = [self._read(fd, name, size, t) for t in item.get("tensors", ())]
+            finally:
+                os.close(fd)
+        finally:
+            shm_regions.unlink(name)
+        out = {key: value for key, value in item.items() if key != "shm"}
+        out["tensors"] = tensors
+        return out
+
+    @staticmethod
+    def _read(fd: int, name: str, size: int, tensor: dict) -> dict:
+        data = tensor.get("data")
+        if not isinstance(data, dict) or data.get("shm") is None:
+            return tensor
+        span = data["shm"]
+        offset, length = shm_regions.check_span(name, size, span)
+        values = os.pread(fd, length, offset)
+        if len(values) != length:  # truncated meanwhile
+            raise RegionError(f"shared memory region '{name}' shrank while it was read")
+        return {
+            "metadata": tensor["metadata"],
+            "data": {"data_type": data.get("data_type"), "values": values},
+        }
+
+    def _close_inputs(self) -> None:
+        if self._inputs is not None:
+            shm_regions.unlink(self._inputs)
+            self._inputs = None
+
+    def close(self, answered: bool) -> None:
+        """The request is over: its inputs' region goes, and unless it ended with its final
+        answer (`answered`), every answer region the worker may have made for it."""
+        self._close_inputs()
+        if not answered:
+            for name in shm_regions.names():
+                if name.startswith(self.prefix + "o"):
+                    shm_regions.unlink(name)
+        self._door._in_flight.pop(self.token, None)
+
+
+# -- the worker's side --------------------------------------------------------------------------
+
+
+def open_inputs(request: dict) -> OutputPlacer | None:
+    """A request in the shared memory form, made ready for the codec: every placed input's
+    `values` becomes a view of the (copy-on-write) mapped region. None for a request not in
+    that form; else the OutputPlacer its answers use. RequestError (INTERNAL) for a region that
+    is not as the request says, or one from another host."""
+    shm = request.get("shm")
+    if shm is None:
+        return None
+    if not isinstance(shm, dict):
+        raise _failure("malformed shared memory request")
+    host = host_id()
+    if not host or shm.get("host") != host:
+        raise _failure("a shared memory request reached a worker on another host")
+    prefix = shm.get("prefix")
+    threshold = shm.get("threshold")
+    if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix) or type(threshold) is not int:
+        raise _failure(f"malformed shared memory request (prefix {prefix!r})")
+    name = shm.get("region")
+    if name is not None:
+        size = shm.get("size")
+        if name != prefix + "i" or type(size) is not int or size <= 0:
+            raise _failure(f"malformed shared memory request (region {name!r}, size {size!r})")
+        try:
+            fd = shm_regions.open_sized(name, size)
+            try:
+                view = memoryview(shm_regions.map_private(fd, size))
+            finally:
+                os.close(fd)
+            for tensor in request.get("tensors", ()):
+                data = tensor.get("data") if isinstance(tensor, dict) else None
+                if isinstance(data, dict) and data.get("shm") is not None:
+                    offset, length = shm_regions.check_span(name, size, data["shm"])
+                    data["values"] = view[offset : offset + length]
+        except (RegionError, OSError) as exc:
+            raise _failure(str(exc)) from None
+    return OutputPlacer(prefix, max(threshold, 1))
+
+
+class OutputPlacer:
+    """Puts one request's large outputs in regions the door reads (on the model's thread)."""
+
+    __slots__ = ("prefix", "threshold", "_count")
+
+    def __init__(self, prefix: str, threshold: int) -> None:
+        self.prefix = prefix
+        self.threshold = threshold
+        self._count = itertools.count()
+
+    def place(self, tensors: Sequence[Tensor]) -> tuple[list[dict[str, Any]], dict | None]:
+        """The answer's tensor dicts, and its `shm` entry (None: every tensor inline)."""
+        contents: list[Any] = []
+        placed: set[int] = set()
+        size = 0
+        for index, tensor in enumerate(tensors):
+            data = raw_contents(tensor) if tensor._datatype == "BYTES" else raw_array(tensor)
+            contents.append(data)
+            length = len(data) if isinstance(data, bytes) else data.nbytes
+            if length >= self.threshold:
+                placed.add(index)
+                size = _aligned(size + length)
+        if not placed:
+            return [encode_raw_tensor(t) for t in tensors], None
+        name = f"{self.prefix}o{next(self._count)}"
+        out: list[dict[str, Any]] = []
+        try:
+            fd = shm_regions.create(name, size)
+        except OSError as exc:  # /dev/shm full or refused: the bytes form still works
+            log.warning("outputs sent inline: shared memory region '%s': %s", name, exc)
+            return [encode_raw_tensor(t) for t in tensors], None
+        try:
+            offset = 0
+            for index, tensor in enumerate(tensors):
+                data = contents[index]
+                if index not in placed:
+                    out.append(_inline(tensor, data))
+                    continue
+                buffer = memoryview(data).cast("B")
+                shm_regions.write(fd, buffer, offset)
+                out.append(_spanned(tensor, offset, len(buffer)))
+                offset = _aligned(offset + len(buffer))
+        except OSError as exc:
+            os.close(fd)
+            shm_regions.unlink(name)
+            log.warning("outputs sent inline: shared memory region '%s': %s", name, exc)
+            return [encode_raw_tensor(t) for t in tensors], None
+        os.close(fd)
+        return out, {"region": name, "size": size}
+
+
+def _metadata(tensor: Tensor) -> tuple[dict[str, Any], str]:
+    dynamo_type = TO_DYNAMO[tensor._datatype]
+    shape = list(tensor._array.shape)
+    return {"name": tensor._name, "data_type": dynamo_type, "shape": shape}, dynamo_type
+
+
+def _inline(tensor: Tensor, data: Any) -> dict[str, Any]:
+    metadata, dynamo_type = _metadata(tensor)
+    values = data if isinstance(data, bytes) else data.tobytes()
+    return {"metadata": metadata, "data": {"data_type": dynamo_type, "values": values}}
+
+
+def _spanned(tensor: Tensor, offset: int, length: int) -> dict[str, Any]:
+    metadata, dynamo_type = _metadata(tensor)
+    return {"metadata": metadata, "data": {"data_type": dynamo_type, "shm": [offset, length]}}
