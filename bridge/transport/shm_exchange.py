@@ -42,8 +42,10 @@ from .shm_regions import ALIGN, RegionError, Sweeper, host_id
 log = logging.getLogger(__name__)
 
 # A tensor of at least this many bytes travels in a region (measured crossover:
-# docs/benchmarks.md, "shared memory between door and worker").
+# docs/benchmarks.md, "Shared memory between door and worker"); DYN_BRIDGE_SHM_THRESHOLD (bytes,
+# read by the door) sets it.
 THRESHOLD = 64 * 1024
+THRESHOLD_ENV = "DYN_BRIDGE_SHM_THRESHOLD"
 _PREFIX = re.compile(r"dynbridge-\d+-\d+-\d+-")
 
 
@@ -62,9 +64,11 @@ class ShmDoor:
     """The door process's part: which worker instances share its host, its requests in flight,
     and the sweeper that frees what they left."""
 
-    def __init__(self, threshold: int = THRESHOLD) -> None:
+    def __init__(self, threshold: int | None = None) -> None:
         self.host = host_id()
-        self.threshold = threshold
+        if threshold is None:
+            threshold = int(os.environ.get(THRESHOLD_ENV) or THRESHOLD)
+        self.threshold = max(1, threshold)
         # control instance id → the host id it published (its index answer); one process's
         # model endpoints have the same instance id as its control endpoint
         self.hosts: dict[int, str] = {}

@@ -189,7 +189,7 @@ def test_requests_through_shared_memory_free_their_regions(
 def test_regions_of_a_crashed_side_are_swept(cluster: Cluster, tmp_path: Path, flags: Path) -> None:
     repository = _repository(tmp_path, flags)
     sweep = {shm_regions.SWEEP_ENV: "1"}
-    # A region left by a door that died before this worker started: swept at its start.
+    # A region left by a door that died before these processes started: swept at their start.
     dead = subprocess.Popen(["true"])
     dead.wait()
     stale = f"{shm_regions.PREFIX}{shm_regions.pid_namespace()}-{dead.pid}-1-i"
