@@ -268,7 +268,7 @@ class OutputPlacer:
                 placed.add(index)
                 size = _aligned(size + length)
         if not placed:
-            return [encode_raw_tensor(t) for t in tensors], None
+            return [_inline(t, data) for t, data in zip(tensors, contents, strict=True)], None
         name = f"{self.prefix}o{next(self._count)}"
         out: list[dict[str, Any]] = []
         try:

@@ -240,6 +240,7 @@ class Directory:
         gone: set[int] = set()
         answers = await asyncio.gather(*(self._index_of(i, gone=gone) for i in ids))
         models: dict[str, ModelEntry] = {}
+        hosts: dict[int, str] = {}  # instance id → the host id it published
         complete = True
         for instance_id, answer in zip(ids, answers, strict=True):
             if answer is None:
@@ -247,8 +248,7 @@ class Directory:
                 # expires; it serves nothing, so the index lacks nothing without it.
                 complete = complete and instance_id in gone
                 continue
-            if self._shm is not None:
-                self._shm.hosts[instance_id] = str(answer.get("host") or "")
+            hosts[instance_id] = str(answer.get("host") or "")
             for model in answer.get("models", ()):
                 name = str(model.get("name", ""))
                 entry = models.get(name)
@@ -260,6 +260,8 @@ class Directory:
                     entry.config = _parse_config(model.get("config"), name)
                 entry.merge(model)
                 entry.owners.append(instance_id)
+        if self._shm is not None:
+            self._shm.hosts = hosts
         if self._cards is not None:
             await self._merge_cards(models)
         return models, frozenset(ids), complete
