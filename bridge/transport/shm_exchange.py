@@ -27,7 +27,6 @@ import itertools
 import logging
 import os
 import re
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,8 +52,13 @@ def _aligned(size: int) -> int:
     return -(-size // ALIGN) * ALIGN
 
 
+# How a worker's refusal of the shared memory form begins (an INTERNAL error, rejected): the
+# door then sends that instance the bytes form (`Exchange.refused`).
+REFUSED = "shared memory form refused: "
+
+
 def _failure(message: str) -> RequestError:
-    return RequestError(message, ErrorCode.INTERNAL)
+    return RequestError(REFUSED + message, ErrorCode.INTERNAL)
 
 
 # -- the door's side ----------------------------------------------------------------------------
@@ -72,38 +76,47 @@ class ShmDoor:
         # control instance id → the host id it published (its index answer); one process's
         # model endpoints have the same instance id as its control endpoint
         self.hosts: dict[int, str] = {}
+        # instances that refused a region (another user, a /dev/shm of their own): bytes form
+        self.refused: set[int] = set()
         self._tokens = itertools.count(1)
-        self._in_flight: weakref.WeakValueDictionary[int, Exchange] = weakref.WeakValueDictionary()
+        self._names = shm_regions.request_prefix(0)[: -len("0-")]  # this process's part
+        self._in_flight: set[int] = set()  # tokens of the requests not closed yet
         self.sweeper = Sweeper(lambda: list(self._in_flight))
 
     def same_host(self, instance_id: int) -> bool:
-        return bool(self.host) and self.hosts.get(instance_id) == self.host
+        return (
+            bool(self.host)
+            and self.hosts.get(instance_id) == self.host
+            and instance_id not in self.refused
+        )
 
     def exchange(self) -> Exchange | None:
         """A request's exchange, or None when no worker shares this host."""
         if not self.host or self.host not in self.hosts.values():
             return None
         token = next(self._tokens)
-        exchange = self._in_flight[token] = Exchange(self, token)
-        return exchange
+        self._in_flight.add(token)
+        return Exchange(self, token, f"{self._names}{token}-")
 
 
 class Exchange:
     """One request's regions on the door's side (created per request, `close`d at its end)."""
 
-    __slots__ = ("__weakref__", "_door", "token", "prefix", "_sent", "_inputs")
+    __slots__ = ("_door", "token", "prefix", "_sent", "_inputs", "_shm_to")
 
-    def __init__(self, door: ShmDoor, token: int) -> None:
+    def __init__(self, door: ShmDoor, token: int, prefix: str) -> None:
         self._door = door
         self.token = token
-        self.prefix = shm_regions.request_prefix(token)
+        self.prefix = prefix  # shm_regions.request_prefix(token)
         self._sent: dict | None = None  # the request in the shared memory form, made once
         self._inputs: str | None = None  # the inputs' region, when one was made
+        self._shm_to: int | None = None  # the instance last sent the shared memory form
 
     def request_for(self, instance_id: int, body: dict) -> dict:
         """What to send `instance_id`: the shared memory form on this host, else `body`."""
         if not self._door.same_host(instance_id):
             return body
+        self._shm_to = instance_id
         if self._sent is None:
             try:
                 self._sent = self._place_inputs(body)
@@ -148,6 +161,22 @@ class Exchange:
             shm["region"] = name
             shm["size"] = size
         return {**body, "tensors": tensors, "shm": shm}
+
+    def refused(self, item: Any) -> bool:
+        """Is `item` a worker's refusal of the shared memory form (a region it cannot open
+        although it published this host's id)? The instance then gets the bytes form, this
+        request when sent again and every later one."""
+        error = item.get("error") if isinstance(item, dict) else None
+        if (
+            not isinstance(error, dict)
+            or not item.get("rejected")
+            or not str(error.get("message", "")).startswith(REFUSED)
+            or self._shm_to is None
+        ):
+            return False
+        log.warning("worker instance %x: %s", self._shm_to, error.get("message"))
+        self._door.refused.add(self._shm_to)
+        return True
 
     def receive(self, item: Any) -> Any:
         """An answer as the rest of the door reads it: its region's tensors read back into
@@ -201,7 +230,7 @@ class Exchange:
             for name in shm_regions.names():
                 if name.startswith(self.prefix + "o"):
                     shm_regions.unlink(name)
-        self._door._in_flight.pop(self.token, None)
+        self._door._in_flight.discard(self.token)
 
 
 # -- the worker's side --------------------------------------------------------------------------

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from bridge import codec
+from bridge.codec import bridge_error
 from bridge.transport import shm_regions
-from bridge.transport.shm_exchange import ShmDoor, open_inputs
-from model_repository_loader.pb_utils import Tensor
+from bridge.transport.shm_exchange import REFUSED, ShmDoor, open_inputs
+from model_repository_loader.pb_utils import Tensor, TritonError
 from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import RequestError
 
@@ -95,6 +96,7 @@ def _refused(request: dict) -> str:
     with pytest.raises(RequestError) as caught:
         open_inputs(request)
     assert caught.value.code == ErrorCode.INTERNAL
+    assert str(caught.value).startswith(REFUSED)
     return str(caught.value)
 
 
@@ -157,3 +159,24 @@ def test_sweep_frees_dead_doors_and_requests_that_are_over() -> None:
     finally:
         for name in (gone, other_namespace, over, going):
             shm_regions.unlink(name)
+
+
+def test_a_worker_that_refuses_the_form_gets_the_bytes_from_then_on(door: ShmDoor) -> None:
+    body = {"tensors": [_tensor("A", np.zeros(512, np.float32))]}
+    exchange = door.exchange()
+    assert exchange is not None
+    sent = exchange.request_for(WORKER, body)
+    assert "shm" in sent
+    try:
+        open_inputs({**sent, "shm": {**sent["shm"], "host": "elsewhere"}})
+    except RequestError as exc:
+        item = bridge_error(TritonError(exc.message, exc.code), final=True, rejected=True)
+    other = bridge_error(TritonError("boom", TritonError.INTERNAL), final=True, rejected=True)
+    assert not exchange.refused(other)
+    assert exchange.refused(item)
+    assert exchange.request_for(WORKER, body) is body  # this request, sent again
+    later = door.exchange()
+    assert later is not None and later.request_for(WORKER, body) is body
+    exchange.close(answered=True)
+    later.close(answered=True)
+    assert _mine() == []

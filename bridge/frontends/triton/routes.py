@@ -196,9 +196,12 @@ class RequestPlaneRoute:
         def start() -> Awaitable[Any]:
             return self.instances.open(body, context, shape)
 
+        def refused(item: Any) -> bool:  # sent again: to another replica, or in bytes
+            return _unloading(item) or (exchange is not None and exchange.refused(item))
+
         answered = False
         try:
-            async for item in _first_taker(start, context, refused=_unloading):
+            async for item in _first_taker(start, context, refused=refused):
                 if exchange is not None:
                     try:
                         item = exchange.receive(item)
