@@ -28,6 +28,7 @@ from tritonclient.utils import InferenceServerException
 
 from bridge.transport import shm_regions
 from tests.harness.cluster import Cluster, start_all
+from tests.harness.services import EtcdServer, NatsServer, require_service
 
 MODEL = """
 import mmap, os, time
@@ -243,3 +244,30 @@ def test_a_worker_on_another_host_gets_the_bytes(
     np.testing.assert_array_equal(output, values * 2)
     assert view == 0
     assert not _regions(frontend.pid)
+
+
+def test_shared_memory_with_etcd_and_the_nats_request_plane(tmp_path: Path, flags: Path) -> None:
+    # The form does not depend on the request plane: the handle travels over NATS alike.
+    require_service("etcd")
+    require_service("nats-server")
+    repository = _repository(tmp_path, flags)
+    with EtcdServer(tmp_path / "etcd") as etcd, NatsServer(tmp_path / "nats") as nats:
+        cluster = Cluster(
+            tmp_path / "cluster",
+            discovery="etcd",
+            request_plane="nats",
+            etcd_endpoint=etcd.endpoint,
+            nats_url=nats.url,
+        )
+        try:
+            start_all(
+                [cluster.worker(repository), frontend := cluster.frontend("--frontend", "triton")]
+            )
+            frontend.wait_model_ready("probe", timeout=60)
+            values = _large()
+            output, view = _infer(frontend.client(), values)
+            np.testing.assert_array_equal(output, values * 2)
+            assert view == 1
+            _wait(lambda: not _regions(frontend.pid), "the request's regions to go", timeout=5)
+        finally:
+            cluster.stop()
