@@ -8,7 +8,7 @@ Two split pairs (`--role worker` + `--role frontend --frontend triton`, file dis
 by size, with tritonclient; prints p50 per size and form. Bounded: `--requests` per size and
 form (default 200), six sizes.
 
-    python -m benchmarks.shm_crossover [--requests N]
+    python -m benchmarks.shm_crossover [--requests N] [--sizes 1024,65536,...]
 """
 
 from __future__ import annotations
@@ -41,7 +41,11 @@ def _pair(workdir: Path, name: str, worker_env: dict[str, str], door_env: dict[s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=200, help="per size and form")
+    parser.add_argument(
+        "--sizes", default=",".join(map(str, SIZES)), help="FP32 elements, comma-separated"
+    )
     args = parser.parse_args()
+    sizes = [int(n) for n in args.sizes.split(",") if n.strip()]
     with tempfile.TemporaryDirectory(prefix="shm_crossover_") as folder:
         workdir = Path(folder)
         shm_pair, shm = _pair(workdir, "shm", {}, {"DYN_BRIDGE_SHM_THRESHOLD": "1"})
@@ -49,7 +53,7 @@ def main() -> None:
         try:
             print("| FP32 elements | bytes | shm p50 ms | bytes form p50 ms | shm ÷ bytes |")
             print("|---:|---:|---:|---:|---:|")
-            for n in SIZES:
+            for n in sizes:
                 values = np.arange(n, dtype=np.float32)
                 tensor = grpcclient.InferInput("INPUT0", [n], "FP32")
                 tensor.set_data_from_numpy(values)

@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 # A tensor of at least this many bytes travels in a region (measured crossover:
 # docs/benchmarks.md, "Shared memory between door and worker"); DYN_BRIDGE_SHM_THRESHOLD (bytes,
 # read by the door) sets it.
-THRESHOLD = 64 * 1024
+THRESHOLD = 128 * 1024
 THRESHOLD_ENV = "DYN_BRIDGE_SHM_THRESHOLD"
 _PREFIX = re.compile(r"dynbridge-\d+-\d+-\d+-")
 
