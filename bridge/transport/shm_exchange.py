@@ -23,11 +23,12 @@ array), and the door reads it once into the `bytes` its wire sends (pread).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from model_repository_loader.pb_utils import Tensor
@@ -45,6 +46,10 @@ log = logging.getLogger(__name__)
 # read by the door) sets it.
 THRESHOLD = 128 * 1024
 THRESHOLD_ENV = "DYN_BRIDGE_SHM_THRESHOLD"
+# The door copies a request's tensors into (or an answer's out of) a region of at least this
+# many bytes on a thread, so the event loop is not held for more than a few ms (pwrite and
+# pread let go of the GIL); a smaller one on the loop, where a thread hop would cost more.
+OFF_LOOP_BYTES = 8 << 20
 _PREFIX = re.compile(r"dynbridge-\d+-\d+-\d+-")
 
 
@@ -126,6 +131,24 @@ class Exchange:
                 self._sent = body
         return self._sent
 
+    async def prepare(self, body: dict, instance_ids: Iterable[int]) -> None:
+        """Make the shared memory form ahead, on a thread, when its inputs are large and one
+        of `instance_ids` is on this host (`request_for` then only hands it out)."""
+        large = sum(
+            len(values)
+            for tensor in body.get("tensors", ())
+            if isinstance(values := tensor.get("data", {}).get("values"), bytes | memoryview)
+            and len(values) >= self._door.threshold
+        )
+        if large < OFF_LOOP_BYTES or not any(map(self._door.same_host, instance_ids)):
+            return
+        try:
+            self._sent = await asyncio.to_thread(self._place_inputs, body)
+        except OSError as exc:  # /dev/shm full or refused: the bytes form still works
+            log.warning("inputs sent inline: %s", exc)
+            self._close_inputs()
+            self._sent = body
+
     def _place_inputs(self, body: dict) -> dict:
         threshold = self._door.threshold
         shm: dict[str, Any] = {
@@ -177,6 +200,16 @@ class Exchange:
         log.warning("worker instance %x: %s", self._shm_to, error.get("message"))
         self._door.refused.add(self._shm_to)
         return True
+
+    async def take(self, item: Any) -> Any:
+        """`receive`, on a thread for a region of OFF_LOOP_BYTES or more."""
+        shm = item.get("shm") if isinstance(item, dict) else None
+        if shm is None:
+            return item
+        size = shm.get("size") if isinstance(shm, dict) else None
+        if type(size) is int and size >= OFF_LOOP_BYTES:
+            return await asyncio.to_thread(self.receive, item)
+        return self.receive(item)
 
     def receive(self, item: Any) -> Any:
         """An answer as the rest of the door reads it: its region's tensors read back into

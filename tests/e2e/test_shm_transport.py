@@ -159,6 +159,11 @@ def test_requests_through_shared_memory_free_their_regions(
     output, view = _infer(client, values)
     np.testing.assert_array_equal(output, values * 2)
     assert view == 1
+    # 12 MB each way: the door copies into and out of the regions on a thread.
+    values = np.arange(3 * LARGE, dtype=np.float32)
+    output, view = _infer(client, values)
+    np.testing.assert_array_equal(output, values * 2)
+    assert view == 1
     # A small tensor stays inline.
     output, view = _infer(client, np.array([1, 2, 3, 4], np.float32))
     np.testing.assert_array_equal(output, [2, 4, 6, 8])

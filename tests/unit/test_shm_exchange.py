@@ -5,6 +5,7 @@ tests/e2e/test_shm_transport.py's."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ import pytest
 from bridge import codec
 from bridge.codec import bridge_error
 from bridge.transport import shm_regions
-from bridge.transport.shm_exchange import REFUSED, ShmDoor, open_inputs
+from bridge.transport.shm_exchange import OFF_LOOP_BYTES, REFUSED, ShmDoor, open_inputs
 from model_repository_loader.pb_utils import Tensor, TritonError
 from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import RequestError
@@ -179,4 +180,27 @@ def test_a_worker_that_refuses_the_form_gets_the_bytes_from_then_on(door: ShmDoo
     assert later is not None and later.request_for(WORKER, body) is body
     exchange.close(answered=True)
     later.close(answered=True)
+    assert _mine() == []
+
+
+def test_large_copies_are_made_ahead_and_read_on_a_thread(door: ShmDoor) -> None:
+    large = np.arange(OFF_LOOP_BYTES // 4, dtype=np.float32)  # exactly OFF_LOOP_BYTES
+    body = {"tensors": [_tensor("A", large)]}
+    exchange = door.exchange()
+    assert exchange is not None
+
+    async def run() -> dict:
+        await exchange.prepare(body, [99])  # no instance on this host: nothing made
+        assert _mine() == []
+        await exchange.prepare(body, [99, WORKER])
+        assert len(_mine()) == 1  # made before any instance is chosen
+        sent = exchange.request_for(WORKER, body)
+        placer = open_inputs(sent)
+        assert placer is not None
+        tensors, shm = placer.place([Tensor("OUT", large)])
+        return await exchange.take({"tensors": tensors, "shm": shm, "final": True})
+
+    item = asyncio.run(run())
+    np.testing.assert_array_equal(np.frombuffer(item["tensors"][0]["data"]["values"], "<f4"), large)
+    exchange.close(answered=True)
     assert _mine() == []

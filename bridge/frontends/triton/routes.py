@@ -201,10 +201,12 @@ class RequestPlaneRoute:
 
         answered = False
         try:
+            if exchange is not None:
+                await exchange.prepare(body, self.instances.client.instance_ids())
             async for item in _first_taker(start, context, refused=refused):
                 if exchange is not None:
                     try:
-                        item = exchange.receive(item)
+                        item = await exchange.take(item)
                     except (RegionError, OSError) as exc:
                         yield {"error": {"code": "INTERNAL", "message": str(exc)}, "final": True}
                         return
