@@ -103,7 +103,7 @@ def _decode_raw(
     name: str,
     datatype: str,
     shape: list[int],
-    raw: bytes,
+    raw: bytes | memoryview,
     model: str,
     request_id: str,
     budget: Budget | None,
@@ -120,7 +120,7 @@ def _decode_raw(
         if budget is not None:
             budget.charge_elements(count)
         if len(raw) < serialized_bytes.SMALL:
-            small = serialized_bytes.decode_small(raw, count)
+            small = serialized_bytes.decode_small(bytes(raw), count)
             if small is not None:
                 if budget is not None:
                     budget.charge_decoded(small[1])
@@ -140,6 +140,10 @@ def _decode_raw(
             f"model '{model}'. Expected {expected}, got {len(raw)}"
         )
     array = np.frombuffer(raw, raw_type)
+    if isinstance(raw, memoryview) and not raw.readonly and raw_type == _STORED_TYPES.get(datatype):
+        # A writable view of a copy-on-write mapped region (bridge/transport/shm_exchange.py):
+        # the model gets it as it is, no copy.
+        return array.reshape(shape)
     # A copy either way: writable, native byte order; BOOL bytes other than 0/1 are True.
     array = array != 0 if datatype == "BOOL" else array.astype(_STORED_TYPES[datatype])
     return array.reshape(shape)
@@ -158,7 +162,7 @@ def decode_tensor(
     datatype = TO_KSERVE[metadata["data_type"]]
     values = tensor["data"]["values"]
     shape = metadata["shape"]
-    if isinstance(values, bytes):
+    if isinstance(values, bytes | memoryview):
         name = metadata["name"]
         array = _decode_raw(name, datatype, shape, values, model, request_id, budget)
         return Tensor._from_wire(name, array, datatype)
@@ -227,7 +231,7 @@ def raw_bytes_size(request: dict[str, Any]) -> int:
             bytes_type = tensor["metadata"]["data_type"] == "Bytes"
         except (KeyError, TypeError):
             continue  # malformed: decode_request says why
-        if bytes_type and isinstance(values, bytes):
+        if bytes_type and isinstance(values, bytes | memoryview):
             total += len(values)
     return total
 
@@ -417,14 +421,23 @@ def raw_contents(tensor: Tensor) -> bytes:
     """A tensor's contents as KServe's raw contents: C order, little endian, BYTES with 4-byte
     length prefixes (framed with numpy, serialized_bytes.py), FP16/BF16 as their 2-byte
     patterns. One copy, no per-element Python work."""
-    datatype = tensor._datatype
-    if datatype == "BYTES":
+    if tensor._datatype == "BYTES":
         return serialized_bytes.encode(tensor._wire_array())
+    return _little_endian(tensor).tobytes()  # C order whatever the array's layout
+
+
+def raw_array(tensor: Tensor) -> np.ndarray:
+    """A non-BYTES tensor's array laid out as its raw contents (C order, little endian): the
+    stored array itself when it already is."""
+    return np.ascontiguousarray(_little_endian(tensor))
+
+
+def _little_endian(tensor: Tensor) -> np.ndarray:
     array = tensor._array
-    raw_type = _RAW_TYPES[datatype]
-    if array.dtype != raw_type and datatype != "BOOL":
+    raw_type = _RAW_TYPES[tensor._datatype]
+    if array.dtype != raw_type and tensor._datatype != "BOOL":
         array = array.astype(raw_type)  # only on a big-endian host
-    return array.tobytes()  # C order whatever the array's layout
+    return array
 
 
 def encode_raw_tensor(tensor: Tensor) -> dict[str, Any]:
@@ -440,13 +453,19 @@ def encode_raw_tensor(tensor: Tensor) -> dict[str, Any]:
 
 
 def encode_bridge_response(
-    model_name: str, model_version: str, response: InferenceResponse | None, final: bool
+    model_name: str,
+    model_version: str,
+    response: InferenceResponse | None,
+    final: bool,
+    place: Callable[[list[Tensor]], tuple[list[dict[str, Any]], dict | None]] | None = None,
 ) -> dict[str, Any]:
     """A successful response (None: a flag-only FINAL) in the bridge form.
 
     Every output's values are raw `bytes`; `final` is true on the response sent with FINAL; a
     flag-only FINAL is `{"final": true, "tensors": [], "empty": true}` (the caller decides
-    whether its client wants it). `model_version` is the version that answered.
+    whether its client wants it). `model_version` is the version that answered. `place` (a
+    request in the shared memory form, bridge/transport/shm_exchange.py) gives the tensors'
+    dicts and the answer's `shm` entry instead.
     """
     if response is None:
         return {
@@ -456,12 +475,14 @@ def encode_bridge_response(
             "final": final,
             "empty": True,
         }
-    out: dict[str, Any] = {
-        "model": model_name,
-        "model_version": model_version,
-        "tensors": [encode_raw_tensor(t) for t in response._output_tensors],
-        "final": final,
-    }
+    out: dict[str, Any] = {"model": model_name, "model_version": model_version}
+    if place is None:
+        out["tensors"] = [encode_raw_tensor(t) for t in response._output_tensors]
+    else:
+        out["tensors"], shm = place(response._output_tensors)
+        if shm is not None:
+            out["shm"] = shm
+    out["final"] = final
     text = response._parameters
     if text and text != "{}":
         out["parameters"] = encode_parameters(json.loads(text))

@@ -59,6 +59,7 @@ from .codec import (
 )
 from .errors import request_failed
 from .serialized_bytes import BytesLimits
+from .transport.shm_exchange import open_inputs
 
 log = logging.getLogger(__name__)
 
@@ -273,6 +274,8 @@ class ModelWorker:
         model: ServedModel | None = None
         try:
             try:
+                # A request from a door on this host: its large inputs are in shared memory.
+                placer = open_inputs(request)
                 limits = self.bytes_limits
                 if raw_bytes_size(request) > OFF_LOOP_BYTES:
                     inference = await loop.run_in_executor(
@@ -304,7 +307,10 @@ class ModelWorker:
                     if bridge:
                         version = _answering_version(model, inference.model_version)
                         responses.encode = functools.partial(
-                            encode_bridge_response, self.name, version
+                            encode_bridge_response,
+                            self.name,
+                            version,
+                            place=placer.place if placer is not None else None,
                         )
                     pending = model.submit(inference, responses.respond)
                     if model is not self.model:

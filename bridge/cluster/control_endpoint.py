@@ -8,11 +8,12 @@ request plane). Model components never use the component name `bridge` (worker.p
 `component_name` always ends with `-<hash>`), so the two never meet in discovery.
 
 The ops, their rows and the error item are protocol.py's (docs/worker_protocol.md §1): the
-index and the folders are read from the manager's live state at the time of the call, the
-statistics are every served version's (model_repository_loader/scheduling/stats.py), load and
-unload follow the worker's `--model-control-mode` (explicit only), and log_settings applies
-bridge/logs.py `check_log_settings`. An unknown op is answered INVALID_ARG; an op that fails,
-INTERNAL.
+index (with the process's `host`, bridge/transport/shm_regions.py `host_id`: a door with the
+same id sends tensors through shared memory) and the folders are read from the manager's live
+state at the time of the call, the statistics are every served version's
+(model_repository_loader/scheduling/stats.py), load and unload follow the worker's
+`--model-control-mode` (explicit only), and log_settings applies bridge/logs.py
+`check_log_settings`. An unknown op is answered INVALID_ARG; an op that fails, INTERNAL.
 
 More ops (`ready`) can join `ControlEndpoint.ops`, in the same style.
 """
@@ -34,6 +35,7 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.scheduling.stats import ModelStats
 
 from ..logs import apply_log_settings, check_log_settings
+from ..transport.shm_regions import host_id
 from .protocol import (
     BATCH_KINDS,
     INFER_KINDS,
@@ -151,7 +153,7 @@ class ControlEndpoint:
         yield answer
 
     async def _index(self, request: dict[str, Any]) -> dict[str, Any]:
-        return IndexAnswer(self.worker, tuple(index_rows(self._manager))).to_wire()
+        return IndexAnswer(self.worker, tuple(index_rows(self._manager)), host_id()).to_wire()
 
     async def _stats(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"worker": self.worker, "models": [r.to_wire() for r in stats_rows(self._manager)]}

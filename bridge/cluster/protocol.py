@@ -110,19 +110,22 @@ class IndexRow:
 
 @dataclass(frozen=True, slots=True)
 class IndexAnswer:
-    """One worker's answer to `index`: the worker (`<host>:<pid>`) and its rows."""
+    """One worker's answer to `index`: the worker (`<host>:<pid>`), its rows and its host id."""
 
     worker: str
     models: tuple[IndexRow, ...] = ()
+    # The worker's host id (bridge/transport/shm_regions.py); "" when it published none.
+    host: str = ""
 
     def to_wire(self) -> dict[str, Any]:
-        return {"worker": self.worker, "models": [row.to_wire() for row in self.models]}
+        rows = [row.to_wire() for row in self.models]
+        return {"worker": self.worker, "host": self.host, "models": rows}
 
     @classmethod
     def from_wire(cls, item: Any) -> IndexAnswer:
         answer = item if isinstance(item, dict) else {}
         rows = tuple(IndexRow.from_wire(row) for row in answer.get("models", ()))
-        return cls(str(answer.get("worker", "")), rows)
+        return cls(str(answer.get("worker", "")), rows, str(answer.get("host") or ""))
 
 
 # A stats row's durations (Triton's InferStatistics and InferBatchStatistics fields), each

@@ -41,6 +41,7 @@ from ..models import ManagerOptions, ModelControl, ModelManager, digests_of
 from ..options import ServerOptions, StartupError
 from ..reload import RepositoryWatcher
 from ..status_table import format_status_table
+from ..transport.shm_regions import Sweeper
 
 log = logging.getLogger("dynamo_bridge")
 
@@ -63,6 +64,7 @@ class WorkerRole:
         self._digests: dict[str, str] = {}
         self._watcher: RepositoryWatcher | None = None
         self._health: asyncio.Task[None] | None = None
+        self._regions = Sweeper()  # bridge/transport/shm_regions.py
         self._stopping = False
         self._sources: list[Callable[[], str]] = []
         # Whether discovery works (the composition root's DiscoveryWatch, roles/discovery.py).
@@ -124,6 +126,8 @@ class WorkerRole:
         # control endpoint other bridge processes find these models through, and the models
         # other processes serve (none with `mem` discovery: this process is alone).
         control = ControlEndpoint(runtime, options.namespace, manager)
+        # Frees the shared memory regions a door on this host left when it died.
+        self._regions.start()
         remote = (
             DynamoRemoteModels(
                 ClusterIndex(runtime, options.namespace), asyncio.get_running_loop(), control.worker
@@ -229,6 +233,7 @@ class WorkerRole:
         self._stopping = True
         if self._health is not None:
             self._health.cancel()
+        self._regions.stop()
         runtime.set_health_status(False)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout

@@ -48,6 +48,7 @@ from ...cluster.protocol import (
     control_request,
     error_item,
 )
+from ...transport.shm_exchange import ShmDoor
 from .model_cards import FOREIGN_VERSION, ModelCards
 from .routes import LocalRoute, RequestPlaneRoute, Route, StandardFormRoute
 from .status import DoorError
@@ -119,8 +120,12 @@ class Directory:
         index: ClusterIndex,
         cards: ModelCards | None = None,
         local_worker: Callable[[str], Any | None] = lambda path: None,
+        shm: ShmDoor | None = None,
     ) -> None:
         self._index = index
+        # Tensors to workers on this host through shared memory (bridge/transport/): learns
+        # each worker's host from its index answer.
+        self._shm = shm
         self._cards = cards  # foreign TensorBased workers' models (model_cards.py)
         # endpoint path → this process's ModelWorker serving it, or None (routes.py)
         self._local_worker = local_worker
@@ -180,6 +185,8 @@ class Directory:
     async def _merge(self, answered: IndexRound) -> None:
         """A new round's rows as one entry per model name, with the model cards read now."""
         models = _merge_rows(answered)
+        if self._shm is not None:
+            self._shm.hosts = {i: answer.host for i, answer in answered.answers}
         if self._cards is not None:
             await self._merge_cards(models)
         self._models, self._merged = models, answered
@@ -262,7 +269,7 @@ class Directory:
             if worker is not None:
                 route = LocalRoute(worker)
             elif entry.bridge_form:
-                route = RequestPlaneRoute(await self.client(endpoint))
+                route = RequestPlaneRoute(await self.client(endpoint), self._shm)
             else:
                 route = StandardFormRoute(await self.client(endpoint), entry.name)
             self._routes[endpoint] = route

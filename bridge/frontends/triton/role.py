@@ -21,6 +21,7 @@ from dynamo.runtime import DistributedRuntime
 
 from ...cluster.index import ClusterIndex
 from ...options import ServerOptions, StartupError
+from ...transport.shm_exchange import ShmDoor
 from .directory import Directory
 from .grpc.server import DoorConfigError, DoorOptions, GrpcServer, credentials
 from .http.server import HttpConfigError, HttpServer, check_address
@@ -63,6 +64,7 @@ class TritonDoorRole:
         self.grpc: GrpcServer | None = None
         self.http: HttpServer | None = None
         self.task: asyncio.Future[None] | None = None
+        self.shm: ShmDoor | None = None  # tensors to workers on this host (bridge/transport/)
         self._up = False
         self._stopping = False
         self._drain: asyncio.Future[Any] | None = None
@@ -73,7 +75,8 @@ class TritonDoorRole:
         """Start serving; the returned future ends when the door stops (or fails to start)."""
         cards = ModelCards(self.options.discovery_backend, self.options.namespace)
         index = ClusterIndex(runtime, self.options.namespace)
-        directory = Directory(index, cards, self.local_worker)
+        self.shm = ShmDoor()
+        directory = Directory(index, cards, self.local_worker, shm=self.shm)
         self.local_changes(directory.changed)
         self.service = TritonService(
             directory,
@@ -89,6 +92,8 @@ class TritonDoorRole:
 
     async def _run(self, directory: Directory, grpc: GrpcServer, http: HttpServer | None) -> None:
         await directory.start()
+        if self.shm is not None:
+            self.shm.sweeper.start()
         try:
             await grpc.start()
             if http is not None:
@@ -99,6 +104,8 @@ class TritonDoorRole:
                 await http.wait()
         finally:
             directory.stop()
+            if self.shm is not None:
+                self.shm.sweeper.stop()
             if self.service is not None:
                 self.service.close()
 

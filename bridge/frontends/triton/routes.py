@@ -50,6 +50,8 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ...cluster.index import instance_gone
 from ...cluster.protocol import read_error
+from ...transport.shm_exchange import ShmDoor
+from ...transport.shm_regions import RegionError
 from .foreign import bridge_items, to_standard_request
 
 # How long an instance that was found gone is left out of the rotation before it is tried
@@ -85,16 +87,21 @@ class Instances:
         # The gone ones last: tried only when nothing else is listed.
         return [i for i in rotated if i not in self._gone] + [i for i in rotated if i in self._gone]
 
-    async def open(self, request: Any, context: Context) -> AsyncIterator[Any]:
+    async def open(
+        self,
+        request: Any,
+        context: Context,
+        shape: Callable[[int, Any], Any] | None = None,
+    ) -> AsyncIterator[Any]:
+        """`shape(instance_id, request)`, when given, is what that instance is sent."""
         # The first, then others while they turn out gone (fast: nothing listens there).
         candidates = self._candidates()[:MAX_TRIES]
         if not candidates:  # Dynamo's own answer: "No workers available for endpoint …"
             return await self.client.round_robin(request, annotated=False, context=context)
         for attempt, instance_id in enumerate(candidates):
+            sent = request if shape is None else shape(instance_id, request)
             try:
-                return await self.client.direct(
-                    request, instance_id, annotated=False, context=context
-                )
+                return await self.client.direct(sent, instance_id, annotated=False, context=context)
             except Exception as exc:
                 if not instance_gone(exc) or attempt == len(candidates) - 1:
                     raise
@@ -166,21 +173,43 @@ async def _first_taker(
 
 
 class RequestPlaneRoute:
-    """A model endpoint reached over Dynamo's request plane."""
+    """A model endpoint reached over Dynamo's request plane; with `shm`, an instance on the
+    door's host gets the tensors through shared memory (bridge/transport/shm_exchange.py)."""
 
-    __slots__ = ("instances",)
+    __slots__ = ("instances", "shm")
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, shm: ShmDoor | None = None) -> None:
         self.instances = Instances(client)
+        self.shm = shm
 
     async def generate(self, body: dict, context: Context) -> AsyncIterator[dict]:
-        def start() -> Awaitable[Any]:
-            return self.instances.open(body, context)
+        exchange = self.shm.exchange() if self.shm is not None else None
+        shape = exchange.request_for if exchange is not None else None
 
-        async for item in _first_taker(start, context, refused=_unloading):
-            yield item
-            if item.get("final", False):
-                return  # the item that ends it: no need to wait for the stream's own end
+        def start() -> Awaitable[Any]:
+            return self.instances.open(body, context, shape)
+
+        def refused(item: Any) -> bool:  # sent again: to another replica, or in bytes
+            return _unloading(item) or (exchange is not None and exchange.refused(item))
+
+        answered = False
+        try:
+            if exchange is not None:
+                await exchange.prepare(body, self.instances.client.instance_ids())
+            async for item in _first_taker(start, context, refused=refused):
+                if exchange is not None:
+                    try:
+                        item = await exchange.take(item)
+                    except (RegionError, OSError) as exc:
+                        yield {"error": {"code": "INTERNAL", "message": str(exc)}, "final": True}
+                        return
+                yield item
+                if item.get("final", False):
+                    answered = True
+                    return  # the item that ends it: no need to wait for the stream's own end
+        finally:
+            if exchange is not None:
+                exchange.close(answered)
 
 
 class StandardFormRoute:

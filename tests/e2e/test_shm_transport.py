@@ -1,0 +1,278 @@
+"""Tensors between a triton door (`--role frontend`) and a worker (`--role worker`) on one host
+go through shared memory, not the request plane (bridge/transport/); a worker on another host
+keeps the bytes form. The regions live no longer than their request: they are gone after a
+success, a model error, a client's cancellation, and a SIGKILL of either side.
+
+The probe model says which form reached it: VIEW is 1 when its input is a view of a mapped
+region (the shared memory form, no copy), 0 when the bytes came inline. Real processes, real
+Dynamo runtime (file discovery, tcp), real tritonclient.
+
+Each mechanism is proven on its own: the door's periodic sweep is set to an hour
+(DYN_BRIDGE_SHM_SWEEP_S) where a request's own clean-up must free its regions; the crash
+tests set it to a second where a sweep must.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from bridge.transport import shm_regions
+from tests.harness.cluster import Cluster, start_all
+from tests.harness.services import EtcdServer, NatsServer, require_service
+
+MODEL = """
+import mmap, os, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+FLAGS = {flags!r}
+
+
+def _mapped(array):
+    base = array
+    while base is not None:
+        if isinstance(base, mmap.mmap):
+            return True
+        base = getattr(base, "base", None) if not isinstance(base, memoryview) else base.obj
+    return False
+
+
+def _wait_for(path, request=None):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not os.path.exists(path):
+        if request is not None and request.is_cancelled():
+            open(os.path.join(FLAGS, "cancelled"), "w").close()
+            return False
+        time.sleep(0.01)
+    return True
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            mode = float(x[0])
+            if mode in (-2.0, -3.0):
+                open(os.path.join(FLAGS, "started"), "w").close()
+                # -2: until the client is gone; -3: until the test opens the gate
+                _wait_for(os.path.join(FLAGS, "gate"), request if mode == -2.0 else None)
+            if mode == -1.0:
+                raise ValueError("probe failure")
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT0", (x * 2).astype(np.float32)),
+                pb_utils.Tensor("VIEW", np.array([int(_mapped(x))], np.int32)),
+            ]))
+        return responses
+"""
+
+CONFIG = """
+name: "probe"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "VIEW" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+"""
+
+LARGE = 1_000_000  # FP32: 4 MB each way, far above the threshold
+
+
+def _repository(root: Path, flags: Path) -> Path:
+    folder = root / "repo" / "probe"
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(CONFIG)
+    (folder / "1" / "model.py").write_text(MODEL.format(flags=str(flags)))
+    return root / "repo"
+
+
+@pytest.fixture
+def flags(tmp_path: Path) -> Path:
+    folder = tmp_path / "flags"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    made = Cluster(tmp_path / "cluster")
+    yield made
+    made.stop()
+
+
+def _input(values: np.ndarray) -> list[grpcclient.InferInput]:
+    tensor = grpcclient.InferInput("INPUT0", list(values.shape), "FP32")
+    tensor.set_data_from_numpy(values)
+    return [tensor]
+
+
+def _large(first: float = 1.0) -> np.ndarray:
+    values = np.arange(LARGE, dtype=np.float32)
+    values[0] = first
+    return values
+
+
+def _regions(door_pid: int) -> list[str]:
+    """The regions of the door's requests now in /dev/shm."""
+    return [n for n in shm_regions.names() if (p := shm_regions.parse(n)) and p[1] == door_pid]
+
+
+def _wait(condition, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _infer(client: grpcclient.InferenceServerClient, values: np.ndarray) -> tuple[np.ndarray, int]:
+    result = client.infer("probe", _input(values))
+    return result.as_numpy("OUTPUT0"), int(result.as_numpy("VIEW")[0])
+
+
+def test_requests_through_shared_memory_free_their_regions(
+    cluster: Cluster, tmp_path: Path, flags: Path
+) -> None:
+    repository = _repository(tmp_path, flags)
+    worker = cluster.worker(repository)
+    # No periodic sweep in the door: only each request's own clean-up may free its regions.
+    frontend = cluster.frontend("--frontend", "triton", env={shm_regions.SWEEP_ENV: "3600"})
+    start_all([worker, frontend])
+    frontend.wait_model_ready("probe", timeout=60)
+    client = frontend.client()
+    door = frontend.pid
+
+    # Success: 1M FP32 in a region (the model sees a view of it), the answer correct.
+    values = _large()
+    output, view = _infer(client, values)
+    np.testing.assert_array_equal(output, values * 2)
+    assert view == 1
+    # 12 MB each way: the door copies into and out of the regions on a thread.
+    values = np.arange(3 * LARGE, dtype=np.float32)
+    output, view = _infer(client, values)
+    np.testing.assert_array_equal(output, values * 2)
+    assert view == 1
+    # A small tensor stays inline.
+    output, view = _infer(client, np.array([1, 2, 3, 4], np.float32))
+    np.testing.assert_array_equal(output, [2, 4, 6, 8])
+    assert view == 0
+    _wait(lambda: not _regions(door), "the regions of finished requests to go", timeout=5)
+
+    # A model error.
+    with pytest.raises(InferenceServerException, match="probe failure"):
+        _infer(client, _large(-1.0))
+    _wait(lambda: not _regions(door), "the regions of a failed request to go", timeout=5)
+
+    # A client's cancellation while the model holds the request: the input's region exists
+    # while it is in flight, and goes with the request.
+    errors: queue.Queue = queue.Queue()
+    call = client.async_infer(
+        "probe", _input(_large(-2.0)), lambda result, error: errors.put(error)
+    )
+    _wait(lambda: (flags / "started").exists(), "the model to start")
+    assert [n for n in _regions(door) if n.endswith("-i")], _regions(door)
+    call.cancel()
+    error = errors.get(timeout=30)
+    assert error is not None and "ancel" in str(error), error
+    _wait(lambda: (flags / "cancelled").exists(), "the model to see its cancellations")
+    _wait(lambda: not _regions(door), "the regions of a cancelled request to go", timeout=5)
+    output, view = _infer(client, _large())  # still served
+    assert view == 1
+
+
+def test_regions_of_a_crashed_side_are_swept(cluster: Cluster, tmp_path: Path, flags: Path) -> None:
+    repository = _repository(tmp_path, flags)
+    sweep = {shm_regions.SWEEP_ENV: "1"}
+    # A region left by a door that died before these processes started: swept at their start.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = f"{shm_regions.PREFIX}{shm_regions.pid_namespace()}-{dead.pid}-1-i"
+    os.close(shm_regions.create(stale, 4096))
+    worker = cluster.worker(repository, env=sweep)
+    frontend = cluster.frontend("--frontend", "triton", env={shm_regions.SWEEP_ENV: "3600"})
+    start_all([worker, frontend])
+    frontend.wait_model_ready("probe", timeout=60)
+    assert stale not in shm_regions.names()
+    client = frontend.client()
+    door = frontend.pid
+
+    # The worker is SIGKILLed while it holds a request: the door frees the request's regions.
+    client.async_infer("probe", _input(_large(-3.0)), lambda *a: None)
+    _wait(lambda: (flags / "started").exists(), "the model to start")
+    assert _regions(door)
+    worker.kill()
+    _wait(lambda: not _regions(door), "the door to free a dead worker's request", timeout=10)
+
+    # A new worker; then the door is SIGKILLed while a request is in flight: the worker's
+    # sweep frees the dead door's regions (the model's view of its input stays valid).
+    (flags / "started").unlink()
+    replacement = cluster.worker(repository, env=sweep, name="worker2").start()
+    _wait(lambda: _probe_ok(client), "the door to reach the new worker", timeout=60)
+    client.async_infer("probe", _input(_large(-3.0)), lambda *a: None)
+    _wait(lambda: (flags / "started").exists(), "the model to start")
+    assert _regions(door)
+    frontend.kill()
+    _wait(lambda: not _regions(door), "the worker to sweep a dead door's regions", timeout=10)
+    (flags / "gate").touch()  # the model finishes with a dead client: the worker goes on
+    assert replacement.process is not None and replacement.process.poll() is None
+
+
+def _probe_ok(client: grpcclient.InferenceServerClient) -> bool:
+    try:
+        return _infer(client, _large())[1] == 1
+    except InferenceServerException:
+        return False
+
+
+def test_a_worker_on_another_host_gets_the_bytes(
+    cluster: Cluster, tmp_path: Path, flags: Path
+) -> None:
+    repository = _repository(tmp_path, flags)
+    worker = cluster.worker(repository, env={shm_regions.HOST_ID_ENV: "another-host"})
+    frontend = cluster.frontend("--frontend", "triton")
+    start_all([worker, frontend])
+    frontend.wait_model_ready("probe", timeout=60)
+    values = _large()
+    output, view = _infer(frontend.client(), values)
+    np.testing.assert_array_equal(output, values * 2)
+    assert view == 0
+    assert not _regions(frontend.pid)
+
+
+def test_shared_memory_with_etcd_and_the_nats_request_plane(tmp_path: Path, flags: Path) -> None:
+    # The form does not depend on the request plane: the handle travels over NATS alike.
+    require_service("etcd")
+    require_service("nats-server")
+    repository = _repository(tmp_path, flags)
+    with EtcdServer(tmp_path / "etcd") as etcd, NatsServer(tmp_path / "nats") as nats:
+        cluster = Cluster(
+            tmp_path / "cluster",
+            discovery="etcd",
+            request_plane="nats",
+            etcd_endpoint=etcd.endpoint,
+            nats_url=nats.url,
+        )
+        try:
+            start_all(
+                [cluster.worker(repository), frontend := cluster.frontend("--frontend", "triton")]
+            )
+            frontend.wait_model_ready("probe", timeout=60)
+            values = _large()
+            output, view = _infer(frontend.client(), values)
+            np.testing.assert_array_equal(output, values * 2)
+            assert view == 1
+            _wait(lambda: not _regions(frontend.pid), "the request's regions to go", timeout=5)
+        finally:
+            cluster.stop()
