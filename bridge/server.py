@@ -259,7 +259,10 @@ async def serve(options: ServerOptions) -> None:
         if role is not None:
             role.discovery_usable = watch.usable
     if worker is not None:
-        await worker.start(runtime, frontend.http_port if frontend is not None else None)
+        # Dynamo's frontend in this process can be asked whether it lists a new model yet; the
+        # triton door's directory is told in-process (no confirmation), others get a grace.
+        confirm_listed = frontend.confirm_listed if isinstance(frontend, FrontendRole) else None
+        await worker.start(runtime, confirm_listed)
 
     heap.freeze()  # everything loaded so far lives as long as the server (heap.py)
     for signum in (signal.SIGINT, signal.SIGTERM):

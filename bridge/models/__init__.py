@@ -1,10 +1,9 @@
 """The serving models: their lifecycle, and the model loading API models call.
 
 - `manager.py`: `ModelManager` loads, swaps (zero-gap hot reload) and unloads models, each
-  served as a Dynamo worker (bridge/worker.py).
+  served as a Dynamo endpoint (bridge/worker.py), which owns its retirement.
 - `loading_api.py`: `ModelControl`, what `pb_utils.load_model` / `unload_model` /
   `is_model_ready` reach (a repository's `ModelServices.control`).
-- `frontend_probe.py`: whether the in-process frontend lists a model yet (reload confirmation).
 - `threads.py`: model code (`initialize`, `finalize`) on daemon threads of its own.
 - `errors.py`: a refused or failed load/unload, with Triton's texts.
 """

@@ -6,13 +6,12 @@ models, changed in place, so in-process BLS callers find a swapped model by name
 
 A swap never leaves a gap: the new model is loaded beside the serving one (on a thread of its
 own), served on a new Dynamo component (generation 2, 3, ...) and registered; once discovery
-shows its instance and the frontend lists the name (a frontend in another process, which cannot
-be asked, gets a grace instead), the old one is unregistered. A request that
-still reaches the old endpoint goes to the model now serving the name (ModelWorker.generate).
-The old generation's instance is withdrawn once it is quiet (no request in flight, none arriving
-for `route_quiet`; bounded by `drain_timeout`), then it is closed (drained and finalized, bounded
-by `close_timeout`) and dropped from every structure here. A load that fails leaves the old one
-serving.
+shows its instance and the front door confirms it lists the name (`confirm_listed`, given by the
+role that knows the door), the old one is retired (`ModelWorker.retire`, one call): unregistered
+at once, and a request that still reaches the old endpoint goes to the model now serving the
+name; withdrawn once it is quiet (no request in flight, none arriving for `route_quiet`; bounded
+by `drain_timeout`). Then it is closed (drained and finalized, bounded by `close_timeout`) and
+dropped from every structure here. A load that fails leaves the old one serving.
 
 Whoever routes to this process's models from inside it (the triton door's directory) is told of
 every change at once (`listeners`): a new generation serving a name, a name unloaded or removed.
@@ -28,7 +27,7 @@ import asyncio
 import logging
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,7 +55,6 @@ from ..serialized_bytes import BytesLimits
 from ..tuning import release_free_memory
 from ..worker import ModelWorker
 from .errors import NOT_EXPLICIT, ControlError, poll_failed
-from .frontend_probe import until_frontend_lists
 from .threads import on_daemon_thread
 
 log = logging.getLogger("dynamo_bridge")
@@ -89,14 +87,6 @@ class ManagerOptions:
     close_timeout: float = 60.0
     # A load still running after this long is logged, then again at each doubling.
     slow_load_warning: float = 10.0
-    # The in-process frontend's metrics port: a newly loaded model is reported loaded only once
-    # the frontend lists it (/v1/models), so "load returned" means "requests reach it", as in
-    # Triton. None (no local frontend, `--role worker`): frontends elsewhere cannot be asked,
-    # so they are given `remote_frontend_grace` seconds to pick up a new generation before
-    # the one it replaces is withdrawn (measured with file discovery: withdrawing at once
-    # made a frontend answer NOT_FOUND for a moment).
-    frontend_metrics_port: int | None = None
-    remote_frontend_grace: float = 0.0
     # Shutdown: the longest wait, after the model cards are gone, for requests to stop arriving
     # before the instance records go too (a caller that routes on instances, not cards, would
     # otherwise hold the exit until --exit-timeout-secs).
@@ -115,10 +105,18 @@ class ModelManager:
     """Loads, swaps and unloads models; serves each as a Dynamo worker (see module doc)."""
 
     def __init__(
-        self, runtime: DistributedRuntime, options: ManagerOptions, loaded: LoadedRepository
+        self,
+        runtime: DistributedRuntime,
+        options: ManagerOptions,
+        loaded: LoadedRepository,
+        confirm_listed: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.runtime = runtime
         self.options = options
+        # Awaited after a new generation is registered, before the one it replaces is retired
+        # and before a load returns: returns once the front doors route the name to it (the role
+        # knows how to tell; None: nothing to wait for). It only waits, it never raises.
+        self._confirm_listed = confirm_listed
         self.repository = loaded
         self.workers: dict[str, ModelWorker] = {}
         self.digests: dict[str, str] = {}
@@ -130,10 +128,11 @@ class ModelManager:
         self._override_dirs: dict[str, Path] = {}
         # Digest of the last failed load per model: the start-up refresh does not retry it.
         self._failed_digests: dict[str, str] = {}
-        # serve_endpoint calls of every generation started: Dynamo keeps serving a retired
-        # endpoint (no per-endpoint stop), and wait_served lets each return at shutdown. Only the
-        # futures are kept; a retired worker lets go of its model (ModelWorker.retire).
-        self._serving: list[asyncio.Future[Any]] = []
+        # serve_endpoint calls of every generation started (the workers leave them here):
+        # Dynamo keeps serving a retired endpoint (no per-endpoint stop), and wait_served lets
+        # each return at shutdown. Only the futures are kept; a retired worker lets go of its
+        # model (ModelWorker.retire).
+        self._serve_calls: list[asyncio.Future[Any]] = []
         self._refreeze: asyncio.TimerHandle | None = None
         # Called on the loop with a model's name as soon as what serves it changed (see the
         # module doc); before a load or unload returns, before an old generation is withdrawn.
@@ -163,7 +162,7 @@ class ModelManager:
         for model in list(self.repository.models.values()):
             await self._serve(model, announce=False)
         if serve_control is not None:
-            self._serving.append(serve_control())
+            self._serve_calls.append(serve_control())
         if remote is not None:
             await remote.start()
             self.repository.scope.remote = remote
@@ -363,17 +362,15 @@ class ModelManager:
             task.cancel()  # a load in progress is abandoned; its thread is not waited for
         workers = list(self.workers.values()) if withdraw else []
         self.workers.clear()
-        since = self.loop.time()
+        # Requests in flight are not waited for before the instance records go (drain=False):
+        # closing the models drains them.
+        quiet_until = min(deadline, self.loop.time() + self.options.routes_quiet_max)
+        withdrawn = []
         for worker in workers:
-            try:
-                await worker.stop()
-            except Exception as exc:  # keep shutting the rest down
-                log.warning("unregistering '%s' failed: %s", worker.name, exc)
-        if workers:
-            quiet_until = min(deadline, since + self.options.routes_quiet_max)
-            await self._until_routes_quiet(workers, since, quiet_until)
-        for worker in workers:
-            await worker.withdraw()
+            bound = max(0.0, quiet_until - self.loop.time())
+            withdrawn.append(await worker.retire(self.options.route_quiet, bound, drain=False))
+        if withdrawn:
+            await asyncio.wait(withdrawn)
         if self._refreeze is not None:
             self._refreeze.cancel()
         pending = set(self._retiring)
@@ -397,24 +394,11 @@ class ModelManager:
             return False
         return True
 
-    async def _until_routes_quiet(
-        self, workers: list[ModelWorker], since: float, deadline: float
-    ) -> None:
-        """After unregistering: until no request has reached `workers` for `route_quiet` (the
-        frontends have stopped routing here), at most until `deadline`. Requests in flight are
-        not waited for here; closing the models drains them."""
-        while True:
-            last = max([since, *(worker.last_arrival for worker in workers)])
-            wake = min(last + self.options.route_quiet, deadline)
-            if wake <= self.loop.time():
-                return
-            await asyncio.sleep(wake - self.loop.time())
-
     async def wait_served(self, timeout: float) -> None:
         """After runtime.shutdown(): let every generation's serve_endpoint call return, so the
         runtime does not call back into a closed event loop."""
-        if self._serving:
-            await asyncio.wait(self._serving, timeout=timeout)
+        if self._serve_calls:
+            await asyncio.wait(self._serve_calls, timeout=timeout)
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -495,6 +479,7 @@ class ModelManager:
             generation,
             serving=lambda: models.get(name),  # the name's live model: never a retired one
             bytes_limits=self.options.bytes_limits,
+            serve_calls=self._serve_calls,
         )
         try:
             await worker.start()
@@ -502,9 +487,6 @@ class ModelManager:
             # Not served: finalize it rather than leak its instances.
             await self._close_bounded(model)
             raise
-        finally:
-            if worker._serving is not None:
-                self._serving.append(worker._serving)
         old_worker = self.workers.get(name)
         old_model = self.repository.models.get(name)
         self.workers[name] = worker
@@ -516,9 +498,9 @@ class ModelManager:
         replacing = old_model is not None and old_model is not model
         if announce or replacing:
             # Confirmations before the old generation is withdrawn: discovery shows the new
-            # generation's instance (start() waited for it) and the frontend lists the name
-            # (with no frontend in this process: a grace for the frontends elsewhere).
-            await self._until_frontend_lists(name)
+            # generation's instance (start() waited for it) and the front doors list the name.
+            if self._confirm_listed is not None:
+                await self._confirm_listed(name)
         if announce:
             log.info("successfully loaded '%s' (generation %d)", name, generation)
         if replacing and old_model is not None:
@@ -544,35 +526,25 @@ class ModelManager:
 
     async def _retire(self, worker: ModelWorker | None, model: ServedModel) -> None:
         """Unregister a generation now; withdraw, close and forget it in the background."""
+        withdrawn = None
         if worker is not None:
-            try:
-                await worker.stop()
-            except Exception as exc:
-                log.warning("unregistering '%s' failed: %s", model.name, exc)
-        task = asyncio.ensure_future(self._finalize(worker, model, self.loop.time()))
+            options = self.options
+            withdrawn = await worker.retire(options.route_quiet, options.drain_timeout)
+        generation = f" (generation {worker.generation})" if worker is not None else ""
+        task = asyncio.ensure_future(self._finalize(withdrawn, model, generation))
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
-    async def _finalize(self, worker: ModelWorker | None, model: ServedModel, since: float) -> None:
+    async def _finalize(
+        self, withdrawn: asyncio.Future[None] | None, model: ServedModel, generation: str
+    ) -> None:
+        """Once the retired generation is withdrawn (and has let go of its model): close the
+        model, and forget it."""
         name = model.name
-        generation = f" (generation {worker.generation})" if worker is not None else ""
-        if worker is not None:
-            options = self.options
-            if not await worker.wait_quiet(since, options.route_quiet, options.drain_timeout):
-                log.warning(
-                    "'%s'%s: %d request(s) still in flight (or arriving) after %.0f s; "
-                    "closing it anyway",
-                    name,
-                    generation,
-                    worker.in_flight,
-                    options.drain_timeout,
-                )
-            # Before the model closes: from here on nothing is routed to this generation, and
-            # a late request goes to the name's live model or is answered UNAVAILABLE at once.
-            await worker.withdraw()
-            worker.retire()
+        if withdrawn is not None:
+            await withdrawn
         await self._close_bounded(model)
-        del model, worker  # nothing here may keep the generation alive past this point
+        del model, withdrawn  # nothing here may keep the generation alive past this point
         self._schedule_refreeze()
         log.info("successfully unloaded '%s'%s", name, generation)
 
@@ -604,14 +576,6 @@ class ModelManager:
         heap.refreeze()  # the unloaded generations may be frozen (heap.py)
         # What they held is free now, but malloc keeps it in its arenas (tuning.py).
         self.loop.run_in_executor(None, release_free_memory)
-
-    async def _until_frontend_lists(self, name: str, timeout: float = 5.0) -> None:
-        port = self.options.frontend_metrics_port
-        if port is None:
-            await asyncio.sleep(self.options.remote_frontend_grace)
-            return
-        if not await until_frontend_lists(port, name, timeout):
-            log.warning("'%s' registered but not listed by the frontend after %.0fs", name, timeout)
 
     async def _find(self, name: str) -> repository.ModelSource | None:
         sources = await self._run(repository.scan, self.options.repositories)
