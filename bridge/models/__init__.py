@@ -10,14 +10,13 @@
 
 from .errors import NOT_EXPLICIT, SERVER_NOT_READY, ControlError, poll_failed
 from .loading_api import ModelControl
-from .manager import MODEL_CONTROL_MODES, ManagerOptions, ModelManager, digests_of
+from .manager import MODEL_CONTROL_MODES, ModelManager, digests_of
 
 __all__ = [
     "MODEL_CONTROL_MODES",
     "NOT_EXPLICIT",
     "SERVER_NOT_READY",
     "ControlError",
-    "ManagerOptions",
     "ModelControl",
     "ModelManager",
     "digests_of",

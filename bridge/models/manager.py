@@ -9,9 +9,10 @@ own), served on a new Dynamo component (generation 2, 3, ...) and registered; on
 shows its instance and the front door confirms it lists the name (`confirm_listed`, given by the
 role that knows the door), the old one is retired (`ModelWorker.retire`, one call): unregistered
 at once, and a request that still reaches the old endpoint goes to the model now serving the
-name; withdrawn once it is quiet (no request in flight, none arriving for `route_quiet`; bounded
-by `drain_timeout`). Then it is closed (drained and finalized, bounded by `close_timeout`) and
-dropped from every structure here. A load that fails leaves the old one serving.
+name; withdrawn once it is quiet (no request in flight, none arriving for `route_quiet_secs`;
+bounded by `drain_timeout_secs`). Then it is closed (drained and finalized, bounded by
+`close_timeout_secs`) and dropped from every structure here. A load that fails leaves the old
+one serving. Every wait is one of the server's `Timings` (bridge/options.py, DYN_BRIDGE_*).
 
 Whoever routes to this process's models from inside it (the triton door's directory) is told of
 every change at once (`listeners`): a new generation serving a name, a name unloaded or removed.
@@ -28,7 +29,6 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,7 +37,6 @@ from dynamo.runtime import DistributedRuntime
 from model_repository_loader import repository
 from model_repository_loader.composition import RemoteModels
 from model_repository_loader.composition.loading import missing_steps_text
-from model_repository_loader.config import ConfigOptions
 from model_repository_loader.errors import ModelLoadError
 from model_repository_loader.loader import (
     LoadedRepository,
@@ -51,7 +50,7 @@ from model_repository_loader.model import ServedModel
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from .. import heap
-from ..serialized_bytes import BytesLimits
+from ..options import ServerOptions
 from ..tuning import release_free_memory
 from ..worker import ModelWorker
 from .errors import NOT_EXPLICIT, ControlError, poll_failed
@@ -62,37 +61,18 @@ log = logging.getLogger("dynamo_bridge")
 MODEL_CONTROL_MODES = ("none", "poll", "explicit")
 
 
-# After the last unload of a burst, when the heap is collected and frozen again.
+# After the last unload of a burst, when the heap is collected and frozen again: long enough
+# that a burst of unloads (a `git checkout`, a folder removed) costs one full collection, short
+# enough that the memory is given back before anyone looks.
 REFREEZE_DELAY = 1.0
+# How much longer than its own bound a model's close is waited for before it is abandoned on
+# its thread: the close answers what it could not finish within the bound, which takes a moment.
+CLOSE_BACKSTOP_S = 5.0
 
 
 def digests_of(paths: Iterable[Path]) -> dict[str, str]:
     """content_digest of every model folder in the repositories (blocking: run on a thread)."""
     return {s.name: repository.content_digest(s.path) for s in repository.scan(list(paths))}
-
-
-@dataclass
-class ManagerOptions:
-    repositories: list[Path]
-    loader: ConfigOptions = field(default_factory=ConfigOptions)
-    namespace: str = "dynamo_bridge"
-    mode: str = "poll"
-    # A retired generation is withdrawn once no request is in flight there and none has
-    # arrived for `route_quiet` seconds since it was unregistered (the frontend routes
-    # elsewhere; Dynamo 1.6 offers no confirmation of that), at most after `drain_timeout`
-    # (logged). Then it is closed, and its close (drain + finalize) waited for at most
-    # `close_timeout`.
-    route_quiet: float = 0.5
-    drain_timeout: float = 60.0
-    close_timeout: float = 60.0
-    # A load still running after this long is logged, then again at each doubling.
-    slow_load_warning: float = 10.0
-    # Shutdown: the longest wait, after the model cards are gone, for requests to stop arriving
-    # before the instance records go too (a caller that routes on instances, not cards, would
-    # otherwise hold the exit until --exit-timeout-secs).
-    routes_quiet_max: float = 5.0
-    # What one request's BYTES inputs may cost once decoded (--max-bytes-elements, ...).
-    bytes_limits: BytesLimits = field(default_factory=BytesLimits)
 
 
 class StartableRemoteModels(RemoteModels, Protocol):
@@ -107,7 +87,7 @@ class ModelManager:
     def __init__(
         self,
         runtime: DistributedRuntime,
-        options: ManagerOptions,
+        options: ServerOptions,
         loaded: LoadedRepository,
         confirm_listed: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
@@ -171,12 +151,12 @@ class ModelManager:
 
     @property
     def repositories(self) -> list[Path]:
-        return list(self.options.repositories)
+        return list(self.options.model_repositories)
 
     def refuse_unless_explicit(self) -> None:
         """ControlError (Triton's text) unless load and unload requests are taken from outside
         (`--model-control-mode=explicit`)."""
-        if self.options.mode != "explicit":
+        if self.options.model_control_mode != "explicit":
             raise ControlError(NOT_EXPLICIT, ErrorCode.UNAVAILABLE)
 
     async def _load_remote_ensembles(self) -> None:
@@ -277,7 +257,9 @@ class ModelManager:
         on its own task: one that hangs delays nobody else. Failures are logged and leave the
         serving version in place.
         """
-        sources = {s.name: s for s in await self._run(repository.scan, self.options.repositories)}
+        sources = {
+            s.name: s for s in await self._run(repository.scan, self.options.model_repositories)
+        }
         tasks = []
         for name in sorted(set(names)):
             task = asyncio.ensure_future(self._refresh_one(name, retry_failed, sources))
@@ -351,7 +333,7 @@ class ModelManager:
 
         Withdrawing is the reload's retire, for every serving generation at once: the model
         cards go first, and frontends (here or in other processes) stop routing here and use
-        the other replicas; once no request has arrived for `route_quiet`, the instance records
+        the other replicas; once no request has arrived for `route_quiet_secs`, the instance records
         go too, then the models close, draining what is in flight. Removing an instance record
         while a frontend may still route to it fails those requests ("Worker disconnected
         before response stream was established", measured: 4 to 12 of ~5000 requests at
@@ -364,11 +346,12 @@ class ModelManager:
         self.workers.clear()
         # Requests in flight are not waited for before the instance records go (drain=False):
         # closing the models drains them.
-        quiet_until = min(deadline, self.loop.time() + self.options.routes_quiet_max)
+        timings = self.options.timings
+        quiet_until = min(deadline, self.loop.time() + timings.routes_quiet_max_secs)
         withdrawn = []
         for worker in workers:
             bound = max(0.0, quiet_until - self.loop.time())
-            withdrawn.append(await worker.retire(self.options.route_quiet, bound, drain=False))
+            withdrawn.append(await worker.retire(timings.route_quiet_secs, bound, drain=False))
         if withdrawn:
             await asyncio.wait(withdrawn)
         if self._refreeze is not None:
@@ -455,9 +438,9 @@ class ModelManager:
         self._failed_digests.pop(name, None)
 
     async def _logged_while_slow(self, loading: asyncio.Future[Any], name: str) -> Any:
-        """Await a load; while it runs past `slow_load_warning`, say so (at each doubling)."""
+        """Await a load; while it runs past `slow_load_warning_secs`, say so (at each doubling)."""
         waited = 0.0
-        step = self.options.slow_load_warning
+        step = self.options.timings.slow_load_warning_secs
         while True:
             done, _ = await asyncio.wait({loading}, timeout=step)
             if done:
@@ -528,8 +511,8 @@ class ModelManager:
         """Unregister a generation now; withdraw, close and forget it in the background."""
         withdrawn = None
         if worker is not None:
-            options = self.options
-            withdrawn = await worker.retire(options.route_quiet, options.drain_timeout)
+            timings = self.options.timings
+            withdrawn = await worker.retire(timings.route_quiet_secs, timings.drain_timeout_secs)
         generation = f" (generation {worker.generation})" if worker is not None else ""
         task = asyncio.ensure_future(self._finalize(withdrawn, model, generation))
         self._retiring.add(task)
@@ -550,16 +533,17 @@ class ModelManager:
 
     async def _close_bounded(self, model: ServedModel) -> None:
         """model.close() (drain, then finalize) on a thread of its own, waited for at most
-        `close_timeout`: a finalize that never returns keeps only its thread."""
+        `close_timeout_secs`: a finalize that never returns keeps only its thread."""
         # The model bounds its own close (answering what it could not finish UNAVAILABLE); the
         # wait here is the backstop for one that overruns it anyway.
-        closing = self._on_thread(model.close, self.options.close_timeout)
-        done, _ = await asyncio.wait({closing}, timeout=self.options.close_timeout + 5)
+        timeout = self.options.timings.close_timeout_secs
+        closing = self._on_thread(model.close, timeout)
+        done, _ = await asyncio.wait({closing}, timeout=timeout + CLOSE_BACKSTOP_S)
         if not done:
             log.error(
                 "'%s': finalize still running after %.0f s; not waiting for it",
                 model.name,
-                self.options.close_timeout,
+                timeout,
             )
         elif closing.exception() is not None:
             log.error("'%s': closing failed: %s", model.name, closing.exception())
@@ -578,7 +562,7 @@ class ModelManager:
         self.loop.run_in_executor(None, release_free_memory)
 
     async def _find(self, name: str) -> repository.ModelSource | None:
-        sources = await self._run(repository.scan, self.options.repositories)
+        sources = await self._run(repository.scan, self.options.model_repositories)
         return next((s for s in sources if s.name == name), None)
 
     def _lock(self, name: str) -> asyncio.Lock:

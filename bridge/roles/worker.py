@@ -36,7 +36,7 @@ from model_repository_loader.scheduling.rate_limiter import RateLimiter
 from ..cluster.control_endpoint import ControlEndpoint
 from ..cluster.remote_models import DynamoRemoteModels
 from ..metrics.triton import TritonMetrics
-from ..models import ManagerOptions, ModelControl, ModelManager, digests_of
+from ..models import ModelControl, ModelManager, digests_of
 from ..options import ServerOptions, StartupError
 from ..reload import RepositoryWatcher
 from ..status_table import format_status_table
@@ -104,21 +104,7 @@ class WorkerRole:
         assert self._loaded is not None, "load() first"
         mode = options.model_control_mode
         manager = self.manager = ModelManager(
-            runtime,
-            ManagerOptions(
-                repositories=list(options.model_repositories),
-                loader=options.loader,
-                namespace=options.namespace,
-                mode=mode,
-                route_quiet=options.timings.route_quiet_secs,
-                drain_timeout=options.timings.drain_timeout_secs,
-                close_timeout=options.timings.close_timeout_secs,
-                slow_load_warning=options.timings.slow_load_warning_secs,
-                routes_quiet_max=options.timings.routes_quiet_max_secs,
-                bytes_limits=options.bytes_limits,
-            ),
-            self._loaded,
-            confirm_listed or self._grace_for_other_doors,
+            runtime, options, self._loaded, confirm_listed or self._grace_for_other_doors
         )
         self.control.manager = manager
         triton = TritonMetrics(

@@ -12,7 +12,6 @@ TritonService.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +20,7 @@ from dynamo.runtime import DistributedRuntime
 
 from ...options import ServerOptions, StartupError
 from .directory import Directory
-from .grpc.server import DoorConfigError, DoorOptions, GrpcServer, credentials
+from .grpc.server import DoorConfigError, GrpcServer, credentials
 from .http.server import HttpConfigError, HttpServer, check_address
 from .model_cards import ModelCards
 from .service import TritonService
@@ -46,12 +45,10 @@ class TritonDoorRole:
         # Subscribes the directory to this process's own model changes (told at once; made
         # after the worker's manager: the composition root starts the worker first).
         self.local_changes = local_changes
-        self.door_options = dataclasses.replace(
-            options.door or DoorOptions(),
-            port=options.grpc_port,
-            address=options.host,
-            namespace=options.namespace,
-        )
+        # Resolved whole by the command line (bridge/cli.py resolve_door); the composition root
+        # makes this role only when there is a triton door.
+        assert options.door is not None, "the triton door's role without its options"
+        self.door_options = options.door
         try:
             credentials(self.door_options)
             if options.http is not None:
