@@ -63,7 +63,9 @@ from .serialized_bytes import BytesLimits
 
 log = logging.getLogger(__name__)
 
-# How long a traced request's final answer waits for its trace to end (`execute` to return).
+# How long a traced request's final answer waits for its trace to end (`execute` to return,
+# which is usually at once: a decoupled model may send its final response before it returns).
+# Past it the answer goes without the rest of the trace rather than never.
 TRACE_WAIT_S = 30.0
 # How long start() waits for discovery to show the new endpoint's instance before it gives up
 # (the load then fails): the model card must not come before the instance record.

@@ -54,7 +54,9 @@ from .runtime import Service, needed_services
 
 log = logging.getLogger("dynamo_bridge")
 
-PROBE_S = 1.0  # between probes of etcd
+# Between probes of etcd: an outage is seen within a few seconds (PROBE_FAILURES probes, each
+# bounded by PROBE_TIMEOUT_S), at the cost of one small request a second.
+PROBE_S = 1.0
 PROBE_TIMEOUT_S = 2.0  # one probe's bound: an etcd that accepts but never answers is down
 # Probes that must fail in a row before etcd counts as away: one slow answer on a busy loop
 # must not make the process unready (nor log an ERROR).

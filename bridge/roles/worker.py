@@ -43,7 +43,8 @@ from ..status_table import format_status_table
 
 log = logging.getLogger("dynamo_bridge")
 
-# How often Dynamo's health status is brought in line with the strict readiness.
+# How often Dynamo's health status is brought in line with the strict readiness: often enough
+# that a probe sees a change within a quarter second, and a check is a few dict reads.
 HEALTH_SYNC_S = 0.25
 # The never-served endpoint whose metrics callback appends ours to the system status server's
 # /metrics: a callback registered on an endpoint that is served later is lost (measured on
