@@ -157,6 +157,7 @@ class ModelWorker:
         self._idle: asyncio.Event | None = None
 
     async def start(self) -> None:
+        """Serve the endpoint, wait until discovery shows its instance, register the model."""
         # Serve first, then advertise: a request routed here finds a handler. serve_endpoint
         # publishes the instance record in the background; the model card must not come
         # before it, or during a reload the frontend can pick this generation while it has no

@@ -525,7 +525,7 @@ class ModelManager:
         model, and forget it."""
         name = model.name
         if withdrawn is not None:
-            await withdrawn
+            await asyncio.wait({withdrawn})  # whatever became of it, the model still closes
         await self._close_bounded(model)
         del model, withdrawn  # nothing here may keep the generation alive past this point
         self._schedule_refreeze()
