@@ -46,6 +46,7 @@ from .frontends.triton.http.server import HttpConfigError
 from .frontends.triton.role import TritonDoorRole
 from .logs import dynamo_noise
 from .metrics.server import MetricsServer
+from .models.endpoint import ModelWorker
 from .options import ServerOptions, StartupError
 from .roles.discovery import DiscoveryWatch
 from .roles.frontend import FrontendRole
@@ -53,7 +54,6 @@ from .roles.ports import PortUnavailable, check_free, door_listeners, listeners
 from .roles.runtime import RuntimeSettingsError, check_services, start_runtime
 from .roles.worker import WorkerRole
 from .tuning import batch_scheduling, keep_large_buffers, open_files_to_hard_limit
-from .worker import ModelWorker
 
 __all__ = ["RuntimeSettingsError", "ServerOptions", "StartupError", "serve"]
 

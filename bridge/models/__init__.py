@@ -1,7 +1,9 @@
 """The serving models: their lifecycle, and the model loading API models call.
 
 - `manager.py`: `ModelManager` loads, swaps (zero-gap hot reload) and unloads models, each
-  served as a Dynamo endpoint (bridge/worker.py), which owns its retirement.
+  served as a Dynamo endpoint (`endpoint.py`).
+- `endpoint.py`: `ModelWorker`, one model's Dynamo endpoint: it answers the model's requests
+  and owns its retirement (unregister, withdraw once quiet, let go).
 - `loading_api.py`: `ModelControl`, what `pb_utils.load_model` / `unload_model` /
   `is_model_ready` reach (a repository's `ModelServices.control`).
 - `threads.py`: model code (`initialize`, `finalize`) on daemon threads of its own.

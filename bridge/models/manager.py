@@ -52,7 +52,7 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from .. import heap
 from ..options import ServerOptions
 from ..tuning import release_free_memory
-from ..worker import ModelWorker
+from .endpoint import ModelWorker
 from .errors import NOT_EXPLICIT, ControlError, poll_failed
 from .threads import on_daemon_thread
 

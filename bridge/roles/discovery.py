@@ -61,8 +61,8 @@ PROBE_TIMEOUT_S = 2.0  # one probe's bound: an etcd that accepts but never answe
 # Probes that must fail in a row before etcd counts as away: one slow answer on a busy loop
 # must not make the process unready (nor log an ERROR).
 PROBE_FAILURES = 2
-# The sentinel's component: not a model's (those are `<slug>-<hash>`, bridge/worker.py), and
-# never routed to (no model card names it).
+# The sentinel's component: not a model's (those are `<slug>-<hash>`,
+# bridge/models/endpoint.py), and never routed to (no model card names it).
 SENTINEL_ENDPOINT = "bridge.runtime"
 
 

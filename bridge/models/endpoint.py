@@ -43,7 +43,7 @@ from model_repository_loader.validation import (
     parse_model_version,
 )
 
-from .codec import (
+from ..codec import (
     LARGE_REQUEST_ELEMENTS,
     OFF_LOOP_BYTES,
     TO_DYNAMO,
@@ -58,8 +58,8 @@ from .codec import (
     wants_bridge_form,
     wants_empty_final_response,
 )
-from .errors import request_failed
-from .serialized_bytes import BytesLimits
+from ..errors import request_failed
+from ..serialized_bytes import BytesLimits
 
 log = logging.getLogger(__name__)
 
