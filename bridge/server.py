@@ -2,7 +2,7 @@
 
 `--role all` (the embedded default) runs a worker (bridge/roles/worker.py: the repository's
 models, hot reload, the control port) and a front door (the triton door,
-bridge/frontends/triton/role.py, by default; Dynamo's KServe gRPC frontend,
+bridge/roles/triton_door.py, by default; Dynamo's KServe gRPC frontend,
 bridge/roles/frontend.py, with `--frontend dynamo`) in one process over `mem` discovery;
 `--role worker` and `--role frontend` run one of them, and find each other through Dynamo's
 discovery (docs/deployment.md). Before anything slow, the services the runtime needs (etcd,
@@ -43,7 +43,6 @@ from . import heap
 from .control import ControlPort
 from .frontends.triton.http.limits import DEFAULT_MAX_INPUT_SIZE
 from .frontends.triton.http.server import HttpConfigError
-from .frontends.triton.role import TritonDoorRole
 from .logs import dynamo_noise
 from .metrics.server import MetricsServer
 from .models.endpoint import ModelWorker
@@ -52,6 +51,7 @@ from .roles.discovery import DiscoveryWatch
 from .roles.frontend import FrontendRole
 from .roles.ports import PortUnavailable, check_free, door_listeners, listeners
 from .roles.runtime import RuntimeSettingsError, check_services, start_runtime
+from .roles.triton_door import TritonDoorRole
 from .roles.worker import WorkerRole
 from .tuning import batch_scheduling, keep_large_buffers, open_files_to_hard_limit
 

@@ -1,12 +1,12 @@
 """The triton door as a process's frontend role (`--frontend triton`, roles `all` and `frontend`).
 
-It has the shape of bridge/roles/frontend.py's `FrontendRole`, so the composition root picks
+It has the shape of `FrontendRole` (frontend.py, Dynamo's door), so the composition root picks
 one or the other and runs it the same way. Differences: no private HTTP port (the door has no
 Dynamo HTTP server behind the metrics port), TLS files are read when the role is made (a bad
 path fails start-up before any model loads), and at shutdown the door answers as tritonserver
-does while it exits (grpc/server.py `stop`) until the calls in flight have finished, within
-`--exit-timeout-secs`; the HTTP server stops taking new calls meanwhile. Both wires share one
-TritonService.
+does while it exits (bridge/frontends/triton/grpc/server.py `stop`) until the calls in flight
+have finished, within `--exit-timeout-secs`; the HTTP server stops taking new calls meanwhile.
+Both wires share one TritonService (bridge/frontends/triton/).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from typing import Any
 
 from dynamo.runtime import DistributedRuntime
 
-from ...options import ServerOptions, StartupError
-from .directory import Directory
-from .grpc.server import DoorConfigError, GrpcServer, credentials
-from .http.server import HttpConfigError, HttpServer, check_address
-from .model_cards import ModelCards
-from .service import TritonService
+from ..frontends.triton.directory import Directory
+from ..frontends.triton.grpc.server import DoorConfigError, GrpcServer, credentials
+from ..frontends.triton.http.server import HttpConfigError, HttpServer, check_address
+from ..frontends.triton.model_cards import ModelCards
+from ..frontends.triton.service import TritonService
+from ..options import ServerOptions, StartupError
 
 log = logging.getLogger("dynamo_bridge")
 
