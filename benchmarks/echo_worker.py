@@ -92,7 +92,7 @@ async def serve(repository_path: Path, grpc_port: int, metrics_port: int) -> Non
     from dynamo.runtime import DistributedRuntime
 
     from bridge.frontends.dynamo import run_grpc_frontend
-    from bridge.worker import component_name, tensor_model_config
+    from bridge.models.endpoint import component_name, tensor_model_config
     from model_repository_loader import repository
     from model_repository_loader.config import load_config
 

@@ -231,11 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     # Every HTTP listener (the triton door's --http-port, --control-port, --metrics-port):
     # tritonserver has no such flags; the names and defaults are bridge/frontends/triton/http/
-    # connections.py's, which says why.
+    # connections.py's, which says why (None here: its default, resolve_http_limits).
     p.add_argument(
         "--http-header-timeout-secs",
         type=float,
-        default=5.0,
+        default=None,
         metavar="SECONDS",
         help="every HTTP port: a request's line and headers must arrive within this long of "
         "its first byte (else 408 and the connection closes; default 5)",
@@ -243,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--http-body-timeout-secs",
         type=float,
-        default=120.0,
+        default=None,
         metavar="SECONDS",
         help="every HTTP port: a request's whole body must arrive within this long of its "
         "headers (else 408 and the connection closes; default 120)",
@@ -251,14 +251,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--http-keep-alive-timeout-secs",
         type=float,
-        default=75.0,
+        default=None,
         metavar="SECONDS",
         help="every HTTP port: close a connection idle this long between requests (default 75)",
     )
     p.add_argument(
         "--http-max-connections",
         type=int,
-        default=1024,
+        default=None,
         metavar="N",
         help="every HTTP port: at most N open connections each; more are answered 503 and "
         "closed (default 1024)",
@@ -667,9 +667,12 @@ def parse_cache_config(settings: Sequence[str], byte_size: int | None) -> int:
     return size
 
 
-def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> DoorOptions | None:
-    """The triton door's options (`--frontend triton`), None for Dynamo's frontend; exits
-    through `parser.error` (status 2) on flags that need the triton door or do not parse."""
+def resolve_door(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, namespace: str = DEFAULT_NAMESPACE
+) -> DoorOptions | None:
+    """The triton door's options (`--frontend triton`), whole: its port, address and the
+    namespace it serves too; None for Dynamo's frontend. Exits through `parser.error`
+    (status 2) on flags that need the triton door or do not parse."""
     if args.frontend == "dynamo":
         if args.grpc_use_ssl or args.grpc_use_ssl_mutual or args.grpc_restricted_protocol:
             parser.error(
@@ -700,6 +703,9 @@ def resolve_door(parser: argparse.ArgumentParser, args: argparse.Namespace) -> D
     if connections < 1:
         parser.error(f"--grpc-max-connections: {connections} is not >= 1")
     return DoorOptions(
+        port=args.grpc_port,
+        address=args.host,
+        namespace=namespace,
         max_message_size=args.grpc_max_message_size,
         restricted=restricted,
         max_connections=connections,
@@ -719,12 +725,13 @@ def resolve_http_limits(
     work."""
     from .frontends.triton.http.connections import ConnectionLimits
 
-    limits = ConnectionLimits(
-        header_timeout=args.http_header_timeout_secs,
-        body_timeout=args.http_body_timeout_secs,
-        keep_alive_timeout=args.http_keep_alive_timeout_secs,
-        max_connections=args.http_max_connections,
-    )
+    given = {
+        "header_timeout": args.http_header_timeout_secs,
+        "body_timeout": args.http_body_timeout_secs,
+        "keep_alive_timeout": args.http_keep_alive_timeout_secs,
+        "max_connections": args.http_max_connections,
+    }
+    limits = ConnectionLimits(**{k: v for k, v in given.items() if v is not None})
     try:
         limits.check()
     except ValueError as exc:
@@ -830,7 +837,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "--http-restricted-api: %s not served over HTTP without --frontend triton",
                 ", ".join(others),
             )
-    door = resolve_door(parser, args)
+    door = resolve_door(parser, args, topology.namespace)
     http_limits = resolve_http_limits(parser, args)
     options = ServerOptions(
         model_repositories=args.model_repositories,

@@ -2,7 +2,7 @@
 
 `--role all` (the embedded default) runs a worker (bridge/roles/worker.py: the repository's
 models, hot reload, the control port) and a front door (the triton door,
-bridge/frontends/triton/role.py, by default; Dynamo's KServe gRPC frontend,
+bridge/roles/triton_door.py, by default; Dynamo's KServe gRPC frontend,
 bridge/roles/frontend.py, with `--frontend dynamo`) in one process over `mem` discovery;
 `--role worker` and `--role frontend` run one of them, and find each other through Dynamo's
 discovery (docs/deployment.md). Before anything slow, the services the runtime needs (etcd,
@@ -43,17 +43,17 @@ from . import heap
 from .control import ControlPort
 from .frontends.triton.http.limits import DEFAULT_MAX_INPUT_SIZE
 from .frontends.triton.http.server import HttpConfigError
-from .frontends.triton.role import TritonDoorRole
 from .logs import dynamo_noise
 from .metrics.server import MetricsServer
+from .models.endpoint import ModelWorker
 from .options import ServerOptions, StartupError
 from .roles.discovery import DiscoveryWatch
 from .roles.frontend import FrontendRole
 from .roles.ports import PortUnavailable, check_free, door_listeners, listeners
 from .roles.runtime import RuntimeSettingsError, check_services, start_runtime
+from .roles.triton_door import TritonDoorRole
 from .roles.worker import WorkerRole
 from .tuning import batch_scheduling, keep_large_buffers, open_files_to_hard_limit
-from .worker import ModelWorker
 
 __all__ = ["RuntimeSettingsError", "ServerOptions", "StartupError", "serve"]
 
@@ -104,8 +104,18 @@ def _arm_exit_watchdog(seconds: float) -> threading.Timer:
 
 
 EXIT_TIMEOUT_TEXT = "exit timeout expired: exiting without waiting for the models still running"
-# Past --exit-timeout-secs: what stopping the runtime and the frontend may still take.
+# Past --exit-timeout-secs: what stopping the runtime and the frontend may still take (measured
+# well under a second; the watchdog only fires when something hangs).
 RUNTIME_STOP_S = 5.0
+# After the models closed: for the last responses to leave through the request plane before the
+# runtime stops under them (a fraction of a second is ample for what is already on its way).
+LAST_RESPONSES_S = 0.2
+# After runtime.shutdown(): for every endpoint's serve call to return (they return as the
+# runtime stops; this bounds one that does not, so the exit is never held by it).
+SERVE_CALLS_RETURN_S = 2.0
+# When the front door stopped by itself: how long discovery's watch may take to tell whether
+# the runtime was shut down under it (a lost etcd lease), which decides the exit status.
+LEASE_SETTLE_S = 2.0
 
 
 def _worker_metrics(worker: WorkerRole) -> Callable[[], str]:
@@ -259,7 +269,10 @@ async def serve(options: ServerOptions) -> None:
         if role is not None:
             role.discovery_usable = watch.usable
     if worker is not None:
-        await worker.start(runtime, frontend.http_port if frontend is not None else None)
+        # Dynamo's frontend in this process can be asked whether it lists a new model yet; the
+        # triton door's directory is told in-process (no confirmation), others get a grace.
+        confirm_listed = frontend.confirm_listed if isinstance(frontend, FrontendRole) else None
+        await worker.start(runtime, confirm_listed)
 
     heap.freeze()  # everything loaded so far lives as long as the server (heap.py)
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -273,7 +286,8 @@ async def serve(options: ServerOptions) -> None:
     await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
     failed = False
     if frontend is not None and frontend.task is not None and frontend.task.done():
-        await watch.settle(timeout=2.0)  # Dynamo's frontend ends with a runtime shut down
+        # Dynamo's frontend ends with a runtime shut down: was it that (a lost lease)?
+        await watch.settle(timeout=LEASE_SETTLE_S)
         if frontend.task.exception() is not None and not watch.lost:
             failed = True  # e.g. its port taken since the check: withdraw, then exit 1
             log.error("the front door stopped: %s", frontend.task.exception())
@@ -303,10 +317,10 @@ async def serve(options: ServerOptions) -> None:
     if metrics_server is not None:
         await metrics_server.stop()
     if worker is not None:
-        await asyncio.sleep(0.2)  # let the last responses leave through the request plane
+        await asyncio.sleep(LAST_RESPONSES_S)
     runtime.shutdown()
     if worker is not None:
-        await worker.wait_served(timeout=2.0)
+        await worker.wait_served(timeout=SERVE_CALLS_RETURN_S)
     stopped.cancel()
     if not clean and not watch.lost:
         # Threads stuck in model code would be joined at exit (or hold the executor's join).

@@ -21,7 +21,7 @@ from typing import Any
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 # `<namespace>.bridge.control`: model components never use the component name `bridge`
-# (bridge/worker.py `component_name` always ends with `-<hash>`), so the two never meet.
+# (bridge/models/endpoint.py `component_name` always ends with `-<hash>`), so the two never meet.
 CONTROL_COMPONENT = "bridge"
 CONTROL_ENDPOINT = "control"
 # Every index row carries this: the model endpoints of a bridge worker take the bridge form.

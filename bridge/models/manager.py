@@ -6,13 +6,13 @@ models, changed in place, so in-process BLS callers find a swapped model by name
 
 A swap never leaves a gap: the new model is loaded beside the serving one (on a thread of its
 own), served on a new Dynamo component (generation 2, 3, ...) and registered; once discovery
-shows its instance and the frontend lists the name (a frontend in another process, which cannot
-be asked, gets a grace instead), the old one is unregistered. A request that
-still reaches the old endpoint goes to the model now serving the name (ModelWorker.generate).
-The old generation's instance is withdrawn once it is quiet (no request in flight, none arriving
-for `route_quiet`; bounded by `drain_timeout`), then it is closed (drained and finalized, bounded
-by `close_timeout`) and dropped from every structure here. A load that fails leaves the old one
-serving.
+shows its instance and the front door confirms it lists the name (`confirm_listed`, given by the
+role that knows the door), the old one is retired (`ModelWorker.retire`, one call): unregistered
+at once, and a request that still reaches the old endpoint goes to the model now serving the
+name; withdrawn once it is quiet (no request in flight, none arriving for `route_quiet_secs`;
+bounded by `drain_timeout_secs`). Then it is closed (drained and finalized, bounded by
+`close_timeout_secs`) and dropped from every structure here. A load that fails leaves the old
+one serving. Every wait is one of the server's `Timings` (bridge/options.py, DYN_BRIDGE_*).
 
 Whoever routes to this process's models from inside it (the triton door's directory) is told of
 every change at once (`listeners`): a new generation serving a name, a name unloaded or removed.
@@ -28,8 +28,7 @@ import asyncio
 import logging
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,7 +37,6 @@ from dynamo.runtime import DistributedRuntime
 from model_repository_loader import repository
 from model_repository_loader.composition import RemoteModels
 from model_repository_loader.composition.loading import missing_steps_text
-from model_repository_loader.config import ConfigOptions
 from model_repository_loader.errors import ModelLoadError
 from model_repository_loader.loader import (
     LoadedRepository,
@@ -52,11 +50,10 @@ from model_repository_loader.model import ServedModel
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from .. import heap
-from ..serialized_bytes import BytesLimits
+from ..options import ServerOptions
 from ..tuning import release_free_memory
-from ..worker import ModelWorker
+from .endpoint import ModelWorker
 from .errors import NOT_EXPLICIT, ControlError, poll_failed
-from .frontend_probe import until_frontend_lists
 from .threads import on_daemon_thread
 
 log = logging.getLogger("dynamo_bridge")
@@ -64,45 +61,18 @@ log = logging.getLogger("dynamo_bridge")
 MODEL_CONTROL_MODES = ("none", "poll", "explicit")
 
 
-# After the last unload of a burst, when the heap is collected and frozen again.
+# After the last unload of a burst, when the heap is collected and frozen again: long enough
+# that a burst of unloads (a `git checkout`, a folder removed) costs one full collection, short
+# enough that the memory is given back before anyone looks.
 REFREEZE_DELAY = 1.0
+# How much longer than its own bound a model's close is waited for before it is abandoned on
+# its thread: the close answers what it could not finish within the bound, which takes a moment.
+CLOSE_BACKSTOP_S = 5.0
 
 
 def digests_of(paths: Iterable[Path]) -> dict[str, str]:
     """content_digest of every model folder in the repositories (blocking: run on a thread)."""
     return {s.name: repository.content_digest(s.path) for s in repository.scan(list(paths))}
-
-
-@dataclass
-class ManagerOptions:
-    repositories: list[Path]
-    loader: ConfigOptions = field(default_factory=ConfigOptions)
-    namespace: str = "dynamo_bridge"
-    mode: str = "poll"
-    # A retired generation is withdrawn once no request is in flight there and none has
-    # arrived for `route_quiet` seconds since it was unregistered (the frontend routes
-    # elsewhere; Dynamo 1.6 offers no confirmation of that), at most after `drain_timeout`
-    # (logged). Then it is closed, and its close (drain + finalize) waited for at most
-    # `close_timeout`.
-    route_quiet: float = 0.5
-    drain_timeout: float = 60.0
-    close_timeout: float = 60.0
-    # A load still running after this long is logged, then again at each doubling.
-    slow_load_warning: float = 10.0
-    # The in-process frontend's metrics port: a newly loaded model is reported loaded only once
-    # the frontend lists it (/v1/models), so "load returned" means "requests reach it", as in
-    # Triton. None (no local frontend, `--role worker`): frontends elsewhere cannot be asked,
-    # so they are given `remote_frontend_grace` seconds to pick up a new generation before
-    # the one it replaces is withdrawn (measured with file discovery: withdrawing at once
-    # made a frontend answer NOT_FOUND for a moment).
-    frontend_metrics_port: int | None = None
-    remote_frontend_grace: float = 0.0
-    # Shutdown: the longest wait, after the model cards are gone, for requests to stop arriving
-    # before the instance records go too (a caller that routes on instances, not cards, would
-    # otherwise hold the exit until --exit-timeout-secs).
-    routes_quiet_max: float = 5.0
-    # What one request's BYTES inputs may cost once decoded (--max-bytes-elements, ...).
-    bytes_limits: BytesLimits = field(default_factory=BytesLimits)
 
 
 class StartableRemoteModels(RemoteModels, Protocol):
@@ -115,10 +85,18 @@ class ModelManager:
     """Loads, swaps and unloads models; serves each as a Dynamo worker (see module doc)."""
 
     def __init__(
-        self, runtime: DistributedRuntime, options: ManagerOptions, loaded: LoadedRepository
+        self,
+        runtime: DistributedRuntime,
+        options: ServerOptions,
+        loaded: LoadedRepository,
+        confirm_listed: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.runtime = runtime
         self.options = options
+        # Awaited after a new generation is registered, before the one it replaces is retired
+        # and before a load returns: returns once the front doors route the name to it (the role
+        # knows how to tell; None: nothing to wait for). It only waits, it never raises.
+        self._confirm_listed = confirm_listed
         self.repository = loaded
         self.workers: dict[str, ModelWorker] = {}
         self.digests: dict[str, str] = {}
@@ -130,10 +108,11 @@ class ModelManager:
         self._override_dirs: dict[str, Path] = {}
         # Digest of the last failed load per model: the start-up refresh does not retry it.
         self._failed_digests: dict[str, str] = {}
-        # serve_endpoint calls of every generation started: Dynamo keeps serving a retired
-        # endpoint (no per-endpoint stop), and wait_served lets each return at shutdown. Only the
-        # futures are kept; a retired worker lets go of its model (ModelWorker.retire).
-        self._serving: list[asyncio.Future[Any]] = []
+        # serve_endpoint calls of every generation started (the workers leave them here):
+        # Dynamo keeps serving a retired endpoint (no per-endpoint stop), and wait_served lets
+        # each return at shutdown. Only the futures are kept; a retired worker lets go of its
+        # model (ModelWorker.retire).
+        self._serve_calls: list[asyncio.Future[Any]] = []
         self._refreeze: asyncio.TimerHandle | None = None
         # Called on the loop with a model's name as soon as what serves it changed (see the
         # module doc); before a load or unload returns, before an old generation is withdrawn.
@@ -163,7 +142,7 @@ class ModelManager:
         for model in list(self.repository.models.values()):
             await self._serve(model, announce=False)
         if serve_control is not None:
-            self._serving.append(serve_control())
+            self._serve_calls.append(serve_control())
         if remote is not None:
             await remote.start()
             self.repository.scope.remote = remote
@@ -172,12 +151,12 @@ class ModelManager:
 
     @property
     def repositories(self) -> list[Path]:
-        return list(self.options.repositories)
+        return list(self.options.model_repositories)
 
     def refuse_unless_explicit(self) -> None:
         """ControlError (Triton's text) unless load and unload requests are taken from outside
         (`--model-control-mode=explicit`)."""
-        if self.options.mode != "explicit":
+        if self.options.model_control_mode != "explicit":
             raise ControlError(NOT_EXPLICIT, ErrorCode.UNAVAILABLE)
 
     async def _load_remote_ensembles(self) -> None:
@@ -278,7 +257,9 @@ class ModelManager:
         on its own task: one that hangs delays nobody else. Failures are logged and leave the
         serving version in place.
         """
-        sources = {s.name: s for s in await self._run(repository.scan, self.options.repositories)}
+        sources = {
+            s.name: s for s in await self._run(repository.scan, self.options.model_repositories)
+        }
         tasks = []
         for name in sorted(set(names)):
             task = asyncio.ensure_future(self._refresh_one(name, retry_failed, sources))
@@ -352,7 +333,7 @@ class ModelManager:
 
         Withdrawing is the reload's retire, for every serving generation at once: the model
         cards go first, and frontends (here or in other processes) stop routing here and use
-        the other replicas; once no request has arrived for `route_quiet`, the instance records
+        the other replicas; once no request has arrived for `route_quiet_secs`, the instance records
         go too, then the models close, draining what is in flight. Removing an instance record
         while a frontend may still route to it fails those requests ("Worker disconnected
         before response stream was established", measured: 4 to 12 of ~5000 requests at
@@ -363,17 +344,16 @@ class ModelManager:
             task.cancel()  # a load in progress is abandoned; its thread is not waited for
         workers = list(self.workers.values()) if withdraw else []
         self.workers.clear()
-        since = self.loop.time()
+        # Requests in flight are not waited for before the instance records go (drain=False):
+        # closing the models drains them.
+        timings = self.options.timings
+        quiet_until = min(deadline, self.loop.time() + timings.routes_quiet_max_secs)
+        withdrawn = []
         for worker in workers:
-            try:
-                await worker.stop()
-            except Exception as exc:  # keep shutting the rest down
-                log.warning("unregistering '%s' failed: %s", worker.name, exc)
-        if workers:
-            quiet_until = min(deadline, since + self.options.routes_quiet_max)
-            await self._until_routes_quiet(workers, since, quiet_until)
-        for worker in workers:
-            await worker.withdraw()
+            bound = max(0.0, quiet_until - self.loop.time())
+            withdrawn.append(await worker.retire(timings.route_quiet_secs, bound, drain=False))
+        if withdrawn:
+            await asyncio.wait(withdrawn)
         if self._refreeze is not None:
             self._refreeze.cancel()
         pending = set(self._retiring)
@@ -397,24 +377,11 @@ class ModelManager:
             return False
         return True
 
-    async def _until_routes_quiet(
-        self, workers: list[ModelWorker], since: float, deadline: float
-    ) -> None:
-        """After unregistering: until no request has reached `workers` for `route_quiet` (the
-        frontends have stopped routing here), at most until `deadline`. Requests in flight are
-        not waited for here; closing the models drains them."""
-        while True:
-            last = max([since, *(worker.last_arrival for worker in workers)])
-            wake = min(last + self.options.route_quiet, deadline)
-            if wake <= self.loop.time():
-                return
-            await asyncio.sleep(wake - self.loop.time())
-
     async def wait_served(self, timeout: float) -> None:
         """After runtime.shutdown(): let every generation's serve_endpoint call return, so the
         runtime does not call back into a closed event loop."""
-        if self._serving:
-            await asyncio.wait(self._serving, timeout=timeout)
+        if self._serve_calls:
+            await asyncio.wait(self._serve_calls, timeout=timeout)
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -471,9 +438,9 @@ class ModelManager:
         self._failed_digests.pop(name, None)
 
     async def _logged_while_slow(self, loading: asyncio.Future[Any], name: str) -> Any:
-        """Await a load; while it runs past `slow_load_warning`, say so (at each doubling)."""
+        """Await a load; while it runs past `slow_load_warning_secs`, say so (at each doubling)."""
         waited = 0.0
-        step = self.options.slow_load_warning
+        step = self.options.timings.slow_load_warning_secs
         while True:
             done, _ = await asyncio.wait({loading}, timeout=step)
             if done:
@@ -495,6 +462,7 @@ class ModelManager:
             generation,
             serving=lambda: models.get(name),  # the name's live model: never a retired one
             bytes_limits=self.options.bytes_limits,
+            serve_calls=self._serve_calls,
         )
         try:
             await worker.start()
@@ -502,9 +470,6 @@ class ModelManager:
             # Not served: finalize it rather than leak its instances.
             await self._close_bounded(model)
             raise
-        finally:
-            if worker._serving is not None:
-                self._serving.append(worker._serving)
         old_worker = self.workers.get(name)
         old_model = self.repository.models.get(name)
         self.workers[name] = worker
@@ -516,9 +481,9 @@ class ModelManager:
         replacing = old_model is not None and old_model is not model
         if announce or replacing:
             # Confirmations before the old generation is withdrawn: discovery shows the new
-            # generation's instance (start() waited for it) and the frontend lists the name
-            # (with no frontend in this process: a grace for the frontends elsewhere).
-            await self._until_frontend_lists(name)
+            # generation's instance (start() waited for it) and the front doors list the name.
+            if self._confirm_listed is not None:
+                await self._confirm_listed(name)
         if announce:
             log.info("successfully loaded '%s' (generation %d)", name, generation)
         if replacing and old_model is not None:
@@ -544,50 +509,41 @@ class ModelManager:
 
     async def _retire(self, worker: ModelWorker | None, model: ServedModel) -> None:
         """Unregister a generation now; withdraw, close and forget it in the background."""
+        withdrawn = None
         if worker is not None:
-            try:
-                await worker.stop()
-            except Exception as exc:
-                log.warning("unregistering '%s' failed: %s", model.name, exc)
-        task = asyncio.ensure_future(self._finalize(worker, model, self.loop.time()))
+            timings = self.options.timings
+            withdrawn = await worker.retire(timings.route_quiet_secs, timings.drain_timeout_secs)
+        generation = f" (generation {worker.generation})" if worker is not None else ""
+        task = asyncio.ensure_future(self._finalize(withdrawn, model, generation))
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
-    async def _finalize(self, worker: ModelWorker | None, model: ServedModel, since: float) -> None:
+    async def _finalize(
+        self, withdrawn: asyncio.Future[None] | None, model: ServedModel, generation: str
+    ) -> None:
+        """Once the retired generation is withdrawn (and has let go of its model): close the
+        model, and forget it."""
         name = model.name
-        generation = f" (generation {worker.generation})" if worker is not None else ""
-        if worker is not None:
-            options = self.options
-            if not await worker.wait_quiet(since, options.route_quiet, options.drain_timeout):
-                log.warning(
-                    "'%s'%s: %d request(s) still in flight (or arriving) after %.0f s; "
-                    "closing it anyway",
-                    name,
-                    generation,
-                    worker.in_flight,
-                    options.drain_timeout,
-                )
-            # Before the model closes: from here on nothing is routed to this generation, and
-            # a late request goes to the name's live model or is answered UNAVAILABLE at once.
-            await worker.withdraw()
-            worker.retire()
+        if withdrawn is not None:
+            await asyncio.wait({withdrawn})  # whatever became of it, the model still closes
         await self._close_bounded(model)
-        del model, worker  # nothing here may keep the generation alive past this point
+        del model, withdrawn  # nothing here may keep the generation alive past this point
         self._schedule_refreeze()
         log.info("successfully unloaded '%s'%s", name, generation)
 
     async def _close_bounded(self, model: ServedModel) -> None:
         """model.close() (drain, then finalize) on a thread of its own, waited for at most
-        `close_timeout`: a finalize that never returns keeps only its thread."""
+        `close_timeout_secs`: a finalize that never returns keeps only its thread."""
         # The model bounds its own close (answering what it could not finish UNAVAILABLE); the
         # wait here is the backstop for one that overruns it anyway.
-        closing = self._on_thread(model.close, self.options.close_timeout)
-        done, _ = await asyncio.wait({closing}, timeout=self.options.close_timeout + 5)
+        timeout = self.options.timings.close_timeout_secs
+        closing = self._on_thread(model.close, timeout)
+        done, _ = await asyncio.wait({closing}, timeout=timeout + CLOSE_BACKSTOP_S)
         if not done:
             log.error(
                 "'%s': finalize still running after %.0f s; not waiting for it",
                 model.name,
-                self.options.close_timeout,
+                timeout,
             )
         elif closing.exception() is not None:
             log.error("'%s': closing failed: %s", model.name, closing.exception())
@@ -605,16 +561,8 @@ class ModelManager:
         # What they held is free now, but malloc keeps it in its arenas (tuning.py).
         self.loop.run_in_executor(None, release_free_memory)
 
-    async def _until_frontend_lists(self, name: str, timeout: float = 5.0) -> None:
-        port = self.options.frontend_metrics_port
-        if port is None:
-            await asyncio.sleep(self.options.remote_frontend_grace)
-            return
-        if not await until_frontend_lists(port, name, timeout):
-            log.warning("'%s' registered but not listed by the frontend after %.0fs", name, timeout)
-
     async def _find(self, name: str) -> repository.ModelSource | None:
-        sources = await self._run(repository.scan, self.options.repositories)
+        sources = await self._run(repository.scan, self.options.model_repositories)
         return next((s for s in sources if s.name == name), None)
 
     def _lock(self, name: str) -> asyncio.Lock:

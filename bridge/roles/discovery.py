@@ -54,13 +54,15 @@ from .runtime import Service, needed_services
 
 log = logging.getLogger("dynamo_bridge")
 
-PROBE_S = 1.0  # between probes of etcd
+# Between probes of etcd: an outage is seen within a few seconds (PROBE_FAILURES probes, each
+# bounded by PROBE_TIMEOUT_S), at the cost of one small request a second.
+PROBE_S = 1.0
 PROBE_TIMEOUT_S = 2.0  # one probe's bound: an etcd that accepts but never answers is down
 # Probes that must fail in a row before etcd counts as away: one slow answer on a busy loop
 # must not make the process unready (nor log an ERROR).
 PROBE_FAILURES = 2
-# The sentinel's component: not a model's (those are `<slug>-<hash>`, bridge/worker.py), and
-# never routed to (no model card names it).
+# The sentinel's component: not a model's (those are `<slug>-<hash>`,
+# bridge/models/endpoint.py), and never routed to (no model card names it).
 SENTINEL_ENDPOINT = "bridge.runtime"
 
 

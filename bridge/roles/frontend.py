@@ -32,10 +32,14 @@ from dynamo.runtime import DistributedRuntime
 from ..frontends.dynamo import run_grpc_frontend
 from ..metrics.server import free_loopback_port
 from ..options import ServerOptions
+from .frontend_probe import until_frontend_lists
 
 log = logging.getLogger("dynamo_bridge")
 
 GRPC_PROBE_S = 0.05  # between connection attempts while the gRPC port comes up
+# How long a newly registered model may take to be listed before a reload goes on anyway (and
+# says so): measured listings come within milliseconds; this only bounds a frontend that hangs.
+LISTING_TIMEOUT_S = 5.0
 # Dynamo's switch for its HTTP admin API (`/busy_threshold`), read when the frontend starts.
 ADMIN_API_SWITCH = "DYN_DISABLE_FRONTEND_ADMIN_API"
 
@@ -98,6 +102,17 @@ class FrontendRole:
         log.info("Dynamo's frontend HTTP on 0.0.0.0:%d (all interfaces)", self.http_port)
         log.info(DYNAMO_DOOR_NOTICE)
         return self.task
+
+    async def confirm_listed(self, name: str) -> None:
+        """Return once this frontend lists `name` (its `/v1/models`), so that "load returned"
+        means "requests reach it", as in Triton, and a reload withdraws the old generation
+        only then; at most LISTING_TIMEOUT_S (logged)."""
+        if not await until_frontend_lists(self.http_port, name, LISTING_TIMEOUT_S):
+            log.warning(
+                "'%s' registered but not listed by the frontend after %.0fs",
+                name,
+                LISTING_TIMEOUT_S,
+            )
 
     def ready(self) -> bool:
         return (

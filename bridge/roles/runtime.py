@@ -24,6 +24,8 @@ log = logging.getLogger("dynamo_bridge")
 # Dynamo's defaults when the variables are unset.
 ETCD_DEFAULT = "http://localhost:2379"
 NATS_DEFAULT = "nats://localhost:4222"
+# Start-up's check that etcd / NATS accept a connection: a reachable service accepts within
+# milliseconds; one that takes seconds is reported rather than waited for.
 CONNECT_TIMEOUT_S = 3.0
 
 # The request plane's listening addresses (worker side, and the response streams of a caller).

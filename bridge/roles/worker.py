@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from dynamo.runtime import DistributedRuntime
 
@@ -37,7 +37,7 @@ from ..cluster.control_endpoint import ControlEndpoint
 from ..cluster.index import ClusterIndex
 from ..cluster.remote_models import DynamoRemoteModels
 from ..metrics.triton import TritonMetrics
-from ..models import ManagerOptions, ModelControl, ModelManager, digests_of
+from ..models import ModelControl, ModelManager, digests_of
 from ..options import ServerOptions, StartupError
 from ..reload import RepositoryWatcher
 from ..status_table import format_status_table
@@ -45,7 +45,8 @@ from ..transport.shm_regions import Sweeper
 
 log = logging.getLogger("dynamo_bridge")
 
-# How often Dynamo's health status is brought in line with the strict readiness.
+# How often Dynamo's health status is brought in line with the strict readiness: often enough
+# that a probe sees a change within a quarter second, and a check is a few dict reads.
 HEALTH_SYNC_S = 0.25
 # The never-served endpoint whose metrics callback appends ours to the system status server's
 # /metrics: a callback registered on an endpoint that is served later is lost (measured on
@@ -89,33 +90,25 @@ class WorkerRole:
             raise StartupError("failed to load all models")
         self._loaded = loaded
 
-    async def start(self, runtime: DistributedRuntime, frontend_port: int | None) -> None:
+    async def start(
+        self,
+        runtime: DistributedRuntime,
+        confirm_listed: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
         """Serve the loaded models on `runtime`, then the watcher and the control port.
 
-        `frontend_port`: the in-process frontend's HTTP port (`--role all`), through which a
-        newly loaded model is confirmed listed; None when the frontend is another process, where
-        the confirmation is that discovery shows the new generation's instance.
+        `confirm_listed`: the in-process front door's way to confirm that it lists a newly
+        loaded model (Dynamo's frontend, `--role all --frontend dynamo`). None: the doors that
+        route to these models cannot be asked (other processes, or the triton door, whose
+        directory is told in-process but which other processes' doors may sit beside): they
+        are given DYN_BRIDGE_REMOTE_FRONTEND_GRACE_SECS to pick up a new generation before the
+        one it replaces is withdrawn.
         """
         options = self.options
         assert self._loaded is not None, "load() first"
         mode = options.model_control_mode
         manager = self.manager = ModelManager(
-            runtime,
-            ManagerOptions(
-                repositories=list(options.model_repositories),
-                loader=options.loader,
-                namespace=options.namespace,
-                mode=mode,
-                frontend_metrics_port=frontend_port,
-                route_quiet=options.timings.route_quiet_secs,
-                drain_timeout=options.timings.drain_timeout_secs,
-                close_timeout=options.timings.close_timeout_secs,
-                slow_load_warning=options.timings.slow_load_warning_secs,
-                remote_frontend_grace=options.timings.remote_frontend_grace_secs,
-                routes_quiet_max=options.timings.routes_quiet_max_secs,
-                bytes_limits=options.bytes_limits,
-            ),
-            self._loaded,
+            runtime, options, self._loaded, confirm_listed or self._grace_for_other_doors
         )
         self.control.manager = manager
         triton = TritonMetrics(
@@ -162,6 +155,11 @@ class WorkerRole:
             metrics = runtime.endpoint(f"{options.namespace}.{METRICS_ENDPOINT}").metrics
             metrics.register_prometheus_expfmt_callback(self._render_for_dynamo)
         self._health = asyncio.ensure_future(self._sync_health(runtime))
+
+    async def _grace_for_other_doors(self, name: str) -> None:
+        # Measured with file discovery: withdrawing the old generation at once made a frontend
+        # answer NOT_FOUND for a moment.
+        await asyncio.sleep(self.options.timings.remote_frontend_grace_secs)
 
     def _initial_load(self) -> tuple[dict[str, str], LoadedRepository]:
         options = self.options

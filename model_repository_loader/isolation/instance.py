@@ -92,16 +92,23 @@ from .tensors import SegmentFolder
 
 log = logging.getLogger(__name__)
 
+# A batch dispatched while the process restarts waits this long for it before it fails: about
+# one start (START_TIMEOUT_S) — a process that is not back by then is not coming back soon.
 RESTART_WAIT_S = 30.0
+# finalize()/stop() given no bound (a load that failed half-way stops what it started; a close
+# passes its own): as long as a start may take, so a process slow to come is as long to go.
 FINALIZE_WAIT_S = 30.0
 # Triton's `stub-timeout-seconds` default: the process must be up and talking by then.
 START_TIMEOUT_S = 30.0
 # `initialize` loads weights: bounded so a hung one cannot block a load forever, but generously.
 INITIALIZE_TIMEOUT_S = 600.0
 INITIALIZE_TIMEOUT_PARAMETER = "BRIDGE_INITIALIZE_TIMEOUT_SECONDS"
+# Between restarts of a process that keeps dying: the first soon (a one-off crash is back at
+# once), then doubling, so a model that crashes at every start costs one start per 30 s at most.
 RESTART_BACKOFF_S = 0.5
 RESTART_BACKOFF_CAP_S = 30.0
-# After a kill, how long to wait for the reader to see the end of the stream.
+# After a kill, how long to wait for the reader to see the end of the stream (the kernel closes
+# a killed process's socket at once; this only bounds a reader thread that is itself stuck).
 _REAP_S = 5.0
 
 

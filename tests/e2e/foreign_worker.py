@@ -25,7 +25,7 @@ async def serve(repository_path: Path, namespace: str) -> None:
     from dynamo.runtime import DistributedRuntime
 
     from benchmarks.echo_worker import make_handler
-    from bridge.worker import tensor_model_config
+    from bridge.models.endpoint import tensor_model_config
     from model_repository_loader import repository
     from model_repository_loader.config import load_config
 

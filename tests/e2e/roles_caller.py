@@ -14,7 +14,7 @@ import sys
 import uvloop
 from dynamo.runtime import DistributedRuntime
 
-from bridge.worker import component_name
+from bridge.models.endpoint import component_name
 
 REQUEST = {
     "model": "",

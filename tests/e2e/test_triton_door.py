@@ -413,7 +413,7 @@ def test_model_statistics_count_what_the_model_ran(dtypes: BridgeServer):
 def endpoint_requests(metrics: str, model: str) -> int:
     """Requests Dynamo's request plane delivered to a model's `generate` endpoints (every
     generation), from a worker's system status server (`dynamo_component_requests_total`).
-    Dynamo labels component `<slug>[-g<n>]-<hash>` (bridge/worker.py) with `_` for `-`."""
+    Dynamo labels component `<slug>[-g<n>]-<hash>` (bridge/models/endpoint.py) with `_` for `-`."""
     component = re.compile(rf'dynamo_component="{re.escape(model)}(_g\d+)?_[0-9a-f]{{8}}"')
     total = 0
     for line in metrics.splitlines():

@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 
-from bridge.worker import _GONE, RESPONSES_AHEAD, _Responses
+from bridge.models.endpoint import _GONE, RESPONSES_AHEAD, _Responses
 from model_repository_loader import pb_utils
 from model_repository_loader.execution import Pending
 from model_repository_loader.inference import holding_a_shared_lock

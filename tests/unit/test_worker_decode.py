@@ -1,5 +1,5 @@
 """A large request is decoded in slices that give the event loop back, to the same tensors as
-the one-go decode of small requests (bridge/worker.py, benchmarks/loop_stalls.py)."""
+the one-go decode of small requests (bridge/models/endpoint.py, benchmarks/loop_stalls.py)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ What is answered is decided once, whatever the wire:
   share; `shm.py`: system shared memory regions; `settings.py`: log and trace settings;
   `status.py`: the error with Triton's code and text.
 Each wire is a subpackage: `grpc/` (Triton's `GRPCInferenceService`) and `http/` (Triton's
-HTTP/REST API). `role.py` runs the door as the process's frontend role.
+HTTP/REST API). bridge/roles/triton_door.py runs the door as the process's frontend role.
 """
 
 from .grpc.server import DoorOptions

@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 
 CARDS_PREFIX = "v1/mdc/"
 FOREIGN_VERSION = "1"
+# One read of the model cards from etcd: the door asks several times a second while in use, and
+# an etcd that has not answered in 2 s is away (the discovery probe's bound, roles/discovery.py).
 ETCD_TIMEOUT_S = 2.0
 
 

@@ -119,7 +119,7 @@ class LocalRoute:
     __slots__ = ("worker",)
 
     def __init__(self, worker: Any) -> None:
-        self.worker = worker  # a bridge.worker.ModelWorker
+        self.worker = worker  # a bridge.models.endpoint.ModelWorker
 
     def generate(self, body: dict, context: Context) -> AsyncIterator[dict]:
         # The handler ends right after its final item (a bridge-form request): no wrapper.

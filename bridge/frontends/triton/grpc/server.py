@@ -49,7 +49,9 @@ MAX_MESSAGE_SIZE = 2**31 - 1  # Triton's MAX_GRPC_MESSAGE_SIZE (INT32_MAX), both
 MAX_CONNECTIONS = 1024  # --grpc-max-connections
 # Ample for a TLS handshake over a slow link; gRPC's own default is 120 s.
 HANDSHAKE_TIMEOUT_S = 10.0
-LAST_ANSWERS_S = 0.5  # at the end of a shutdown: for answers already on their way out
+# At the end of a shutdown, once the calls in flight have finished: for answers already on their
+# way out to leave (a loopback or LAN write takes milliseconds; this is not a drain).
+LAST_ANSWERS_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)

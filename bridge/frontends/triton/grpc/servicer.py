@@ -5,9 +5,10 @@ only unpacks requests, turns a `DoorError` into its gRPC status with Triton's te
 and runs ModelStreamInfer as Triton does [V]: requests on one stream run concurrently, an error
 travels in `error_message` and the stream goes on, every streamed answer carries
 `triton_final_response` (a unary one does not). A stream's answers wait for its client in a
-bounded outbox, so a client that stops reading holds its models' `send()` (bridge/worker.py)
-rather than the server's memory, and the handler gives the event loop a turn whenever it is
-full; a client that cancels or goes away cancels the stream's requests (their Dynamo context).
+bounded outbox, so a client that stops reading holds its models' `send()`
+(bridge/models/endpoint.py) rather than the server's memory, and the handler gives the event
+loop a turn whenever it is full; a client that cancels or goes away cancels the stream's
+requests (their Dynamo context).
 """
 
 from __future__ import annotations
@@ -367,8 +368,8 @@ def _wants_grpc_errors(context: Any) -> bool:
 
 # How many answers of one stream may wait for the client: past it, the stream's requests stop
 # taking responses from their workers, whose queues fill, and the models' `send()` blocks
-# (bridge/worker.py RESPONSES_AHEAD). What gRPC's own flow control already holds comes on top;
-# 32 absorbs a burst of one request while a slow client costs at most 32 answers here.
+# (bridge/models/endpoint.py RESPONSES_AHEAD). What gRPC's own flow control already holds
+# comes on top; 32 absorbs a burst of one request while a slow client costs at most 32 answers here.
 STREAM_ANSWERS_AHEAD = 32
 
 

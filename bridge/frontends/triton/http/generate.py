@@ -28,7 +28,7 @@ What was checked against Triton 2.51 [V]:
 A client that goes away stops its request (the Dynamo context), mid-stream or while `generate`
 or `generate_stream` waits for its first answer, as Triton cancels it: the model sees
 `is_cancelled()`. A stream sends one event per turn of the event loop, and a model faster than
-its client waits in `send()` (bridge/worker.py), so a slow or vanished client costs neither
+its client waits in `send()` (bridge/models/endpoint.py), so a slow or vanished client costs neither
 memory nor the other requests' turns (issue 22).
 """
 

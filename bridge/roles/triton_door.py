@@ -1,32 +1,31 @@
 """The triton door as a process's frontend role (`--frontend triton`, roles `all` and `frontend`).
 
-It has the shape of bridge/roles/frontend.py's `FrontendRole`, so the composition root picks
+It has the shape of `FrontendRole` (frontend.py, Dynamo's door), so the composition root picks
 one or the other and runs it the same way. Differences: no private HTTP port (the door has no
 Dynamo HTTP server behind the metrics port), TLS files are read when the role is made (a bad
 path fails start-up before any model loads), and at shutdown the door answers as tritonserver
-does while it exits (grpc/server.py `stop`) until the calls in flight have finished, within
-`--exit-timeout-secs`; the HTTP server stops taking new calls meanwhile. Both wires share one
-TritonService.
+does while it exits (bridge/frontends/triton/grpc/server.py `stop`) until the calls in flight
+have finished, within `--exit-timeout-secs`; the HTTP server stops taking new calls meanwhile.
+Both wires share one TritonService (bridge/frontends/triton/).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from dynamo.runtime import DistributedRuntime
 
-from ...cluster.index import ClusterIndex
-from ...options import ServerOptions, StartupError
-from ...transport.shm_exchange import ShmDoor
-from .directory import Directory
-from .grpc.server import DoorConfigError, DoorOptions, GrpcServer, credentials
-from .http.server import HttpConfigError, HttpServer, check_address
-from .model_cards import ModelCards
-from .service import TritonService
+from ..cluster.index import ClusterIndex
+from ..frontends.triton.directory import Directory
+from ..frontends.triton.grpc.server import DoorConfigError, GrpcServer, credentials
+from ..frontends.triton.http.server import HttpConfigError, HttpServer, check_address
+from ..frontends.triton.model_cards import ModelCards
+from ..frontends.triton.service import TritonService
+from ..options import ServerOptions, StartupError
+from ..transport.shm_exchange import ShmDoor
 
 log = logging.getLogger("dynamo_bridge")
 
@@ -48,12 +47,10 @@ class TritonDoorRole:
         # Subscribes the directory to this process's own model changes (told at once; made
         # after the worker's manager: the composition root starts the worker first).
         self.local_changes = local_changes
-        self.door_options = dataclasses.replace(
-            options.door or DoorOptions(),
-            port=options.grpc_port,
-            address=options.host,
-            namespace=options.namespace,
-        )
+        # Resolved whole by the command line (bridge/cli.py resolve_door); the composition root
+        # makes this role only when there is a triton door.
+        assert options.door is not None, "the triton door's role without its options"
+        self.door_options = options.door
         try:
             credentials(self.door_options)
             if options.http is not None:

@@ -2,7 +2,7 @@
 
 A reload withdraws the old generation only once the new one is routable: discovery shows the
 new instance, and the frontend lists the name. Dynamo 1.6 gives no event for the second, so the
-frontend's own HTTP port is asked.
+frontend's own HTTP port is asked (`FrontendRole.confirm_listed`, given to the model manager).
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+# Between two asks: a listing follows the registration within milliseconds, and each ask is one
+# loopback HTTP request.
 POLL_S = 0.005
 
 

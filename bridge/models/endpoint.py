@@ -8,10 +8,11 @@ request is decoded in slices that give the loop back in between, so one big tens
 stall every other request.
 
 After a reload or unload the retired generation's endpoint stays served (Dynamo 1.6 has no
-per-endpoint stop). From the moment it is unregistered (`stop`) the generation takes no new work:
-a late request is answered by the model now serving the name, or refused at once with Triton's
-answer for an unloading model (NOT_FOUND, "has no available versions" [V]) — never queued behind
-the requests the generation is still draining. Once drained it lets go of its model (`retire`).
+per-endpoint stop). A generation owns its retirement (`retire`, one call): from the moment it is
+unregistered it takes no new work: a late request is answered by the model now serving the name,
+or refused at once with Triton's answer for an unloading model (NOT_FOUND, "has no available
+versions" [V]) — never queued behind the requests the generation is still draining. Once quiet
+it is withdrawn from discovery and lets go of its model, which its owner then closes.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from model_repository_loader.validation import (
     parse_model_version,
 )
 
-from .codec import (
+from ..codec import (
     LARGE_REQUEST_ELEMENTS,
     OFF_LOOP_BYTES,
     TO_DYNAMO,
@@ -57,16 +58,21 @@ from .codec import (
     wants_bridge_form,
     wants_empty_final_response,
 )
-from .errors import request_failed
-from .serialized_bytes import BytesLimits
-from .transport.shm_exchange import open_inputs
+from ..errors import request_failed
+from ..serialized_bytes import BytesLimits
+from ..transport.shm_exchange import open_inputs
 
 log = logging.getLogger(__name__)
 
+# How long a traced request's final answer waits for its trace to end (`execute` to return,
+# which is usually at once: a decoupled model may send its final response before it returns).
+# Past it the answer goes without the rest of the trace rather than never.
+TRACE_WAIT_S = 30.0
+# How long start() waits for discovery to show the new endpoint's instance before it gives up
+# (the load then fails): the model card must not come before the instance record.
+INSTANCE_WAIT_S = 30.0
 # Large raw BYTES inputs are decoded here, off the event loop and one request at a time: the
 # loop keeps serving other models meanwhile, and only one object array is being built at once.
-# How long a traced request's final answer waits for its trace to end (`execute` to return).
-TRACE_WAIT_S = 30.0
 _BYTES_DECODER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bytes-decode")
 
 _CONFIG_DTYPE_TO_KSERVE = {
@@ -125,9 +131,10 @@ class ModelWorker:
         generation: int = 1,
         serving: Callable[[], ServedModel | None] | None = None,
         bytes_limits: BytesLimits | None = None,
+        serve_calls: list[asyncio.Future[Any]] | None = None,
     ) -> None:
-        self.model: ServedModel | None = model
-        self.bytes_limits = bytes_limits or BytesLimits()  # None once retired: see retire()
+        self.model: ServedModel | None = model  # None once retired: see retire()
+        self.bytes_limits = bytes_limits or BytesLimits()
         # The model that answers new requests: during a reload, the frontend may still route
         # to a retiring generation for a moment; those requests go to the newest model, so
         # no client sees the old version again once the new one has answered.
@@ -137,27 +144,33 @@ class ModelWorker:
         # `<namespace>.<component>.generate`: what the control endpoint's index names.
         self.path = f"{namespace}.{component_name(model.name, generation)}.generate"
         self.endpoint: Endpoint = runtime.endpoint(self.path)
-        self._serving: asyncio.Future[Any] | None = None
+        # Where start() leaves its serve_endpoint call, for the owner to let it return at
+        # shutdown (a retired endpoint stays served: Dynamo 1.6 has no per-endpoint stop).
+        self._serve_calls = serve_calls if serve_calls is not None else []
         self._routable: asyncio.Future[None] | None = None
         self._decoupled = model.config.model_transaction_policy.decoupled
         self._cancellations = _CancellationPoller()
         # Requests inside generate() that may still submit to (or wait on) this worker's own
-        # model; the manager closes a retired model only once this is zero.
+        # model; retire() withdraws this generation only once this is zero (or at its bound).
         self.in_flight = 0
         self.last_arrival = 0.0  # loop time of the last request that reached generate()
-        self.draining = False  # unregistered (stop()): its own model takes no new request
+        self.draining = False  # unregistered (retire()): its own model takes no new request
         self._idle: asyncio.Event | None = None
 
     async def start(self) -> None:
+        """Serve the endpoint, wait until discovery shows its instance, register the model."""
         # Serve first, then advertise: a request routed here finds a handler. serve_endpoint
         # publishes the instance record in the background; the model card must not come
         # before it, or during a reload the frontend can pick this generation while it has no
         # instance yet and answer "model temporarily unavailable".
         model = self.model
-        assert model is not None, "start() before retire()"
-        self._serving = asyncio.ensure_future(self.endpoint.serve_endpoint(self.generate))
+        assert model is not None, "start() after retire()"
+        serving = asyncio.ensure_future(self.endpoint.serve_endpoint(self.generate))
+        # Kept by the owner even if what follows fails: Dynamo serves the endpoint until the
+        # runtime shuts down, and the call must be let return then (ModelManager.wait_served).
+        self._serve_calls.append(serving)
         client = await self.endpoint.client()
-        await asyncio.wait_for(client.wait_for_instances(), timeout=30)
+        await asyncio.wait_for(client.wait_for_instances(), timeout=INSTANCE_WAIT_S)
         await register_model(
             ModelInput.Tensor,
             ModelType.TensorBased,
@@ -172,15 +185,54 @@ class ModelWorker:
             loop = asyncio.get_running_loop()
             watch(lambda ready: loop.call_soon_threadsafe(self._readiness_changed, ready))
 
-    async def wait_quiet(self, since: float, quiet: float, timeout: float) -> bool:
-        """After stop(): wait until no request is inside generate() here and none has arrived
-        for `quiet` seconds (counted from `since`, the unregister): the frontend has stopped
-        routing here. False at the `timeout` bound (requests still running or arriving)."""
+    async def retire(
+        self, quiet: float, timeout: float, drain: bool = True
+    ) -> asyncio.Future[None]:
+        """Take this generation out of service without failing a request routed to it.
+
+        In this order: the model card goes now (no new work here: a late request goes to the
+        model now serving the name, or is refused, generate()), and this returns. Then, on the
+        returned future: once no request has arrived for `quiet` seconds since then (the
+        frontends route elsewhere; Dynamo 1.6 offers no confirmation of that) and, with
+        `drain`, none is in flight any more, at most after `timeout` (logged when draining),
+        the instance record goes too, and the worker lets go of its model. The caller closes
+        the model once the future is done. `drain=False` (shutdown): requests in flight are
+        not waited for here; closing the models drains them.
+        """
+        try:
+            await self._unregister()
+        except Exception as exc:  # withdraw and close all the same
+            log.warning("unregistering '%s' failed: %s", self.name, exc)
+        since = asyncio.get_running_loop().time()
+        return asyncio.ensure_future(self._withdraw_when_quiet(since, quiet, timeout, drain))
+
+    async def _withdraw_when_quiet(
+        self, since: float, quiet: float, timeout: float, drain: bool
+    ) -> None:
+        if not await self._until_quiet(since, quiet, timeout, drain) and drain:
+            log.warning(
+                "'%s' (generation %d): %d request(s) still in flight (or arriving) after "
+                "%.0f s; closing it anyway",
+                self.name,
+                self.generation,
+                self.in_flight,
+                timeout,
+            )
+        # Before the model closes: from here on nothing is routed to this generation, and a
+        # late request goes to the name's live model or is answered UNAVAILABLE at once.
+        await self._withdraw()
+        # Nothing served by this worker keeps the model alive past its close.
+        self.model = None
+
+    async def _until_quiet(self, since: float, quiet: float, timeout: float, drain: bool) -> bool:
+        """After unregistering: until no request has arrived for `quiet` seconds (counted from
+        `since`, the unregister) and, with `drain`, none is inside generate() here. False at
+        the `timeout` bound (requests still running or arriving)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
             now = loop.time()
-            if self.in_flight:
+            if drain and self.in_flight:
                 if now >= deadline:
                     return False
                 if self._idle is None:
@@ -196,11 +248,6 @@ class ModelWorker:
             if now >= deadline:
                 return False
             await asyncio.sleep(min(quiet_at, deadline) - now)
-
-    def retire(self) -> None:
-        """Let go of the model before it closes: a late request goes to the name's live model
-        or is answered UNAVAILABLE, and nothing served by this worker keeps the model alive."""
-        self.model = None
 
     def _readiness_changed(self, ready: bool) -> None:
         """An isolated instance died or came back: route to this model only while it can answer.
@@ -223,7 +270,7 @@ class ModelWorker:
         except Exception as exc:
             log.warning("'%s': could not change its routing (ready=%s): %s", self.name, ready, exc)
 
-    async def stop(self) -> None:
+    async def _unregister(self) -> None:
         """Stop advertising the model and taking new work for it; requests already routed
         here still finish. A new request goes to the model now serving the name, or is refused
         (generate): Triton takes an unloading model out of its table at once, while the
@@ -231,14 +278,13 @@ class ModelWorker:
         self.draining = True
         await unregister_model(self.endpoint)
 
-    async def withdraw(self) -> None:
-        """After stop() and wait_quiet(): remove the endpoint's instance record too, before
-        the model closes.
+    async def _withdraw(self) -> None:
+        """Once quiet: remove the endpoint's instance record too, before the model closes.
 
         The endpoint keeps being served (Dynamo 1.6 has no per-endpoint stop); without its
-        instance record nothing is routed to it. Not done right after stop(): a request the
-        frontend routed here just before fails with "Worker disconnected before response
-        stream was established" when the instance goes (reproduced under traffic by
+        instance record nothing is routed to it. Not done together with the unregister: a
+        request the frontend routed here just before fails with "Worker disconnected before
+        response stream was established" when the instance goes (reproduced under traffic by
         tests/e2e/test_lifecycle.py). A late request that still arrives goes to the model now
         serving the name (generate).
         """
