@@ -99,11 +99,8 @@ class DefaultScheduler:
             pending.batch_size,
             1,
         )
-        if pending.closed:
-            # Answered, and this scheduler reads nothing more of it. Dropping the link breaks
-            # the cycle Pending → request → response sender → Pending, so the request is freed
-            # by reference counting instead of waiting for the cyclic collector.
-            pending.request = None  # type: ignore[assignment]
+        if pending.closed:  # answered, and this scheduler reads nothing more of it
+            pending.drop_request()
 
     def _next_or_idle(self, instance: Instance) -> Pending | None:
         with self._lock:
