@@ -35,7 +35,8 @@ from .isolation.kind import runs_in_process
 from .response_cache import CacheFill, ResponseCache, request_digest
 from .response_shape import ResponseShape
 from .scheduling import ModelStats, Scheduler, build_scheduler
-from .scheduling.rate_limiter import LimitedInstance, RateLimiter, Withdrawn
+from .scheduling.entry import BatchRunner
+from .scheduling.rate_limiter import LimitedInstance, RateLimiter
 from .validation import RequestError, RequestValidator, unknown_model_error
 from .warmup import warm_up, warmup_samples
 
@@ -120,6 +121,13 @@ class ModelVersion:
         # response): what close() must still answer.
         self._open: dict[int, Pending] = {}
         self._closing = False  # set once by close(): the version takes no more requests
+        self._rate_limiter = rate_limiter
+        # Instance name → its place in the rate limiter, once load() registered it.
+        self._limited: dict[str, LimitedInstance] = {}
+        # What every scheduler and warmup call to run a batch on an instance.
+        self.run_batch = BatchRunner(
+            self.decoupled, self._limited, unavailable_text(self.name, self.version)
+        )
         self._scheduler: Scheduler = build_scheduler(
             config,
             self.instances,
@@ -134,25 +142,6 @@ class ModelVersion:
             if config.sequence_batching.iterative_sequence
             else None
         )
-        self._rate_limiter = rate_limiter
-        # Instance name → its place in the rate limiter, once load() registered it.
-        self._limited: dict[str, LimitedInstance] = {}
-
-    def run_batch(self, instance: Instance, batch: list[Pending]) -> None:
-        """What every scheduler and warmup call: `execute`, while the instance holds its rate
-        limiter resources (Triton runs warmup samples through its rate limiter too)."""
-        limited = self._limited.get(instance.name)
-        if limited is None:
-            instance.run_batch(batch, self.decoupled)
-            return
-        try:
-            with limited.hold():
-                instance.run_batch(batch, self.decoupled)
-        except Withdrawn:  # the version closed while this batch waited for resources
-            for pending in batch:
-                pending.fail(
-                    unavailable_text(self.name, self.version), pb_utils.TritonError.UNAVAILABLE
-                )
 
     def _register_rate_limits(self) -> None:
         """Each instance's resources and priority into the repository's rate limiter; a load
@@ -172,8 +161,9 @@ class ModelVersion:
 
     def _unregister_rate_limits(self) -> None:
         """Out of the rate limiter: frees what they hold, wakes the ones that wait."""
-        limited, self._limited = self._limited, {}
-        for entry in limited.values():
+        limited = list(self._limited.values())
+        self._limited.clear()  # the batch runner reads the same table
+        for entry in limited:
             entry.unregister()
 
     @property

@@ -14,8 +14,8 @@ instance takes the next one. Once closed, the scheduler answers what it still ho
 later request, UNAVAILABLE.
 
 This is the path of most requests, so it works on `Pending` itself, with no per-request entry
-object: the request's batch size, arrival time and statistics are already on it (model.py sets
-them), and it counts its own outcome when its final response leaves.
+object: the request's batch size, arrival time and statistics are already on it (model.py
+builds it with them), and it counts its own outcome when its final response leaves.
 """
 
 from __future__ import annotations
