@@ -2,7 +2,9 @@
 
 `Pending` is one validated request on its way through a model: the `pb_utils.InferenceRequest` the
 model sees, and the one path by which its responses leave (`deliver`), whether they come from the
-list `execute` returns, from a response sender on any thread, or from an error.
+list `execute` returns, from a response sender on any thread, or from an error. On the way out a
+response is shaped (response_shape.py), stored on a cache miss (response_cache.py) and handed to
+its caller's `respond`: nothing it passes through calls back into the layers above.
 
 A default-mode `execute` may return None, or None in its list, for requests it answers through
 their response sender (Triton >= 24.06): before or after returning, from any thread. A returned

@@ -5,6 +5,10 @@ against that version's config (Triton's texts), turns it into the `pb_utils.Infe
 model sees, and queues it. Every outcome, including a validation error, comes back through
 `respond`, so callers have one path to handle.
 
+The way down is one-way: `admit` builds the request's `Pending` complete (with the version's
+`ResponseShape`, and where a cache miss is stored), and the scheduler runs batches through the
+`BatchRunner` the version gave it. Nothing on a request's way back calls into this module.
+
 `close(timeout)` is bounded as a whole. From its start the version refuses new requests
 (UNAVAILABLE, `unavailable_text`). It lets queued and executing ones finish until the bound (less
 a reserve for finalize, `FINALIZE_RESERVE_S`), answers what is still queued UNAVAILABLE,
@@ -249,6 +253,8 @@ class ModelVersion:
         cached: pb_utils.InferenceResponse | None = None
         fill: CacheFill | None = None
         if self.cache is not None and use_cache:
+            # A hit's queue time runs from here to its lookup, as Triton counts it.
+            arrival_ns = time.monotonic_ns()
             key = (self._cache_owner, request_digest(request.inputs, requested))
             lookup_start = time.monotonic_ns()
             cached = self.cache.lookup(key)
@@ -284,8 +290,8 @@ class ModelVersion:
                 request.trace.queued()
         if cached is not None:
             now = time.monotonic_ns()
-            queue_ns = lookup_start - pending.arrival_ns
-            self.stats.record_cache_hit(now - pending.arrival_ns, queue_ns, lookup_ns)
+            queue_ns = lookup_start - arrival_ns
+            self.stats.record_cache_hit(now - arrival_ns, queue_ns, lookup_ns)
             pending.deliver(cached, True)
         return pending
 
