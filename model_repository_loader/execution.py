@@ -2,7 +2,9 @@
 
 `Pending` is one validated request on its way through a model: the `pb_utils.InferenceRequest` the
 model sees, and the one path by which its responses leave (`deliver`), whether they come from the
-list `execute` returns, from a response sender on any thread, or from an error.
+list `execute` returns, from a response sender on any thread, or from an error. On the way out a
+response is shaped (response_shape.py), stored on a cache miss (response_cache.py) and handed to
+its caller's `respond`: nothing it passes through calls back into the layers above.
 
 A default-mode `execute` may return None, or None in its list, for requests it answers through
 their response sender (Triton >= 24.06): before or after returning, from any thread. A returned
@@ -26,16 +28,19 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import pb_utils
 from .errors import failed_requests_text, format_python_error
 from .inference import Respond
+from .response_shape import split_rows
 
 if TYPE_CHECKING:  # instance.py runs batches through this module
     from .instance import ModelInstance
+    from .response_cache import CacheFill
+    from .response_shape import ResponseShape
     from .tracing import RequestTrace
 
 log = logging.getLogger(__name__)
@@ -78,19 +83,30 @@ _FAILURE_REASONS = {
 class Pending:
     """One request in flight: what the model sees and where its responses go.
 
-    `requeue` is the scheduler hook for request rescheduling: set it (to the scheduler's
-    enqueue, or its own re-entry point) when the model may release the request with
-    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE; None means the model is not configured for it.
+    Built complete by whoever admits the request (the model version, a scheduler's stacked or
+    padding request, an isolated instance's process); nothing sets its fields afterwards.
 
-    `stats` (set by the scheduler that queues the request) is told the request's outcome when
-    its final response leaves, however the model answers (returned list, response sender,
-    error): success or failure, `batch_size`, and the time since `arrival_ns`. While `queued`
-    (set by `ModelVersion.submit`) it counts in the stats' queue gauge, until `left_queue()`
-    (its `execute` starts) or its final response, whichever comes first.
+    `decoupled`: when not None, the request gets a response sender of that mode that delivers
+    here, and its `is_cancelled()` reads this request's cancellation (None: the request keeps
+    what it was built with; a sequence slot's padding has no sender).
 
-    `open_table` (set by the model version that admitted it) is the version's table of open
-    requests, keyed by id: the request leaves it when it is closed, and what is still there when
-    the version closes is answered UNAVAILABLE.
+    `shape` and `requested`: the model version's output filter and reshape, applied to every
+    response on its way to `respond` (None: responses pass unchanged). `cache_fill`: where a
+    request the response cache missed stores its shaped response.
+
+    `requeue` is the scheduler's re-entry for request rescheduling: given when the model may
+    release the request with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE; None means the model is
+    not configured for it.
+
+    `stats` is told the request's outcome when its final response leaves, however the model
+    answers (returned list, response sender, error): success or failure, `batch_size`, and the
+    time since `arrival_ns`. While `queued` (a request going to a scheduler) it counts in the
+    stats' queue gauge, until `left_queue()` (its `execute` starts) or its final response,
+    whichever comes first.
+
+    `open_table` is the admitting version's table of open requests, keyed by id: the request
+    leaves it when it is closed, and what is still there when the version closes is answered
+    UNAVAILABLE.
 
     Built once per request on the caller's event loop, so it stays small: cancellation is a
     plain flag (one attribute write is atomic under the GIL) rather than a `threading.Event`,
@@ -106,7 +122,9 @@ class Pending:
         "queued",
         "_answered",
         "_respond",
-        "_finish",
+        "_shape",
+        "_requested",
+        "_cache_fill",
         "_closed",
         "_lock",
         "_cancelled",
@@ -119,29 +137,48 @@ class Pending:
 
     def __init__(
         self,
-        build_request: Callable[[Pending], pb_utils.InferenceRequest],
+        request: pb_utils.InferenceRequest,
         respond: Respond,
-        finish: Callable[[pb_utils.InferenceResponse | None], pb_utils.InferenceResponse | None],
+        *,
+        decoupled: bool | None = None,
+        shape: ResponseShape | None = None,
+        requested: frozenset[str] = frozenset(),
+        cache_fill: CacheFill | None = None,
+        batch_size: int = 1,
+        stats: RequestStats | None = None,
+        queued: bool = False,
+        requeue: Callable[[Pending], None] | None = None,
+        open_table: dict[int, Pending] | None = None,
+        trace: RequestTrace | None = None,
     ) -> None:
         self._respond = respond
-        self._finish = finish
+        self._shape = shape
+        self._requested = requested
+        self._cache_fill = cache_fill
         self._closed = False
         self._lock = threading.Lock()
         self._cancelled = False
         self._cancel_callbacks: list[Callable[[], None]] | None = None
-        self.requeue: Callable[[Pending], None] | None = None
-        self.stats: RequestStats | None = None
-        self.open_table: dict[int, Pending] | None = None
-        self.batch_size = 1
+        self.requeue = requeue
+        self.stats = stats
+        self.open_table = open_table
+        self.batch_size = batch_size
         self.arrival_ns = time.monotonic_ns()
-        self.queued = False
+        self.queued = queued
         self._answered = False
         # While its `execute` runs, a final response's outcome waits here to be counted when
         # the call ends (`executed`), so that the request's duration covers its execution.
         self._executing = False
         self._outcome: str | None = None
-        self.trace: RequestTrace | None = None  # set for a traced request (tracing.py)
-        self.request = build_request(self)
+        self.trace = trace  # set for a traced request (tracing.py)
+        if decoupled is not None:
+            # The request's way back is this request: a cycle (request → sender → here) that
+            # the default scheduler breaks with `drop_request` once the request is answered.
+            request._response_sender = pb_utils.InferenceResponseSender(
+                self.deliver, decoupled=decoupled, is_cancelled=self.is_cancelled
+            )
+            request._is_cancelled = self.is_cancelled
+        self.request = request
 
     @property
     def closed(self) -> bool:
@@ -149,6 +186,14 @@ class Pending:
 
     def is_cancelled(self) -> bool:
         return self._cancelled
+
+    def drop_request(self) -> None:
+        """Let go of the model's request once it is answered and nothing reads it any more.
+
+        Breaks the cycle request → response sender → this, so the request is freed by
+        reference counting instead of waiting for the cyclic collector.
+        """
+        self.request = None  # type: ignore[assignment]
 
     def cancel(self) -> None:
         """The caller gave up (client cancel, deadline, disconnect).
@@ -224,7 +269,11 @@ class Pending:
             if final and not deferred:
                 self.trace.end()
         try:
-            self._respond(self._finish(response), final)
+            if self._shape is not None:
+                response = self._shape.apply(response, self._requested)
+            if self._cache_fill is not None:
+                self._cache_fill.store(response)
+            self._respond(response, final)
         except BaseException as exc:  # the caller's callback must not stop the instance
             self._respond_failed(exc, final)
         return True
@@ -300,6 +349,37 @@ def answer_failure(respond: Respond, exc: BaseException) -> None:
         respond(pb_utils.InferenceResponse(error=error), True)
     except BaseException as again:
         log.warning("the error could not be answered either: %r", again)
+
+
+def discard(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+    """The `respond` of a request nobody waits for (a sequence slot's padding)."""
+
+
+class StackedParts:
+    """The `respond` of a stacked request (scheduling/stacking.py): each part gets its rows of
+    the response, or the error, straight from here."""
+
+    __slots__ = ("_parts", "_sizes", "_what")
+
+    def __init__(self, parts: Sequence[Pending], sizes: Sequence[int], what: str) -> None:
+        self._parts = list(parts)
+        self._sizes = list(sizes)
+        self._what = what  # the stacking option, named in the error of an unsplittable output
+
+    def __call__(self, response: pb_utils.InferenceResponse | None, final: bool) -> None:
+        if response is None or response.has_error():
+            for part in self._parts:
+                part.deliver(response, final)
+            return
+        try:
+            split = split_rows(response, self._sizes, self._what)
+        except ValueError as exc:
+            error = pb_utils.TritonError(str(exc), pb_utils.TritonError.INTERNAL)
+            for part in self._parts:
+                part.deliver(pb_utils.InferenceResponse(error=error), True)
+            return
+        for part, part_response in zip(self._parts, split, strict=True):
+            part.deliver(part_response, final)
 
 
 # The span of the last `execute` call made on this thread (see `take_compute_span`).

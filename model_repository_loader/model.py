@@ -5,6 +5,10 @@ against that version's config (Triton's texts), turns it into the `pb_utils.Infe
 model sees, and queues it. Every outcome, including a validation error, comes back through
 `respond`, so callers have one path to handle.
 
+The way down is one-way: `admit` builds the request's `Pending` complete (with the version's
+`ResponseShape`, and where a cache miss is stored), and the scheduler runs batches through the
+`BatchRunner` the version gave it. Nothing on a request's way back calls into this module.
+
 `close(timeout)` is bounded as a whole. From its start the version refuses new requests
 (UNAVAILABLE, `unavailable_text`). It lets queued and executing ones finish until the bound (less
 a reserve for finalize, `FINALIZE_RESERVE_S`), answers what is still queued UNAVAILABLE,
@@ -14,7 +18,6 @@ UNAVAILABLE whatever the model left open. Nothing waits on a closed version.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import threading
@@ -33,9 +36,11 @@ from .inference import InferRequest, ParameterValue, Respond, answer_of
 from .instance import Instance, InstanceSpec, ModelInstance
 from .isolation import IsolatedInstance, environments
 from .isolation.kind import runs_in_process
-from .response_cache import ResponseCache, request_digest
+from .response_cache import CacheFill, ResponseCache, request_digest
+from .response_shape import ResponseShape
 from .scheduling import ModelStats, Scheduler, build_scheduler
-from .scheduling.rate_limiter import LimitedInstance, RateLimiter, Withdrawn
+from .scheduling.entry import BatchRunner
+from .scheduling.rate_limiter import LimitedInstance, RateLimiter
 from .validation import RequestError, RequestValidator, unknown_model_error
 from .warmup import warm_up, warmup_samples
 
@@ -92,8 +97,8 @@ class ModelVersion:
         self.decoupled = config.model_transaction_policy.decoupled
         self.validator = RequestValidator(config)
         self.all_outputs = frozenset(o.name for o in config.output)
-        self._output_reshapes = _output_reshapes(config)
-        self._batching = config.max_batch_size > 0
+        # Applied to every response on its way out (requested outputs, output reshape).
+        self._shape = ResponseShape(config)
         # Told when an isolated instance dies or comes back (see `ready`).
         self.on_readiness_change: Callable[[], None] | None = None
         # A model with its own Python environment runs every instance in a process of that
@@ -120,31 +125,27 @@ class ModelVersion:
         # response): what close() must still answer.
         self._open: dict[int, Pending] = {}
         self._closing = False  # set once by close(): the version takes no more requests
+        self._rate_limiter = rate_limiter
+        # Instance name → its place in the rate limiter, once load() registered it.
+        self._limited: dict[str, LimitedInstance] = {}
+        # What every scheduler and warmup call to run a batch on an instance.
+        self.run_batch = BatchRunner(
+            self.decoupled, self._limited, unavailable_text(self.name, self.version)
+        )
         self._scheduler: Scheduler = build_scheduler(
             config,
             self.instances,
             self.run_batch,
             self.stats,
         )
-        self._rate_limiter = rate_limiter
-        # Instance name → its place in the rate limiter, once load() registered it.
-        self._limited: dict[str, LimitedInstance] = {}
-
-    def run_batch(self, instance: Instance, batch: list[Pending]) -> None:
-        """What every scheduler and warmup call: `execute`, while the instance holds its rate
-        limiter resources (Triton runs warmup samples through its rate limiter too)."""
-        limited = self._limited.get(instance.name)
-        if limited is None:
-            instance.run_batch(batch, self.decoupled)
-            return
-        try:
-            with limited.hold():
-                instance.run_batch(batch, self.decoupled)
-        except Withdrawn:  # the version closed while this batch waited for resources
-            for pending in batch:
-                pending.fail(
-                    unavailable_text(self.name, self.version), pb_utils.TritonError.UNAVAILABLE
-                )
+        # Request rescheduling (iterative sequences): a released request goes back through the
+        # scheduler, by its own re-entry point when it has one (the sequence batcher keeps the
+        # slot). Read once: a protobuf field lookup on every request adds up.
+        self._requeue: Callable[[Pending], None] | None = (
+            getattr(self._scheduler, "reschedule", self._scheduler.enqueue)
+            if config.sequence_batching.iterative_sequence
+            else None
+        )
 
     def _register_rate_limits(self) -> None:
         """Each instance's resources and priority into the repository's rate limiter; a load
@@ -164,8 +165,9 @@ class ModelVersion:
 
     def _unregister_rate_limits(self) -> None:
         """Out of the rate limiter: frees what they hold, wakes the ones that wait."""
-        limited, self._limited = self._limited, {}
-        for entry in limited.values():
+        limited = list(self._limited.values())
+        self._limited.clear()  # the batch runner reads the same table
+        for entry in limited:
             entry.unregister()
 
     @property
@@ -210,30 +212,30 @@ class ModelVersion:
             raise ModelLoadError(f"Internal: {type(exc).__name__}: {exc}") from exc
 
     def submit(self, request: InferRequest, respond: Respond) -> Pending | None:
-        pending = self.admit(request, respond)
+        pending = self.admit(request, respond, queue=True)
         if pending is None or pending.closed:  # refused, or answered from the response cache
             return pending
-        if self._iterative_sequence:
-            # Request rescheduling: the same request goes back through the scheduler, by its
-            # own re-entry point when it has one (the sequence batcher keeps the slot).
-            pending.requeue = getattr(self._scheduler, "reschedule", self._scheduler.enqueue)
-        params = request.parameters
-        pending.queued = True
-        if pending.trace is not None:
-            pending.trace.queued()
         self.stats.queue_changed(1)
+        params = request.parameters
         self._scheduler.enqueue(pending, _priority(params) if params else 0)
         return pending
 
     def admit(
-        self, request: InferRequest, respond: Respond, use_cache: bool = True
+        self,
+        request: InferRequest,
+        respond: Respond,
+        *,
+        use_cache: bool = True,
+        queue: bool = False,
     ) -> Pending | None:
-        """Check `request` and make the `Pending` that carries it to `execute`.
+        """Check `request` and build the `Pending` that carries it to `execute`, complete.
 
         A refused request is answered here with Triton's error, and None comes back; so is
         every request once the version is closing (UNAVAILABLE). A request the response cache
         answers comes back as a closed `Pending`: it never reaches `execute`. Warm-up
         requests pass `use_cache=False`: Triton runs them on the instance, past the cache.
+        `queue`: the request goes to the scheduler next (`submit`); it counts as queued from
+        here, and an iterative sequence model's rescheduling goes back through the scheduler.
         """
         if self._closing:
             self._refuse(respond)
@@ -249,73 +251,60 @@ class ModelVersion:
             frozenset(request.requested_outputs) if request.requested_outputs else self.all_outputs
         )
         cached: pb_utils.InferenceResponse | None = None
+        fill: CacheFill | None = None
         if self.cache is not None and use_cache:
+            # A hit's queue time runs from here to its lookup, as Triton counts it.
+            arrival_ns = time.monotonic_ns()
             key = (self._cache_owner, request_digest(request.inputs, requested))
             lookup_start = time.monotonic_ns()
             cached = self.cache.lookup(key)
             lookup_ns = time.monotonic_ns() - lookup_start
-            finish: Callable[[Any], Any] = (
-                _unchanged
-                if cached is not None
-                else functools.partial(self._finish_and_store, key, requested, lookup_ns)
-            )
-        else:
-            finish = functools.partial(self._finish, requested=requested)
-        pending = Pending(lambda p: self._model_request(request, requested, p), respond, finish)
-        # Every scheduler reads the batch size from here, and the request counts its own
-        # outcome in the statistics when its final response leaves.
-        pending.batch_size = batch_size
-        pending.stats = self.stats
-        pending.open_table = self._open
+            if cached is None:
+                fill = CacheFill(self.cache, key, lookup_ns, self.stats)
+        queued = queue and cached is None
+        pending = Pending(
+            self._model_request(request, requested),
+            respond,
+            decoupled=self.decoupled,
+            # A cached response was shaped before it was stored; it leaves unchanged.
+            shape=self._shape if cached is None else None,
+            requested=requested,
+            cache_fill=fill,
+            batch_size=batch_size,  # every scheduler reads it from here
+            # The request counts its own outcome when its final response leaves; a cache hit
+            # is counted here instead, as Triton counts it (no inference or execution).
+            stats=self.stats if cached is None else None,
+            queued=queued,
+            requeue=self._requeue if queued else None,
+            open_table=self._open,
+            trace=request.trace,
+        )
         self._open[id(pending)] = pending
         if self._closing:  # close() began meanwhile (it may not have seen this one)
             del self._open[id(pending)]
             self._refuse(respond)
             return None
         if request.trace is not None:  # from here on it ends (tracing.py)
-            pending.trace = request.trace
             request.trace.admitted(self.name, self.version, request.inputs)
+            if queued:
+                request.trace.queued()
         if cached is not None:
-            # Counted as Triton counts a hit (no inference or execution), before it is sent.
-            pending.stats = None
             now = time.monotonic_ns()
-            queue_ns = lookup_start - pending.arrival_ns
-            self.stats.record_cache_hit(now - pending.arrival_ns, queue_ns, lookup_ns)
+            queue_ns = lookup_start - arrival_ns
+            self.stats.record_cache_hit(now - arrival_ns, queue_ns, lookup_ns)
             pending.deliver(cached, True)
         return pending
-
-    def _finish_and_store(
-        self,
-        key: tuple[int, bytes],
-        requested: frozenset[str],
-        lookup_ns: int,
-        response: pb_utils.InferenceResponse | None,
-    ) -> pb_utils.InferenceResponse | None:
-        """A missed request's (single, final) response: finished, then stored in the cache."""
-        finished = self._finish(response, requested)
-        assert self.cache is not None
-        start = time.monotonic_ns()
-        if self.cache.insert(key, finished):  # not a miss when another request stored it first
-            self.stats.record_cache_miss(lookup_ns + time.monotonic_ns() - start)
-        return finished
 
     def _refuse(self, respond: Respond) -> None:
         message = unavailable_text(self.name, self.version)
         respond(_error_response(message, pb_utils.TritonError.UNAVAILABLE), True)
 
-    @functools.cached_property
-    def _iterative_sequence(self) -> bool:
-        # Read once: a protobuf field lookup on every request adds up.
-        return self.config.sequence_batching.iterative_sequence
-
     def _model_request(
-        self, request: InferRequest, requested: frozenset[str], pending: Pending
+        self, request: InferRequest, requested: frozenset[str]
     ) -> pb_utils.InferenceRequest:
+        """What `execute` sees; `Pending` gives it its response sender and cancellation."""
         params = request.parameters
         inputs = self.validator.apply_input_reshape(request.inputs)
-        sender = pb_utils.InferenceResponseSender(
-            pending.deliver, decoupled=self.decoupled, is_cancelled=pending.is_cancelled
-        )
         if params:
             sequence_id = params.get("sequence_id", 0)
             # An int or a string, as the wire allows (bridge/codec.py refuses other types).
@@ -334,43 +323,9 @@ class ModelVersion:
             parameters_json=parameters_json,
             # Only read (copied by requested_output_names()), so the frozenset is shared.
             requested_output_names=requested,  # type: ignore[arg-type]
-            response_sender=sender,
-            is_cancelled=pending.is_cancelled,
+            response_sender=None,
             trace=None if request.trace is None else pb_utils.InferenceTrace("", request.trace),
         )
-
-    def _finish(
-        self, response: pb_utils.InferenceResponse | None, requested: frozenset[str]
-    ) -> pb_utils.InferenceResponse | None:
-        """Keep only the requested outputs and apply output reshape, as Triton does."""
-        if response is None or response.has_error():
-            return response
-        if not self._output_reshapes:
-            # The common case, without copying: every output was requested, nothing reshapes.
-            for tensor in response._output_tensors:
-                if tensor._name not in requested:
-                    break
-            else:
-                return response
-        outputs = response.output_tensors()
-        kept = [t for t in outputs if t.name() in requested]
-        if self._output_reshapes:
-            kept = [self._reshape_output(t) for t in kept]
-        if len(kept) == len(outputs) and not self._output_reshapes:
-            return response
-        return pb_utils.InferenceResponse(kept, parameters=_response_parameters(response))
-
-    def _reshape_output(self, tensor: pb_utils.Tensor) -> pb_utils.Tensor:
-        dims = self._output_reshapes.get(tensor.name())
-        if dims is None:
-            return tensor
-        array = tensor._array
-        batch = list(array.shape[:1]) if self._batching else []
-        try:
-            reshaped = array.reshape(batch + dims)
-        except ValueError:
-            return tensor  # Triton passes through what it cannot reshape
-        return pb_utils.Tensor._from_wire(tensor.name(), reshaped, tensor._datatype)
 
     def close(self, timeout: float | None = 30.0) -> bool:
         """Refuse new requests, drain, answer what is left UNAVAILABLE, finalize the instances.
@@ -553,10 +508,6 @@ def _error_response(message: str, code: pb_utils.TritonError | int) -> pb_utils.
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
 
 
-def _unchanged(response: pb_utils.InferenceResponse | None) -> pb_utils.InferenceResponse | None:
-    return response
-
-
 def _priority(params: Mapping[str, ParameterValue]) -> int:
     """The request's `priority` parameter (uint64 from tritonclient, int64 from raw clients)."""
     value = params.get("priority", 0)
@@ -582,16 +533,6 @@ def _custom_parameters_json(params: Mapping[str, ParameterValue]) -> str:
     }
     # Triton's text is compact and keeps non-ASCII characters as they are [V].
     return json.dumps(custom, separators=(",", ":"), ensure_ascii=False) if custom else "{}"
-
-
-def _response_parameters(response: pb_utils.InferenceResponse) -> dict | None:
-    text = response.parameters()
-    return json.loads(text) if text and text != "{}" else None
-
-
-def _output_reshapes(config: mc.ModelConfig) -> dict[str, list[int]]:
-    # The model produces the `reshape` shape; the client receives `dims`.
-    return {o.name: list(o.dims) for o in config.output if o.HasField("reshape")}
 
 
 _KIND_NAMES = {

@@ -33,6 +33,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -141,6 +142,33 @@ class ResponseCache:
 
 
 _COUNTER_FIELDS = ("capacity_bytes", "hits", "misses", "evictions", "lookup_ns", "insert_ns")
+
+
+class MissCounter(Protocol):
+    """Where a miss is counted (scheduling.stats.ModelStats)."""
+
+    def record_cache_miss(self, duration_ns: int) -> None: ...
+
+
+class CacheFill:
+    """A request the cache missed: where its (single, final) response is stored once shaped.
+
+    Built by the model version that looked the request up; `Pending.deliver` hands it the
+    response, so the store happens on the response's way back without a call up a layer.
+    """
+
+    __slots__ = ("_cache", "_key", "_lookup_ns", "_misses")
+
+    def __init__(self, cache: ResponseCache, key: Key, lookup_ns: int, misses: MissCounter) -> None:
+        self._cache = cache
+        self._key = key
+        self._lookup_ns = lookup_ns
+        self._misses = misses
+
+    def store(self, response: pb_utils.InferenceResponse | None) -> None:
+        start = time.monotonic_ns()
+        if self._cache.insert(self._key, response):  # not a miss when another stored it first
+            self._misses.record_cache_miss(self._lookup_ns + time.monotonic_ns() - start)
 
 
 def request_digest(inputs: Iterable[pb_utils.Tensor], requested: Iterable[str]) -> bytes:

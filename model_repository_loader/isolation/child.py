@@ -217,16 +217,9 @@ class InstanceProcess:
                 self.open.pop(key, None)
             self._send(Respond(key, packed, final, failure if final else None))
 
-        def build(pending: Pending) -> pb_utils.InferenceRequest:
-            sender = pb_utils.InferenceResponseSender(
-                pending.deliver, decoupled=decoupled, is_cancelled=pending.is_cancelled
-            )
-            return unpack_request(
-                self.folder, wire, response_sender=sender, is_cancelled=pending.is_cancelled
-            )
-
-        pending = Pending(build, respond, _unchanged)
-        pending.stats = outcome
+        request = unpack_request(self.folder, wire, response_sender=None)
+        # No shape: the parent filters outputs and applies reshapes; this sends what the model made.
+        pending = Pending(request, respond, decoupled=decoupled, stats=outcome)
         self.open[key] = pending
         return pending
 
@@ -407,11 +400,6 @@ def _error(message: str) -> pb_utils.InferenceResponse:
 
 def _failure(instance: ModelInstance, what: str) -> str:
     return failed_requests_text(instance.name, what)
-
-
-def _unchanged(response: Any) -> Any:
-    # The parent filters outputs and applies reshapes; the child sends what the model made.
-    return response
 
 
 def main(argv: list[str]) -> int:

@@ -14,8 +14,8 @@ instance takes the next one. Once closed, the scheduler answers what it still ho
 later request, UNAVAILABLE.
 
 This is the path of most requests, so it works on `Pending` itself, with no per-request entry
-object: the request's batch size, arrival time and statistics are already on it (model.py sets
-them), and it counts its own outcome when its final response leaves.
+object: the request's batch size, arrival time and statistics are already on it (model.py
+builds it with them), and it counts its own outcome when its final response leaves.
 """
 
 from __future__ import annotations
@@ -99,11 +99,8 @@ class DefaultScheduler:
             pending.batch_size,
             1,
         )
-        if pending.closed:
-            # Answered, and this scheduler reads nothing more of it. Dropping the link breaks
-            # the cycle Pending → request → response sender → Pending, so the request is freed
-            # by reference counting instead of waiting for the cyclic collector.
-            pending.request = None  # type: ignore[assignment]
+        if pending.closed:  # answered, and this scheduler reads nothing more of it
+            pending.drop_request()
 
     def _next_or_idle(self, instance: Instance) -> Pending | None:
         with self._lock:

@@ -1,19 +1,52 @@
 """What the schedulers keep for each queued request, and the steps every scheduler shares:
-skipping cancelled requests, timing, and statistics."""
+skipping cancelled requests, running a batch under its rate limit, timing, and statistics."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import pb_utils
 from ..execution import Pending, take_compute_span
 from ..instance import Instance
-from .rate_limiter import take_wait_ns
+from .rate_limiter import LimitedInstance, Withdrawn, take_wait_ns
 from .stats import ModelStats
 
 RunBatch = Callable[[Instance, list[Pending]], None]
+
+
+class BatchRunner:
+    """The one way a batch reaches an instance, for every scheduler and warmup: `execute`,
+    while the instance holds its rate limiter resources (Triton runs warmup samples through its
+    rate limiter too).
+
+    Built by the model version with its table of instance name → place in the rate limiter
+    (empty without one; the version fills it at load and empties it at close), so running a
+    batch goes down to the instance without a call back into the version.
+    """
+
+    __slots__ = ("_decoupled", "_limited", "_unavailable")
+
+    def __init__(
+        self, decoupled: bool, limited: Mapping[str, LimitedInstance], unavailable: str
+    ) -> None:
+        self._decoupled = decoupled
+        self._limited = limited
+        self._unavailable = unavailable  # the answer when the version closes meanwhile
+
+    def __call__(self, instance: Instance, batch: list[Pending]) -> None:
+        limited = self._limited.get(instance.name)
+        if limited is None:
+            instance.run_batch(batch, self._decoupled)
+            return
+        try:
+            with limited.hold():
+                instance.run_batch(batch, self._decoupled)
+        except Withdrawn:  # the version closed while this batch waited for resources
+            for pending in batch:
+                pending.fail(self._unavailable, pb_utils.TritonError.UNAVAILABLE)
 
 
 @dataclass(slots=True, eq=False)
@@ -34,7 +67,7 @@ class Entry:
 
     @property
     def batch_size(self) -> int:
-        """The request's batch dimension, as validation found it (model.py puts it on Pending)."""
+        """The request's batch dimension, as validation found it (Pending is built with it)."""
         return self.pending.batch_size
 
 

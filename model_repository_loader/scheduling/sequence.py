@@ -33,7 +33,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from .. import pb_utils
-from ..execution import Pending, fail_batch
+from ..execution import Pending, discard, fail_batch
 from ..instance import Instance
 from .controls import Controls
 from .entry import Entry, RunBatch, drop_if_cancelled, run_timed
@@ -44,11 +44,6 @@ log = logging.getLogger(__name__)
 
 _START = pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
 _END = pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
-
-
-def _null_pending(request: pb_utils.InferenceRequest) -> Pending:
-    """Padding for an empty direct slot: the model sees it; its responses go nowhere."""
-    return Pending(lambda _pending: request, lambda _response, _final: None, lambda r: r)
 
 
 class _Instance:
@@ -309,7 +304,8 @@ class SequenceBatcher:
             requested_output_names=template.requested_output_names(),
             response_sender=None,
         )
-        return _null_pending(request)
+        # Padding for an empty direct slot: the model sees it; its responses go nowhere.
+        return Pending(request, discard)
 
     def _run(self, holder: _Instance, entries: list[Entry], pendings: list) -> None:
         try:

@@ -9,7 +9,6 @@ such option: the same model under Triton receives the requests as a list, as usu
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Sequence
@@ -18,7 +17,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from .. import pb_utils
-from ..execution import Pending
+from ..execution import Pending, StackedParts
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +44,6 @@ def stacked_pending(parts: Sequence[Pending], sizes: Sequence[int]) -> Pending:
 
     It is a real Pending, so every instance kind (threads, processes) runs it like any other.
     """
-    splitter = _Splitter(parts, sizes)
     first = parts[0].request
     inputs = [
         pb_utils.Tensor._from_wire(
@@ -58,19 +56,16 @@ def stacked_pending(parts: Sequence[Pending], sizes: Sequence[int]) -> Pending:
     requested: set[str] = set()
     for part in parts:
         requested |= part.request.requested_output_names()
-
-    def build(pending: Pending) -> pb_utils.InferenceRequest:
-        return pb_utils.InferenceRequest._incoming(
-            inputs=inputs,
-            request_id=first.request_id(),
-            parameters_json=first.parameters(),
-            timeout=first.timeout(),
-            requested_output_names=requested,
-            response_sender=pb_utils.InferenceResponseSender(pending.deliver, decoupled=False),
-            is_cancelled=pending.is_cancelled,
-        )
-
-    stacked = Pending(build, splitter.respond, lambda response: response)
+    request = pb_utils.InferenceRequest._incoming(
+        inputs=inputs,
+        request_id=first.request_id(),
+        parameters_json=first.parameters(),
+        timeout=first.timeout(),
+        requested_output_names=requested,
+        response_sender=None,
+    )
+    # Its responses go straight to the parts, split by their batch sizes (execution.py).
+    stacked = Pending(request, StackedParts(parts, sizes, STACK_KEY), decoupled=False)
     # The stacked request is cancelled once every request in it is.
     remaining = [len(parts)]
     lock = threading.Lock()
@@ -85,43 +80,3 @@ def stacked_pending(parts: Sequence[Pending], sizes: Sequence[int]) -> Pending:
     for part in parts:
         part.on_cancel(one_cancelled)
     return stacked
-
-
-class _Splitter:
-    """Hands each part its rows of the stacked response (or the error, to all)."""
-
-    def __init__(self, parts: Sequence[Pending], sizes: Sequence[int]) -> None:
-        self._parts = list(parts)
-        self._sizes = list(sizes)
-
-    def respond(self, response: pb_utils.InferenceResponse | None, final: bool) -> None:
-        if response is None or response.has_error():
-            for part in self._parts:
-                part.deliver(response, final)
-            return
-        try:
-            split = self._split(response)
-        except ValueError as exc:
-            error = pb_utils.TritonError(str(exc), pb_utils.TritonError.INTERNAL)
-            for part in self._parts:
-                part.deliver(pb_utils.InferenceResponse(error=error), True)
-            return
-        for part, part_response in zip(self._parts, split, strict=True):
-            part.deliver(part_response, final)
-
-    def _split(self, response: pb_utils.InferenceResponse) -> list[pb_utils.InferenceResponse]:
-        total = sum(self._sizes)
-        bounds = np.cumsum(self._sizes)[:-1]
-        pieces: list[list[pb_utils.Tensor]] = [[] for _ in self._parts]
-        for tensor in response.output_tensors():
-            array = tensor._array
-            if array.ndim == 0 or array.shape[0] != total:
-                raise ValueError(
-                    f"{STACK_KEY}: output '{tensor.name()}' has shape {list(array.shape)}; its "
-                    f"first dimension must be the stacked batch size {total}"
-                )
-            for piece, chunk in zip(pieces, np.split(array, bounds), strict=True):
-                piece.append(pb_utils.Tensor._from_wire(tensor.name(), chunk, tensor._datatype))
-        text = response.parameters()
-        params = json.loads(text) if text and text != "{}" else None
-        return [pb_utils.InferenceResponse(piece, parameters=params) for piece in pieces]

@@ -18,17 +18,10 @@ from model_repository_loader.inference import holding_a_shared_lock
 
 
 def pending() -> Pending:
-    def build(p: Pending) -> pb_utils.InferenceRequest:
-        return pb_utils.InferenceRequest._incoming(
-            inputs=[],
-            requested_output_names={"OUT"},
-            response_sender=pb_utils.InferenceResponseSender(
-                p.deliver, decoupled=True, is_cancelled=p.is_cancelled
-            ),
-            is_cancelled=p.is_cancelled,
-        )
-
-    return Pending(build, lambda response, final: None, lambda response: response)
+    request = pb_utils.InferenceRequest._incoming(
+        inputs=[], requested_output_names={"OUT"}, response_sender=None
+    )
+    return Pending(request, lambda response, final: None, decoupled=True)
 
 
 def test_cancel_is_seen_by_request_and_sender() -> None:

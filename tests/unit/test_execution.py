@@ -13,7 +13,7 @@ import json
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -93,24 +93,21 @@ def tiny(tmp_path: Path) -> Iterator[Any]:
 
 
 def pending(
-    answers: Answers, *, decoupled: bool, values: list[int] | None = None, params: str = "{}"
+    answers: Answers,
+    *,
+    decoupled: bool,
+    values: list[int] | None = None,
+    params: str = "{}",
+    requeue: Callable[[Pending], None] | None = None,
 ) -> Pending:
     """A request as the loader builds it: its sender and cancellation flag tied to the Pending."""
-
-    def build(p: Pending) -> pb_utils.InferenceRequest:
-        sender = pb_utils.InferenceResponseSender(
-            p.deliver, decoupled=decoupled, is_cancelled=p.is_cancelled
-        )
-        inputs = [pb_utils.Tensor("IN", np.array(values or [0], dtype=np.int32))]
-        return pb_utils.InferenceRequest._incoming(
-            inputs=inputs,
-            parameters_json=params,
-            requested_output_names={"OUT"},
-            response_sender=sender,
-            is_cancelled=p.is_cancelled,
-        )
-
-    return Pending(build, answers, lambda response: response)
+    request = pb_utils.InferenceRequest._incoming(
+        inputs=[pb_utils.Tensor("IN", np.array(values or [0], dtype=np.int32))],
+        parameters_json=params,
+        requested_output_names={"OUT"},
+        response_sender=None,
+    )
+    return Pending(request, answers, decoupled=decoupled, requeue=requeue)
 
 
 def execute_on(instance: ModelInstance, batch: list[Pending], decoupled: bool) -> None:
@@ -394,9 +391,8 @@ RESCHEDULING = """
 def test_rescheduled_request_goes_to_the_requeue_hook(tiny):
     instance = tiny(RESCHEDULING)
     answers = Answers()
-    request = pending(answers, decoupled=True)
     requeued: list[Pending] = []
-    request.requeue = requeued.append
+    request = pending(answers, decoupled=True, requeue=requeued.append)
     execute_on(instance, [request], decoupled=True)
     assert requeued == [request]
     # The flags are reset for the next execution, and the request stays open.
@@ -416,9 +412,8 @@ def test_reschedule_without_a_hook_is_refused(tiny):
 def test_closed_request_is_not_requeued(tiny):
     instance = tiny(RESCHEDULING)
     answers = Answers()
-    request = pending(answers, decoupled=True, params='{"final_too":true}')
     requeued: list[Pending] = []
-    request.requeue = requeued.append
+    request = pending(answers, decoupled=True, params='{"final_too":true}', requeue=requeued.append)
     execute_on(instance, [request], decoupled=True)
     assert requeued == [] and [f for _, f in answers.items] == [True]
 
@@ -534,9 +529,8 @@ def test_default_mode_reschedule_must_return_none(tiny):
     """spec §2.4: a rescheduled request's slot in the returned list must be None."""
     instance = tiny(RESCHEDULE_WITH_A_RESPONSE)
     answers = Answers()
-    request = pending(answers, decoupled=False)
     requeued: list[Pending] = []
-    request.requeue = requeued.append
+    request = pending(answers, decoupled=False, requeue=requeued.append)
     execute_on(instance, [request], decoupled=False)
     ((error, final),) = answers.wait_closed()
     expected = (

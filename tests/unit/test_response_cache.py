@@ -53,6 +53,18 @@ def test_a_hit_does_not_run_execute(cached_repo: LoadedRepository) -> None:
     assert (plain.cache_hit.count, plain.cache_miss.count) == (0, 0)
 
 
+def test_a_hit_counts_no_negative_queue_time(cached_repo: LoadedRepository) -> None:
+    """A hit's queue time runs from its arrival to its cache lookup, never below zero (the
+    statistics' queue sum is a uint64 on the wire: a negative sum failed the statistics call)."""
+    ask(cached_repo, "cached", [5])
+    stats = cached_repo.models["cached"].versions[1].stats
+    after_the_miss = stats.snapshot().queue.ns
+    for _ in range(5):
+        ask(cached_repo, "cached", [5])
+    assert stats.snapshot().queue.count == 6
+    assert stats.snapshot().queue.ns >= after_the_miss
+
+
 def test_requested_outputs_are_part_of_the_key(cached_repo: LoadedRepository) -> None:
     subset = ask(cached_repo, "cached", [5], requested_outputs=["EXECUTIONS"])
     assert set(subset) == {"EXECUTIONS"}

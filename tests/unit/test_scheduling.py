@@ -382,16 +382,13 @@ def _batches_for(shapes: list[int], ragged: bool) -> list[list[str]]:
     batcher = DynamicBatcher(config, [instance], run_batch, ModelStats())
     for i, width in enumerate(shapes):
         array = np.zeros((1, width), np.int32)
-        pending = Pending(
-            lambda _p, rid=f"r{i}", a=array: pb_utils.InferenceRequest._incoming(
-                inputs=[pb_utils.Tensor("IN", a)],
-                request_id=rid,
-                requested_output_names=set(),
-                response_sender=None,
-            ),
-            lambda response, final: None,
-            lambda response: response,
+        request = pb_utils.InferenceRequest._incoming(
+            inputs=[pb_utils.Tensor("IN", array)],
+            request_id=f"r{i}",
+            requested_output_names=set(),
+            response_sender=None,
         )
+        pending = Pending(request, lambda response, final: None)
         batcher.enqueue(pending)
         if i == 0:  # r0 must be on the (free) instance before the others arrive
             _wait_for(lambda: instance.calls)
