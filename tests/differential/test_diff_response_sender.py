@@ -12,7 +12,6 @@ answer came from (+1 returned, +100 sent before returning, +200 sent after, +300
 from __future__ import annotations
 
 import base64
-import filecmp
 import queue
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -22,7 +21,6 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.differential.support import (
-    REPOSITORIES,
     TRITON_DOOR,
     Failure,
     Pair,
@@ -35,10 +33,11 @@ from tests.differential.support import (
     relative_paths,
     summarize,
 )
+from tests.harness.repositories import materialize
 
 pytestmark = pytest.mark.oracle
 
-ROOT = REPOSITORIES / "response_sender"
+ROOT = "response_sender"  # one model.py for its three models: written whole (materialize)
 MODELS = ["sender", "sender_process"]  # a thread instance and a process instance on the bridge
 WAIT_S = 30.0
 VALUE = 5
@@ -71,14 +70,8 @@ FAILED = ["final_first"]
 
 
 @pytest.fixture(scope="module")
-def senders(pair_for) -> Pair:
-    return pair_for(ROOT)
-
-
-def test_model_copies_are_identical():
-    first = ROOT / "sender" / "1" / "model.py"
-    for model in ("sender_process", "sender_batching"):
-        assert filecmp.cmp(first, ROOT / model / "1" / "model.py", shallow=False), model
+def senders(pair_for, tmp_path_factory: pytest.TempPathFactory) -> Pair:
+    return pair_for(materialize(ROOT, tmp_path_factory.mktemp("repositories")))
 
 
 def _inputs(value: int, batched: bool) -> list[grpcclient.InferInput]:

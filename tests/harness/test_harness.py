@@ -1,4 +1,5 @@
-"""Self-test of the harness: ports, the oracle launcher and the bridge launcher."""
+"""Self-test of the harness: ports, the oracle launcher, the bridge launcher, and the
+repositories written whole from shared model code."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tests.harness import (
 )
 from tests.harness.bridge_server import PROJECT_ROOT
 from tests.harness.oracle import ORACLE_PYTHON_ENV
+from tests.harness.repositories import REPOSITORIES, SAME_CODE, materialize, materialize_model
 
 # A trivial model of our own: OUT = IN.
 IDENTITY_CONFIG = """\
@@ -162,3 +164,21 @@ def test_oracle_serves_a_model_of_ours(oracle_server, tmp_path_factory) -> None:
     result = client.infer("identity", [tensor])
     np.testing.assert_array_equal(result.as_numpy("OUT"), data)
     assert f"Started GRPCInferenceService at 127.0.0.1:{server.grpc_port}" in server.log_text
+
+
+# -- repositories whose models share code --------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SAME_CODE))
+def test_materialize_writes_each_shared_model_whole(name: str, tmp_path: Path) -> None:
+    """Each model named in SAME_CODE has only its config in tests/repositories (its code lives
+    once, in its template); the written copy holds the template's model.py beside its config."""
+    root = materialize(name, tmp_path)
+    for model, template in SAME_CODE[name].items():
+        assert sorted(p.name for p in (REPOSITORIES / name / model).iterdir()) == ["config.pbtxt"]
+        written = (root / model / "1" / "model.py").read_bytes()
+        assert written == (REPOSITORIES / name / template / "1" / "model.py").read_bytes()
+        config = (root / model / "config.pbtxt").read_text()
+        assert config == (REPOSITORIES / name / model / "config.pbtxt").read_text()
+        one = materialize_model(name, model, tmp_path / "one")
+        assert (one / "1" / "model.py").read_bytes() == written
