@@ -11,15 +11,13 @@ from __future__ import annotations
 import pytest
 
 from tests.differential.support import Pair, both, bytes_output, int32_input
-from tests.harness.repositories import materialize
 
 pytestmark = pytest.mark.oracle
 
 
 @pytest.fixture(scope="module")
-def argv(pair_for, tmp_path_factory: pytest.TempPathFactory) -> Pair:
-    # `*_process` run their thread twin's model.py: the repository is written whole first.
-    return pair_for(materialize("argv", tmp_path_factory.mktemp("repositories")))
+def argv(pair_for, repository) -> Pair:
+    return pair_for(repository("argv"))  # `*_process` run their thread twin's model.py
 
 
 def _answer(pair: Pair, model: str, output: str) -> tuple[list[bytes], list[bytes]]:

@@ -33,11 +33,10 @@ from tests.differential.support import (
     relative_paths,
     summarize,
 )
-from tests.harness.repositories import materialize
 
 pytestmark = pytest.mark.oracle
 
-ROOT = "response_sender"  # one model.py for its three models: written whole (materialize)
+ROOT = "response_sender"  # one model.py for its three models: written whole (`repository`)
 MODELS = ["sender", "sender_process"]  # a thread instance and a process instance on the bridge
 WAIT_S = 30.0
 VALUE = 5
@@ -70,8 +69,8 @@ FAILED = ["final_first"]
 
 
 @pytest.fixture(scope="module")
-def senders(pair_for, tmp_path_factory: pytest.TempPathFactory) -> Pair:
-    return pair_for(materialize(ROOT, tmp_path_factory.mktemp("repositories")))
+def senders(pair_for, repository) -> Pair:
+    return pair_for(repository(ROOT))
 
 
 def _inputs(value: int, batched: bool) -> list[grpcclient.InferInput]:

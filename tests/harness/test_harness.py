@@ -171,14 +171,28 @@ def test_oracle_serves_a_model_of_ours(oracle_server, tmp_path_factory) -> None:
 
 @pytest.mark.parametrize("name", sorted(SAME_CODE))
 def test_materialize_writes_each_shared_model_whole(name: str, tmp_path: Path) -> None:
-    """Each model named in SAME_CODE has only its config in tests/repositories (its code lives
-    once, in its template); the written copy holds the template's model.py beside its config."""
+    """A model named in SAME_CODE has only its config in tests/repositories, or no folder at all
+    (its code lives once, in its template); the written copy holds the template's version
+    folders beside its own config, or the template's whole folder."""
     root = materialize(name, tmp_path)
-    for model, template in SAME_CODE[name].items():
-        assert sorted(p.name for p in (REPOSITORIES / name / model).iterdir()) == ["config.pbtxt"]
-        written = (root / model / "1" / "model.py").read_bytes()
-        assert written == (REPOSITORIES / name / template / "1" / "model.py").read_bytes()
-        config = (root / model / "config.pbtxt").read_text()
-        assert config == (REPOSITORIES / name / model / "config.pbtxt").read_text()
-        one = materialize_model(name, model, tmp_path / "one")
-        assert (one / "1" / "model.py").read_bytes() == written
+    for model, template_name in SAME_CODE[name].items():
+        template = REPOSITORIES / (
+            template_name if "/" in template_name else f"{name}/{template_name}"
+        )
+        source = REPOSITORIES / name / model
+        config = source / "config.pbtxt" if source.exists() else template / "config.pbtxt"
+        if source.exists():
+            assert sorted(p.name for p in source.iterdir()) == ["config.pbtxt"]
+        assert (root / model / "config.pbtxt").read_text() == config.read_text()
+        versions = sorted(p.name for p in template.iterdir() if p.name.isdigit())
+        assert (
+            versions
+            and sorted(p.name for p in (root / model).iterdir() if p.name.isdigit()) == versions
+        )
+        for version in versions:
+            written = (root / model / version / "model.py").read_bytes()
+            assert written == (template / version / "model.py").read_bytes()
+        one = materialize_model(name, model, tmp_path / "one" / name)
+        assert (one / versions[0] / "model.py").read_bytes() == (
+            template / versions[0] / "model.py"
+        ).read_bytes()

@@ -238,11 +238,13 @@ async def error_of(call: Coroutine[Any, Any, Any]) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("case", ORACLE["cases"], ids=[c["id"] for c in ORACLE["cases"]])
-def test_inference_requests_are_answered_as_triton_answered(served: Served, case: dict) -> None:
+def test_inference_requests_are_answered_as_triton_answered(
+    served: Served, service: TritonService, case: dict
+) -> None:
     """Unknown, missing, duplicate inputs; wrong datatypes, shapes and batch sizes; unknown
     outputs: the status and text Triton gave, and for accepted ones the shapes its model saw."""
     request = body(case["model"], case["inputs"], case["outputs"], case.get("request_id", ""))
-    answer = served.run(infer(served.service, case["model"], "", request))  # type: ignore[arg-type]
+    answer = served.run(infer(service, case["model"], "", request))
     expected = case["expected"]
     assert answer["status"] == expected["status"], answer
     if expected["status"] != "OK":
@@ -270,7 +272,7 @@ def _lookup(case: dict) -> Any:
 
 @pytest.mark.parametrize("case", [_lookup(case) for case in ORACLE["lookups"]])
 def test_model_and_version_lookups_are_answered_as_triton_answered(
-    served: Served, case: dict
+    served: Served, service: TritonService, case: dict
 ) -> None:
     """Unknown models and versions, version texts that are no number, a model that failed to
     load: Triton's status and text before any model runs."""
@@ -278,7 +280,7 @@ def test_model_and_version_lookups_are_answered_as_triton_answered(
     inputs = [("X", "FP32", [1])] if case["model"] == BROKEN else [("INPUT0", "FP32", [4])] * 2
     inputs = inputs if case["model"] == BROKEN else [inputs[0], ("INPUT1", "FP32", [4])]
     request = body(case["model"], inputs, [])
-    answer = served.run(infer(served.service, case["model"], case["version"], request))  # type: ignore[arg-type]
+    answer = served.run(infer(service, case["model"], case["version"], request))
     expected = case["expected"]
     assert answer["status"] == expected["status"], answer
     if expected["status"] != "OK":
@@ -391,7 +393,7 @@ def test_a_decoupled_model_answers_a_stream_response_by_response(
     async def stream() -> list[dict[str, Any]]:
         target = await service.target("repeat", "", stream=True)
         request = body("repeat", [("IN", "INT32", [3])], [])
-        request["tensors"][0]["data"]["values"] = np.int32([5, 6, 7]).tobytes()
+        request["tensors"][0]["data"]["values"] = np.array([5, 6, 7], np.int32).tobytes()
         return [item async for item in service.items(target, request, Context())]
 
     items = served.run(stream())
