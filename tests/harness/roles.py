@@ -163,23 +163,8 @@ class Worker(RoleProcess):
         return status == 200 or (status is not None and self.ready_on == "listening")
 
     def _wait_started(self) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + self.startup_timeout
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"{self.program} exited with code {self.process.returncode} during "
-                    f"start-up; log {self.log_path}:\n{self.log_tail()}"
-                )
-            if self._started():
-                self.ready_at = time.monotonic()
-                return
-            if time.monotonic() >= deadline:
-                raise RuntimeError(
-                    f"{self.program}: not started ({self.ready_on}) after "
-                    f"{self.startup_timeout:.0f} s; log {self.log_path}:\n{self.log_tail()}"
-                )
-            time.sleep(0.05)
+        self._wait_until(self._started, f"started ({self.ready_on})", poll=0.05)
+        self.ready_at = time.monotonic()
 
 
 class Frontend(RoleProcess):
