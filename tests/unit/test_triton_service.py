@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 from dynamo.runtime import Context
 
+from bridge.cluster.index import ClusterIndex
 from bridge.frontends.triton.directory import Directory
 from bridge.frontends.triton.service import TritonService
 from bridge.options import ServerOptions
@@ -111,7 +112,8 @@ class Served:
         await self.worker.start(self.runtime, None)
         manager = self.worker.manager
         assert manager is not None
-        self.directory = Directory(self.runtime, NAMESPACE, None, manager.local_worker)
+        index = ClusterIndex(self.runtime, NAMESPACE)
+        self.directory = Directory(index, None, manager.local_worker)
         manager.listeners.append(self.directory.changed)  # told of loads and unloads at once
         await self.directory.start()
         self.service = TritonService(self.directory, ready=self.worker.ready)
