@@ -255,24 +255,7 @@ def test_inference_requests_are_answered_as_triton_answered(
         assert model_shapes(answer) == expected["model_shapes"]
 
 
-# Where TritonService answers otherwise than Triton did (found by this test; the wires ask the
-# same `target`, so a client sees it too). strict: once fixed, the mark must go.
-LOOKUP_DIVERGENCES = {
-    # Triton reads the version text before it looks the model up; the service looks first.
-    "version_not_a_number_unknown_model": "the model is looked up before the version is parsed",
-    # A model whose only version failed to load: Triton answers per version asked.
-    "no_available_versions_with_version": "a failed version is 'not at ready state' on Triton",
-    "no_available_versions_other_version": "an unknown version of a failed model is 'not found'",
-}
-
-
-def _lookup(case: dict) -> Any:
-    reason = LOOKUP_DIVERGENCES.get(case["id"])
-    marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
-    return pytest.param(case, id=case["id"], marks=marks)
-
-
-@pytest.mark.parametrize("case", [_lookup(case) for case in ORACLE["lookups"]])
+@pytest.mark.parametrize("case", ORACLE["lookups"], ids=lambda case: case["id"])
 def test_model_and_version_lookups_are_answered_as_triton_answered(
     served: Served, service: TritonService, case: dict
 ) -> None:

@@ -315,10 +315,10 @@ class TritonService:
         """Where a request for `name` goes, or Triton's error for a model that cannot take it
         (unknown, no ready version, decoupled through a unary call)."""
         self._refuse_while_exiting(name)
+        version = version_number(version_text)  # Triton reads the version before the model
         entry = _require_model(await self.directory.lookup(name), name)
-        version = version_number(version_text)
         if not entry.endpoints or not entry.versions:
-            raise DoorError(*entry.unavailable())
+            raise DoorError(*entry.unavailable(version))
         if not entry.bridge_form and version not in (-1, int(FOREIGN_VERSION)):
             # a worker of Dynamo's standard form only: its one version (model_cards.py)
             raise DoorError(ErrorCode.NOT_FOUND, unknown_model_error(name, version))
