@@ -13,6 +13,12 @@ Two forms (docs/worker_protocol.md §2, "the bridge tensor form"):
   per-element work, and Dynamo's request plane carries `bytes` as msgpack bin. A request with
   `"bridge_form": 1` gets its answers in that form too (`encode_bridge_response`): raw outputs,
   `final`, `model_version`, and errors as items (`bridge_error`) rather than exceptions.
+- Lent buffers, in-process only (the door's LocalRoute, issue 27): an input's `data.values`
+  may be a writable `memoryview` the caller lends for the request (a client's shared memory,
+  mapped copy-on-write): a numeric input then reaches the model as a numpy view of it, no copy.
+  A requested output may carry a writable `memoryview` as `buffer` (`output_buffers`): the
+  model's array is copied straight into it when the model sends it, and its `data` says
+  `"written": true` with `values` a view of the bytes written. Neither crosses a process.
 """
 
 from __future__ import annotations
@@ -103,7 +109,7 @@ def _decode_raw(
     name: str,
     datatype: str,
     shape: list[int],
-    raw: bytes,
+    raw: bytes | memoryview,
     model: str,
     request_id: str,
     budget: Budget | None,
@@ -111,12 +117,15 @@ def _decode_raw(
     """`raw` (KServe's raw contents) as the stored array of `datatype`, writable, in `shape`.
 
     Numeric data is copied once (a memcpy): Triton hands models writable inputs, and `bytes`
-    are read-only. Raises RawContentsError with Triton's text (naming `model` and `request_id`)
-    when the size does not fit, OverLimit when BYTES would cost more than `budget` allows
+    are read-only. A lent buffer (a writable memoryview, module doc) is used as it is.
+    Raises RawContentsError with Triton's text (naming `model` and `request_id`) when the
+    size does not fit, OverLimit when BYTES would cost more than `budget` allows
     (checked before the object array is made).
     """
     count = math.prod(shape)
     if datatype == "BYTES":
+        if isinstance(raw, memoryview):  # decoded into new objects either way
+            raw = raw.tobytes()
         if budget is not None:
             budget.charge_elements(count)
         if len(raw) < serialized_bytes.SMALL:
@@ -140,6 +149,8 @@ def _decode_raw(
             f"model '{model}'. Expected {expected}, got {len(raw)}"
         )
     array = np.frombuffer(raw, raw_type)
+    if array.flags.writeable and raw_type == _STORED_TYPES[datatype] and datatype != "BOOL":
+        return array.reshape(shape)  # a lent buffer, itself: zero copies
     # A copy either way: writable, native byte order; BOOL bytes other than 0/1 are True.
     array = array != 0 if datatype == "BOOL" else array.astype(_STORED_TYPES[datatype])
     return array.reshape(shape)
@@ -158,7 +169,7 @@ def decode_tensor(
     datatype = TO_KSERVE[metadata["data_type"]]
     values = tensor["data"]["values"]
     shape = metadata["shape"]
-    if isinstance(values, bytes):
+    if isinstance(values, bytes | memoryview):
         name = metadata["name"]
         array = _decode_raw(name, datatype, shape, values, model, request_id, budget)
         return Tensor._from_wire(name, array, datatype)
@@ -227,7 +238,7 @@ def raw_bytes_size(request: dict[str, Any]) -> int:
             bytes_type = tensor["metadata"]["data_type"] == "Bytes"
         except (KeyError, TypeError):
             continue  # malformed: decode_request says why
-        if bytes_type and isinstance(values, bytes):
+        if bytes_type and isinstance(values, bytes | memoryview):
             total += len(values)
     return total
 
@@ -427,24 +438,65 @@ def raw_contents(tensor: Tensor) -> bytes:
     return array.tobytes()  # C order whatever the array's layout
 
 
-def encode_raw_tensor(tensor: Tensor) -> dict[str, Any]:
+def encode_raw_tensor(tensor: Tensor, buffer: memoryview | None = None) -> dict[str, Any]:
+    """A tensor in the bridge form; into `buffer` (lent, module doc) when it is numeric and
+    fits, else as `bytes`."""
     dynamo_type = TO_DYNAMO[tensor._datatype]
+    data: dict[str, Any] = {"data_type": dynamo_type}
+    written = _write_into(tensor, buffer) if buffer is not None else None
+    if written is None:
+        data["values"] = raw_contents(tensor)
+    else:
+        data["values"] = written
+        data["written"] = True
     return {
         "metadata": {
             "name": tensor._name,
             "data_type": dynamo_type,
             "shape": list(tensor._array.shape),
         },
-        "data": {"data_type": dynamo_type, "values": raw_contents(tensor)},
+        "data": data,
     }
 
 
+def _write_into(tensor: Tensor, buffer: memoryview) -> memoryview | None:
+    """The tensor's raw contents copied into `buffer` (one copy, at the time the model sends
+    it, as Triton's stub copies an output when it is sent), or None: BYTES, or too large (the
+    door then says Triton's error)."""
+    datatype = tensor._datatype
+    if datatype == "BYTES":
+        return None
+    array = tensor._array
+    raw_type = _RAW_TYPES[datatype]
+    size = array.size * raw_type.itemsize
+    if size > len(buffer):
+        return None
+    target = np.frombuffer(buffer, raw_type, count=array.size).reshape(array.shape)
+    np.copyto(target, array, casting="unsafe")  # C order; BOOL as 0/1 bytes
+    return buffer[:size]
+
+
+def output_buffers(request: dict[str, Any]) -> dict[str, memoryview] | None:
+    """The buffers an in-process caller lent for the request's outputs, by name (module doc)."""
+    buffers = {
+        output["name"]: output["buffer"]
+        for output in request.get("outputs") or ()
+        if isinstance(output, dict) and isinstance(output.get("buffer"), memoryview)
+    }
+    return buffers or None
+
+
 def encode_bridge_response(
-    model_name: str, model_version: str, response: InferenceResponse | None, final: bool
+    model_name: str,
+    model_version: str,
+    response: InferenceResponse | None,
+    final: bool,
+    buffers: dict[str, memoryview] | None = None,
 ) -> dict[str, Any]:
     """A successful response (None: a flag-only FINAL) in the bridge form.
 
-    Every output's values are raw `bytes`; `final` is true on the response sent with FINAL; a
+    Every output's values are raw `bytes`, or written into its lent buffer (`buffers`, module
+    doc); `final` is true on the response sent with FINAL; a
     flag-only FINAL is `{"final": true, "tensors": [], "empty": true}` (the caller decides
     whether its client wants it). `model_version` is the version that answered.
     """
@@ -459,7 +511,10 @@ def encode_bridge_response(
     out: dict[str, Any] = {
         "model": model_name,
         "model_version": model_version,
-        "tensors": [encode_raw_tensor(t) for t in response._output_tensors],
+        "tensors": [
+            encode_raw_tensor(t, buffers.get(t._name) if buffers else None)
+            for t in response._output_tensors
+        ],
         "final": final,
     }
     text = response._parameters

@@ -52,6 +52,7 @@ from .codec import (
     empty_final_response,
     encode_bridge_response,
     encode_response,
+    output_buffers,
     raw_bytes_size,
     request_elements,
     wants_bridge_form,
@@ -304,7 +305,10 @@ class ModelWorker:
                     if bridge:
                         version = _answering_version(model, inference.model_version)
                         responses.encode = functools.partial(
-                            encode_bridge_response, self.name, version
+                            encode_bridge_response,
+                            self.name,
+                            version,
+                            buffers=output_buffers(request),
                         )
                     pending = model.submit(inference, responses.respond)
                     if model is not self.model:

@@ -359,6 +359,10 @@ class Directory:
 
     # -- model endpoints ----------------------------------------------------------------------
 
+    def serves_locally(self, endpoint: str) -> bool:
+        """This process's own worker serves `endpoint`: a request may lend it buffers."""
+        return self._local_worker(endpoint) is not None
+
     async def route(self, endpoint: str, entry: ModelEntry) -> Route:
         """How to reach `endpoint` of `entry`'s model: in-process when this process's own
         worker serves it (the embedded default), over the request plane in the bridge form to

@@ -4,8 +4,8 @@ A client creates a POSIX shared memory object (`/dev/shm/<key>`), registers it u
 (SystemSharedMemoryRegister: name, key, offset, byte_size), and then names it in an input's or a
 requested output's parameters (`shared_memory_region`, `shared_memory_byte_size`,
 `shared_memory_offset`) instead of sending the bytes. An input is read from the object (one
-copy, into the bytes the request plane carries), an output is written into it and its
-`raw_output_contents` entry is left empty, as Triton does.
+copy, into the bytes the request plane carries; none for the door's own workers, below), an
+output is written into it and its `raw_output_contents` entry is left empty, as Triton does.
 
 A key is what `shm_open` sees, never a path: Triton passes it to glibc's `shm_open`, which skips
 the leading slashes, refuses a name with any other `/` (EINVAL) and opens `/dev/shm/<name>` with
@@ -19,9 +19,25 @@ INVALID_ARG texts; the 2.5x oracle still opened those.
 
 The object's size may change after registration (a client may truncate it). Triton maps the
 region and a truncated object then kills it with SIGBUS [V: the oracle dies on the next input
-read]. The door maps nothing: it keeps the object's descriptor and copies with `pread`/`pwrite`,
-so a region past the object's current end is Triton's INVALID_ARG "Invalid offset + byte size"
-and never a signal.
+read]. The door maps no object a foreign uid owns: it keeps the object's descriptor and copies
+with `pread`/`pwrite`, so a region past the object's current end is Triton's INVALID_ARG
+"Invalid offset + byte size" and never a signal (for a mapped object too, when the object was
+truncated before the request: its size is checked each time it is mapped).
+
+Zero copies with the door's own workers (issue 27): an object owned by the door's own effective
+uid is mapped, per request, and lent to an in-process worker (the embedded default): an input
+as a private (copy-on-write) mapping that `execute` gets as its numpy array, writable as
+Triton's inputs are, with its writes staying ours as they stay the python backend's copy in
+Triton; an output as a shared mapping the worker writes the model's array into when the model
+sends it (the one copy Triton's stub makes into its own memory, straight into the client's).
+Such a client could already kill the door (same uid), so truncating a mapped object is no new
+power; every other object keeps the pread/pwrite copies above. A mapping is its own reference to
+the object: unregistering the region while a request uses it changes nothing for the request,
+and a mapping lives as long as something refers to it (Python's mmap unmaps on its last
+reference), so a model that keeps an input past its request keeps valid memory (which then
+shows what the client writes into its region later: Triton's copy would not; kept inputs are
+rare, and copying each input to guard against them is the cost this path removes).
+Request-plane routes get bytes, never a mapping (service.py).
 
 Regions belong to the door process (as to a tritonserver process): with `--role frontend` the
 client must share a host with the frontend, not with the workers. They are used from the door's
@@ -66,6 +82,7 @@ class SharedObject:
 
     fd: int
     identity: tuple[int, int]  # (st_dev, st_ino)
+    mappable: bool  # owned by our effective uid: lent to in-process workers as a mapping
     regions: int = 0
 
 
@@ -178,7 +195,8 @@ class SharedMemory:
         identity = (found.st_dev, found.st_ino)
         shared = self._objects.get(identity)
         if shared is None:
-            shared = self._objects[identity] = SharedObject(fd, identity)
+            mappable = found.st_uid == os.geteuid()
+            shared = self._objects[identity] = SharedObject(fd, identity, mappable)
         else:
             os.close(fd)
         shared.regions += 1
@@ -232,6 +250,44 @@ class SharedMemory:
                 raise _past_end(name)
             buffer += more
         return bytes(buffer)
+
+    def lend_input(self, name: str, offset: int, size: int) -> memoryview | None:
+        """The span as a writable private mapping for an in-process worker (zero copies), or
+        None where it must be copied (`read`): an object not ours, an empty span, no mapping.
+
+        Private (copy-on-write): the model may write its input, as Triton lets it, and the
+        client's object never sees it.
+        """
+        return self._lend(name, offset, size, mmap.MAP_PRIVATE)
+
+    def lend_output(self, name: str, offset: int, size: int) -> memoryview | None:
+        """The span as a writable shared mapping an in-process worker writes an output into
+        when the model sends it, or None where the door writes it (`write`, which also says
+        what is wrong with the region, once the model has run, as before)."""
+        try:
+            return self._lend(name, offset, size, mmap.MAP_SHARED)
+        except DoorError:
+            return None
+
+    def _lend(self, name: str, offset: int, size: int, flags: int) -> memoryview | None:
+        region, start = self._span(name, offset, size)
+        if not region.object.mappable or size == 0:
+            return None
+        # The object as it is now: a span past its end is the same error as for a copy.
+        if start + size > os.fstat(region.object.fd).st_size:
+            raise _past_end(name)
+        first_page = start - start % mmap.ALLOCATIONGRANULARITY
+        try:
+            mapping = mmap.mmap(
+                region.object.fd,
+                start + size - first_page,
+                flags=flags,
+                prot=mmap.PROT_READ | mmap.PROT_WRITE,
+                offset=first_page,
+            )
+        except (OSError, ValueError):  # out of descriptors or address space: copy instead
+            return None
+        return memoryview(mapping)[start - first_page :]
 
     def write(
         self, name: str, offset: int, size: int, output: str, data: bytes | bytearray

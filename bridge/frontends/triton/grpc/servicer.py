@@ -433,6 +433,7 @@ async def _converted(service: TritonService, request: pb.ModelInferRequest, targ
         service.shm,
         service.bytes_limits,
         deferred,
+        service.lends(target),
     )
     await run_deferred(deferred)
     return body

@@ -122,10 +122,11 @@ def _to_bridge(
     limit: int,
     bytes_limits: BytesLimits,
     deferred: list[Callable[[], None]],
+    lend: bool,
 ) -> tuple[dict[str, Any], InferPlan]:
     document = parse_json(header)
     return to_bridge_request(
-        document, binary, model, version, config, shm, bytes_limits, deferred, limit
+        document, binary, model, version, config, shm, bytes_limits, deferred, limit, lend
     )
 
 
@@ -180,6 +181,7 @@ async def _infer(request: Request, trace: WireTrace | None) -> Response:
             limit,
             service.bytes_limits,
             deferred,
+            service.lends(target),
         ),
     )
     await run_deferred(deferred)  # large BYTES inputs are walked off the event loop
