@@ -532,6 +532,9 @@ class _Responses:
         """On the loop: nobody reads this request's responses any more. Later ones are
         dropped, and a sender waiting for room goes on (its response dropped too)."""
         self.gone = True
+        # Lets go of the output buffers the request lent (codec.output_buffers): the loader
+        # may keep this object's `respond` until the instance's next request.
+        self.encode = functools.partial(_standard_response, self._name)
         if self._senders_waiting:
             self._release()
 

@@ -40,18 +40,22 @@ rare, and copying each input to guard against them is the cost this path removes
 Request-plane routes get bytes, never a mapping (service.py).
 
 Regions belong to the door process (as to a tritonserver process): with `--role frontend` the
-client must share a host with the frontend, not with the workers. They are used from the door's
-event loop only (both wires run there), so a descriptor is never closed under a running copy.
+client must share a host with the frontend, not with the workers. They are registered and
+unregistered on the door's event loop, and a request holds the regions it names until its
+answer is written (`holding`), so a descriptor is never closed under a running copy, even one
+made off the loop (a large HTTP answer).
 Texts and codes are Triton 2.51's [V] unless said otherwise. CUDA shared memory is not
 supported (no GPU path): registering answers UNIMPLEMENTED.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
 import stat
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from model_repository_loader.pb_utils.errors import ErrorCode
@@ -82,7 +86,6 @@ class SharedObject:
 
     fd: int
     identity: tuple[int, int]  # (st_dev, st_ino)
-    mappable: bool  # owned by our effective uid: lent to in-process workers as a mapping
     regions: int = 0
 
 
@@ -93,6 +96,8 @@ class Region:
     offset: int
     byte_size: int
     object: SharedObject  # kept open for the region's life (pread/pwrite, fstat)
+    users: int = 0  # requests that name it and are not over (`holding`)
+    unregistered: bool = False  # unregistered while in use: it goes when its last user ends
 
 
 def validate_key(name: str, key: str) -> None:
@@ -195,24 +200,51 @@ class SharedMemory:
         identity = (found.st_dev, found.st_ino)
         shared = self._objects.get(identity)
         if shared is None:
-            mappable = found.st_uid == os.geteuid()
-            shared = self._objects[identity] = SharedObject(fd, identity, mappable)
+            shared = self._objects[identity] = SharedObject(fd, identity)
         else:
             os.close(fd)
         shared.regions += 1
         self.regions[name] = Region(name, key, offset, byte_size, shared)
 
     def unregister(self, name: str) -> None:
-        """`name` empty: every region. An unknown name is no error (Triton's answer)."""
+        """`name` empty: every region. An unknown name is no error (Triton's answer).
+
+        A region that a request in flight names goes once the last such request ends; until
+        then it is still listed and usable, as Triton ≥ 2.53 defers it ("will be unregistered
+        after in-flight requests complete"; 2.51 refused with "it is currently in use"). Its
+        output is then still written there, and its descriptor never closes under a copy."""
         names = list(self.regions) if not name else [name]
         for each in names:
-            region = self.regions.pop(each, None)
+            region = self.regions.get(each)
             if region is None:
                 continue
-            region.object.regions -= 1
-            if not region.object.regions:
-                del self._objects[region.object.identity]
-                os.close(region.object.fd)
+            if region.users:
+                region.unregistered = True
+                continue
+            self._remove(region)
+
+    def _remove(self, region: Region) -> None:
+        del self.regions[region.name]
+        region.object.regions -= 1
+        if not region.object.regions:
+            del self._objects[region.object.identity]
+            os.close(region.object.fd)
+
+    @contextlib.contextmanager
+    def holding(self, names: Iterable[str]) -> Iterator[None]:
+        """The regions named (those registered) are in use by one request until the block
+        ends: an unregistering meanwhile waits for it (`unregister`)."""
+        held = [region for region in map(self.regions.get, set(names)) if region is not None]
+        for region in held:
+            region.users += 1
+        try:
+            yield
+        finally:
+            for region in held:
+                region.users -= 1
+                if region.unregistered and not region.users:
+                    if self.regions.get(region.name) is region:
+                        self._remove(region)
 
     def status(self, name: str) -> list[Region]:
         if not name:
@@ -271,11 +303,13 @@ class SharedMemory:
 
     def _lend(self, name: str, offset: int, size: int, flags: int) -> memoryview | None:
         region, start = self._span(name, offset, size)
-        if not region.object.mappable or size == 0:
+        if size == 0:
             return None
-        # The object as it is now: a span past its end is the same error as for a copy.
-        if start + size > os.fstat(region.object.fd).st_size:
-            raise _past_end(name)
+        found = os.fstat(region.object.fd)  # the object as it is now, each time
+        if found.st_uid != os.geteuid():
+            return None  # another uid's: copied, so a truncation is an error and no signal
+        if start + size > found.st_size:
+            raise _past_end(name)  # the same error as for a copy
         first_page = start - start % mmap.ALLOCATIONGRANULARITY
         try:
             mapping = mmap.mmap(
@@ -311,7 +345,8 @@ class SharedMemory:
             start += written
 
     def close(self) -> None:
-        self.unregister("")
+        for region in list(self.regions.values()):
+            self._remove(region)
 
 
 def _past_end(name: str) -> DoorError:

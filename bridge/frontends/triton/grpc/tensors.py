@@ -92,6 +92,17 @@ def wants_empty_final(request: pb.ModelInferRequest) -> bool:
     return parameter is not None and parameter.bool_param
 
 
+def region_names(request: pb.ModelInferRequest) -> list[str]:
+    """The shared memory regions the request's inputs and outputs name (shm.py `holding`)."""
+    names = []
+    for tensor in (*request.inputs, *request.outputs):
+        if tensor.parameters:
+            where = placement(tensor.parameters)
+            if where is not None:
+                names.append(where[0])
+    return names
+
+
 # -- request --------------------------------------------------------------------------------------
 
 

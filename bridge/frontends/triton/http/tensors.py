@@ -95,6 +95,7 @@ class InferPlan:
     request_id: str = ""
     outputs: dict[str, OutputPlan] = field(default_factory=dict)
     binary_default: bool = False  # for outputs the request did not name
+    regions: list[str] = field(default_factory=list)  # shared memory it names (shm.py holding)
 
     def output(self, name: str) -> OutputPlan:
         plan = self.outputs.get(name)
@@ -391,6 +392,7 @@ def to_bridge_request(
             if shm is None:
                 raise DoorError(ErrorCode.UNSUPPORTED, "shared memory is not served here")
             where = _placement(raw_parameters)
+            plan.regions.append(where[0])
             lent = shm.lend_input(*where) if lend and datatype != "BYTES" else None
             data = lent if lent is not None else shm.read(*where)
             unchecked.append((name, datatype, shape, data))
@@ -421,6 +423,7 @@ def to_bridge_request(
             item: dict[str, Any] = {"name": name}
             if REGION in raw_parameters:
                 output.region = _placement(raw_parameters)
+                plan.regions.append(output.region[0])
                 if lend and shm is not None and not output.classes:
                     buffer = shm.lend_output(*output.region)
                     if buffer is not None:
