@@ -154,9 +154,27 @@ def infer_held(door: BridgeServer, wire: str, gate: Gate) -> dict[str, Any]:
         return {name: result.as_numpy(name) for name in ("BEFORE", "WRITABLE")}
 
 
-def new_gate(folder: Path) -> Gate:
-    folder.mkdir()
-    return Gate(folder)
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    """Where a held request waits for its answer."""
+    with ThreadPoolExecutor(1) as executor:
+        yield executor
+
+
+@pytest.fixture
+def gates(tmp_path: Path, pool: ThreadPoolExecutor) -> Iterator[Callable[[str], Gate]]:
+    """Makes gates; every one is opened at the end (before `pool` waits for its requests), so
+    a failed test holds no request."""
+    made: list[Gate] = []
+
+    def new(name: str) -> Gate:
+        (tmp_path / name).mkdir()
+        made.append(Gate(tmp_path / name))
+        return made[-1]
+
+    yield new
+    for gate in made:
+        gate.open()
 
 
 def held(door: BridgeServer, wire: str, gate: Gate, pool: ThreadPoolExecutor) -> Future:
@@ -180,16 +198,15 @@ def region_values(path: Path) -> np.ndarray:
 
 
 @pytest.mark.parametrize("wire", WIRES)
-def test_an_input_in_the_clients_region_reaches_execute_as_a_view(door, regions, tmp_path, wire):
+def test_an_input_in_the_clients_region_reaches_execute_as_a_view(door, regions, gates, pool, wire):
     path_in, path_out = regions("in", wire), regions("out", wire)
-    gate = new_gate(tmp_path / "first")
-    with ThreadPoolExecutor(1) as pool:
-        future = held(door, wire, gate, pool)
-        assert mapped(door, path_in) and mapped(door, path_out)
-        with open(path_in, "r+b") as region:  # the client writes while execute holds it
-            region.write(CHANGED.tobytes())
-        gate.open()
-        outputs = future.result(timeout=60)
+    gate = gates("first")
+    future = held(door, wire, gate, pool)
+    assert mapped(door, path_in) and mapped(door, path_out)
+    with open(path_in, "r+b") as region:  # the client writes while execute holds it
+        region.write(CHANGED.tobytes())
+    gate.open()
+    outputs = future.result(timeout=60)
     np.testing.assert_array_equal(outputs["BEFORE"], VALUES)
     np.testing.assert_array_equal(region_values(path_out), CHANGED)  # AFTER: read through the view
     assert outputs["WRITABLE"].tolist() == [True]
@@ -202,11 +219,11 @@ def test_an_input_in_the_clients_region_reaches_execute_as_a_view(door, regions,
 
 @pytest.mark.parametrize("wire", WIRES)
 def test_a_region_unregistered_while_a_request_uses_it_serves_that_request(
-    door, regions, tmp_path, wire
+    door, regions, gates, pool, wire
 ):
     path_in, path_out = regions("in", wire), regions("out", wire)
-    gate = new_gate(tmp_path / "first")
-    with ThreadPoolExecutor(1) as pool, client_for(door, wire) as client:
+    gate = gates("first")
+    with client_for(door, wire) as client:
         future = held(door, wire, gate, pool)
         client.unregister_system_shared_memory("in")
         client.unregister_system_shared_memory()  # every region, "out" too
@@ -222,7 +239,7 @@ def test_a_region_unregistered_while_a_request_uses_it_serves_that_request(
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving an object to another uid needs root")
 @pytest.mark.parametrize("wire", WIRES)
 def test_a_region_of_another_uid_is_copied_and_its_truncation_is_an_error(
-    door, regions, tmp_path, wire
+    door, regions, gates, pool, wire
 ):
     path_in, path_out = regions("in", wire), regions("out", wire)
     for path in (path_in, path_out):  # owned by another uid from before the door opens them
@@ -231,33 +248,32 @@ def test_a_region_of_another_uid_is_copied_and_its_truncation_is_an_error(
         client.unregister_system_shared_memory()
         client.register_system_shared_memory("in", "/" + path_in.name, SIZE)
         client.register_system_shared_memory("out", "/" + path_out.name, SIZE)
-    with ThreadPoolExecutor(1) as pool:
-        gate = new_gate(tmp_path / "first")
-        future = held(door, wire, gate, pool)
-        assert not mapped(door, path_in) and not mapped(door, path_out)
-        with open(path_in, "r+b") as region:
-            region.write(CHANGED.tobytes())  # too late: the input was copied
-        gate.open()
-        outputs = future.result(timeout=60)
-        np.testing.assert_array_equal(region_values(path_out), VALUES)  # AFTER: the copy's
+    gate = gates("first")
+    future = held(door, wire, gate, pool)
+    assert not mapped(door, path_in) and not mapped(door, path_out)
+    with open(path_in, "r+b") as region:
+        region.write(CHANGED.tobytes())  # too late: the input was copied
+    gate.open()
+    outputs = future.result(timeout=60)
+    np.testing.assert_array_equal(region_values(path_out), VALUES)  # AFTER: the copy's
 
-        gate = new_gate(tmp_path / "second")
-        future = held(door, wire, gate, pool)
-        os.truncate(path_out, 0)  # under the request: its output cannot go there
-        gate.open()
-        with pytest.raises(InferenceServerException) as caught:
-            future.result(timeout=60)
-        status = "StatusCode.INVALID_ARGUMENT" if wire == "grpc" else "400"
-        assert (str(caught.value.status()), caught.value.message()) == (
-            status,
-            "Invalid offset + byte size for shared memory region: 'out'",
-        )
+    gate = gates("second")
+    future = held(door, wire, gate, pool)
+    os.truncate(path_out, 0)  # under the request: its output cannot go there
+    gate.open()
+    with pytest.raises(InferenceServerException) as caught:
+        future.result(timeout=60)
+    status = "StatusCode.INVALID_ARGUMENT" if wire == "grpc" else "400"
+    assert (str(caught.value.status()), caught.value.message()) == (
+        status,
+        "Invalid offset + byte size for shared memory region: 'out'",
+    )
 
-        path_out.write_bytes(bytes(SIZE))  # the client gives the bytes back: served again
-        gate = new_gate(tmp_path / "third")
-        future = held(door, wire, gate, pool)
-        gate.open()
-        outputs = future.result(timeout=60)
+    path_out.write_bytes(bytes(SIZE))  # the client gives the bytes back: served again
+    gate = gates("third")
+    future = held(door, wire, gate, pool)
+    gate.open()
+    outputs = future.result(timeout=60)
     np.testing.assert_array_equal(outputs["BEFORE"], CHANGED)
     np.testing.assert_array_equal(region_values(path_out), CHANGED)
     np.testing.assert_array_equal(region_values(path_in), CHANGED)

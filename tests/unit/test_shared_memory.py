@@ -222,3 +222,64 @@ def test_an_object_unlinked_after_registration_stays_readable(memory, made):
     memory.write("r", 0, 2, "OUT", b"ok")
     (SHM / key[1:]).unlink()
     assert memory.read("r", 0, 2) == b"ok"  # as Triton's mapping outlives the name
+
+
+# -- lent to the door's own worker (issue 27): mapped only when the object is ours ---------------
+
+
+def test_an_object_of_ours_is_lent_as_a_private_writable_mapping(memory, made):
+    key = new_object(made, 8192)
+    path = SHM / key[1:]
+    path.write_bytes(b"\x01" * 8192)
+    memory.register("r", key, 0, 8192)
+    view = memory.lend_input("r", 100, 50)
+    assert view is not None and len(view) == 50 and not view.readonly
+    with open(path, "r+b") as client:  # the client's later writes are seen: a view, no copy
+        client.seek(100)
+        client.write(b"\x02")
+    assert view[0] == 2
+    view[1] = 9  # the model's writes stay its own
+    assert path.read_bytes()[101] == 1
+    memory.unregister("r")  # the mapping outlives the registration
+    assert view[0] == 2
+
+
+def test_an_output_buffer_writes_into_the_object(memory, made):
+    key = new_object(made, 8192)
+    memory.register("r", key, 4096, 4096)
+    buffer = memory.lend_output("r", 8, 16)
+    assert buffer is not None
+    buffer[:4] = b"abcd"
+    assert (SHM / key[1:]).read_bytes()[4096 + 8 : 4096 + 12] == b"abcd"
+
+
+def test_a_truncated_object_of_ours_is_not_lent(memory, made):
+    key = new_object(made, 8192)
+    memory.register("r", key, 0, 8192)
+    os.truncate(SHM / key[1:], 4096)
+    with pytest.raises(DoorError) as caught:
+        memory.lend_input("r", 0, 8192)
+    assert caught.value.code == ErrorCode.INVALID_ARG
+    assert memory.lend_output("r", 0, 8192) is None  # the write says why, after the model ran
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving an object to another uid needs root")
+def test_an_object_of_another_uid_is_never_lent(memory, made):
+    key = new_object(made, 8192)
+    os.chown(SHM / key[1:], 65534, 65534)
+    memory.register("r", key, 0, 8192)
+    assert memory.lend_input("r", 0, 64) is None
+    assert memory.lend_output("r", 0, 64) is None
+    assert memory.read("r", 0, 4) == bytes(4)  # copied instead
+
+
+def test_a_region_held_by_a_request_is_unregistered_when_it_ends(memory, made):
+    key = new_object(made, 8192)
+    memory.register("r", key, 0, 8192)
+    memory.register("other", new_object(made), 0, 8192)
+    with memory.holding(["r", "r", "unknown"]):
+        memory.unregister("")
+        assert list(memory.regions) == ["r"]  # still listed and usable, as Triton ≥ 2.53
+        memory.write("r", 0, 4, "OUTPUT0", b"abcd")
+    assert memory.regions == {}
+    assert (SHM / key[1:]).read_bytes()[:4] == b"abcd"
