@@ -361,6 +361,9 @@ class Directory:
 
     def serves_locally(self, endpoint: str) -> bool:
         """This process's own worker serves `endpoint`: a request may lend it buffers."""
+        route = self._routes.get(endpoint)
+        if route is not None:
+            return isinstance(route, LocalRoute)
         return self._local_worker(endpoint) is not None
 
     async def route(self, endpoint: str, entry: ModelEntry) -> Route:
