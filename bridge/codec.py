@@ -16,9 +16,9 @@ Two forms (docs/worker_protocol.md §2, "the bridge tensor form"):
 - Lent buffers, in-process only (the door's LocalRoute, issue 27): an input's `data.values`
   may be a writable `memoryview` the caller lends for the request (a client's shared memory,
   mapped copy-on-write): a numeric input then reaches the model as a numpy view of it, no copy.
-  A requested output may carry a writable `memoryview` as `buffer` (`output_buffers`): the
-  model's array is copied straight into it when the model sends it, and its `data` says
-  `"written": true` with `values` a view of the bytes written. Neither crosses a process.
+  A requested output may carry an `OutputSink` as `sink` (`output_sinks`): the model's
+  array is written with it straight into the client's memory when the model sends it, and its
+  `data` says `"written": true` (with empty `values`). Neither crosses a process.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import asyncio
 import json
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -438,17 +438,24 @@ def raw_contents(tensor: Tensor) -> bytes:
     return array.tobytes()  # C order whatever the array's layout
 
 
-def encode_raw_tensor(tensor: Tensor, buffer: memoryview | None = None) -> dict[str, Any]:
-    """A tensor in the bridge form; into `buffer` (lent, module doc) when it is numeric and
-    fits, else as `bytes`."""
+class OutputSink(Protocol):
+    """Where an in-process caller has an output written (module doc)."""
+
+    def write(self, data: memoryview) -> bool:
+        """Writes `data` (C order); False, writing nothing, where it cannot take it."""
+        ...
+
+
+def encode_raw_tensor(tensor: Tensor, sink: OutputSink | None = None) -> dict[str, Any]:
+    """A tensor in the bridge form; written with `sink` (module doc) when it is numeric and
+    the sink takes it, else as `bytes`."""
     dynamo_type = TO_DYNAMO[tensor._datatype]
     data: dict[str, Any] = {"data_type": dynamo_type}
-    written = _write_into(tensor, buffer) if buffer is not None else None
-    if written is None:
-        data["values"] = raw_contents(tensor)
-    else:
-        data["values"] = written
+    if sink is not None and _written(tensor, sink):
+        data["values"] = b""
         data["written"] = True
+    else:
+        data["values"] = raw_contents(tensor)
     return {
         "metadata": {
             "name": tensor._name,
@@ -459,31 +466,28 @@ def encode_raw_tensor(tensor: Tensor, buffer: memoryview | None = None) -> dict[
     }
 
 
-def _write_into(tensor: Tensor, buffer: memoryview) -> memoryview | None:
-    """The tensor's raw contents copied into `buffer` (one copy, at the time the model sends
-    it, as Triton's stub copies an output when it is sent), or None: BYTES, or too large (the
-    door then says Triton's error)."""
+def _written(tensor: Tensor, sink: OutputSink) -> bool:
+    """The tensor's raw contents written with `sink` when the model sends it (as Triton's stub
+    copies an output when it is sent): straight from the model's array when its memory is
+    already in that form, else from one copy. False for BYTES, or where the sink cannot take
+    it (too large, the region gone: the door then says Triton's error)."""
     datatype = tensor._datatype
     if datatype == "BYTES":
-        return None
+        return False
     array = tensor._array
-    raw_type = _RAW_TYPES[datatype]
-    size = array.size * raw_type.itemsize
-    if size > len(buffer):
-        return None
-    target = np.frombuffer(buffer, raw_type, count=array.size).reshape(array.shape)
-    np.copyto(target, array, casting="unsafe")  # C order; BOOL as 0/1 bytes
-    return buffer[:size]
+    if array.dtype == _RAW_TYPES[datatype] and array.flags.c_contiguous:
+        return sink.write(array.reshape(-1).data)  # a view: C-contiguous
+    return sink.write(memoryview(raw_contents(tensor)))
 
 
-def output_buffers(request: dict[str, Any]) -> dict[str, memoryview] | None:
-    """The buffers an in-process caller lent for the request's outputs, by name (module doc)."""
-    buffers = {
-        output["name"]: output["buffer"]
+def output_sinks(request: dict[str, Any]) -> dict[str, OutputSink] | None:
+    """The sinks an in-process caller gave for the request's outputs, by name (module doc)."""
+    sinks = {
+        output["name"]: output["sink"]
         for output in request.get("outputs") or ()
-        if isinstance(output, dict) and isinstance(output.get("buffer"), memoryview)
+        if isinstance(output, dict) and output.get("sink") is not None
     }
-    return buffers or None
+    return sinks or None
 
 
 def encode_bridge_response(
@@ -491,14 +495,14 @@ def encode_bridge_response(
     model_version: str,
     response: InferenceResponse | None,
     final: bool,
-    buffers: dict[str, memoryview] | None = None,
+    sinks: dict[str, OutputSink] | None = None,
 ) -> dict[str, Any]:
     """A successful response (None: a flag-only FINAL) in the bridge form.
 
-    Every output's values are raw `bytes`, or written into its lent buffer (`buffers`, module
-    doc); `final` is true on the response sent with FINAL; a
-    flag-only FINAL is `{"final": true, "tensors": [], "empty": true}` (the caller decides
-    whether its client wants it). `model_version` is the version that answered.
+    Every output's values are raw `bytes`, or written with its sink (`sinks`, module doc);
+    `final` is true on the response sent with FINAL; a flag-only FINAL is
+    `{"final": true, "tensors": [], "empty": true}` (the caller decides whether its client
+    wants it). `model_version` is the version that answered.
     """
     if response is None:
         return {
@@ -512,7 +516,7 @@ def encode_bridge_response(
         "model": model_name,
         "model_version": model_version,
         "tensors": [
-            encode_raw_tensor(t, buffers.get(t._name) if buffers else None)
+            encode_raw_tensor(t, sinks.get(t._name) if sinks else None)
             for t in response._output_tensors
         ],
         "final": final,

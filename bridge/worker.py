@@ -52,7 +52,7 @@ from .codec import (
     empty_final_response,
     encode_bridge_response,
     encode_response,
-    output_buffers,
+    output_sinks,
     raw_bytes_size,
     request_elements,
     wants_bridge_form,
@@ -308,7 +308,7 @@ class ModelWorker:
                             encode_bridge_response,
                             self.name,
                             version,
-                            buffers=output_buffers(request),
+                            sinks=output_sinks(request),
                         )
                     pending = model.submit(inference, responses.respond)
                     if model is not self.model:
@@ -532,8 +532,8 @@ class _Responses:
         """On the loop: nobody reads this request's responses any more. Later ones are
         dropped, and a sender waiting for room goes on (its response dropped too)."""
         self.gone = True
-        # Lets go of the output buffers the request lent (codec.output_buffers): the loader
-        # may keep this object's `respond` until the instance's next request.
+        # Lets go of the output sinks the request gave (codec.output_sinks): the loader may
+        # keep this object's `respond` until the instance's next request.
         self.encode = functools.partial(_standard_response, self._name)
         if self._senders_waiting:
             self._release()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.frontends.triton.shm import RESERVED_PREFIX, SharedMemory
+from bridge.frontends.triton.shm import LEND_MIN_BYTES, RESERVED_PREFIX, SharedMemory
 from bridge.frontends.triton.status import DoorError
 from model_repository_loader.pb_utils.errors import ErrorCode
 
@@ -224,16 +224,18 @@ def test_an_object_unlinked_after_registration_stays_readable(memory, made):
     assert memory.read("r", 0, 2) == b"ok"  # as Triton's mapping outlives the name
 
 
-# -- lent to the door's own worker (issue 27): mapped only when the object is ours ---------------
+# -- lent to the door's own worker (issue 27) --------------------------------------------------
+
+BIG = LEND_MIN_BYTES * 2
 
 
-def test_an_object_of_ours_is_lent_as_a_private_writable_mapping(memory, made):
-    key = new_object(made, 8192)
+def test_an_input_of_ours_is_lent_as_a_private_writable_mapping(memory, made):
+    key = new_object(made, BIG)
     path = SHM / key[1:]
-    path.write_bytes(b"\x01" * 8192)
-    memory.register("r", key, 0, 8192)
-    view = memory.lend_input("r", 100, 50)
-    assert view is not None and len(view) == 50 and not view.readonly
+    path.write_bytes(b"\x01" * BIG)
+    memory.register("r", key, 0, BIG)
+    view = memory.lend_input("r", 100, LEND_MIN_BYTES)
+    assert view is not None and len(view) == LEND_MIN_BYTES and not view.readonly
     with open(path, "r+b") as client:  # the client's later writes are seen: a view, no copy
         client.seek(100)
         client.write(b"\x02")
@@ -244,32 +246,41 @@ def test_an_object_of_ours_is_lent_as_a_private_writable_mapping(memory, made):
     assert view[0] == 2
 
 
-def test_an_output_buffer_writes_into_the_object(memory, made):
-    key = new_object(made, 8192)
-    memory.register("r", key, 4096, 4096)
-    buffer = memory.lend_output("r", 8, 16)
-    assert buffer is not None
-    buffer[:4] = b"abcd"
+def test_a_small_input_is_copied(memory, made):
+    memory.register("r", new_object(made, BIG), 0, BIG)
+    assert memory.lend_input("r", 0, LEND_MIN_BYTES - 1) is None
+    assert memory.lend_output("r", 0, LEND_MIN_BYTES - 1) is None
+
+
+def test_an_output_writer_writes_into_the_object_and_refuses_what_does_not_fit(memory, made):
+    key = new_object(made, BIG + 4096)
+    memory.register("r", key, 4096, BIG)
+    writer = memory.lend_output("r", 8, LEND_MIN_BYTES)
+    assert writer is not None
+    memory.unregister("r")  # its own descriptor: still writes
+    assert writer.write(memoryview(b"abcd"))
     assert (SHM / key[1:]).read_bytes()[4096 + 8 : 4096 + 12] == b"abcd"
+    assert not writer.write(memoryview(bytes(LEND_MIN_BYTES + 1)))  # the door says why
+    os.truncate(SHM / key[1:], 4096)
+    assert not writer.write(memoryview(b"abcd"))  # past the object's end now: no signal
+    assert (SHM / key[1:]).stat().st_size == 4096
 
 
 def test_a_truncated_object_of_ours_is_not_lent(memory, made):
-    key = new_object(made, 8192)
-    memory.register("r", key, 0, 8192)
+    key = new_object(made, BIG)
+    memory.register("r", key, 0, BIG)
     os.truncate(SHM / key[1:], 4096)
     with pytest.raises(DoorError) as caught:
-        memory.lend_input("r", 0, 8192)
+        memory.lend_input("r", 0, BIG)
     assert caught.value.code == ErrorCode.INVALID_ARG
-    assert memory.lend_output("r", 0, 8192) is None  # the write says why, after the model ran
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving an object to another uid needs root")
-def test_an_object_of_another_uid_is_never_lent(memory, made):
-    key = new_object(made, 8192)
+def test_an_input_of_another_uid_is_copied_not_mapped(memory, made):
+    key = new_object(made, BIG)
     os.chown(SHM / key[1:], 65534, 65534)
-    memory.register("r", key, 0, 8192)
-    assert memory.lend_input("r", 0, 64) is None
-    assert memory.lend_output("r", 0, 64) is None
+    memory.register("r", key, 0, BIG)
+    assert memory.lend_input("r", 0, BIG) is None
     assert memory.read("r", 0, 4) == bytes(4)  # copied instead
 
 

@@ -163,11 +163,11 @@ class Target:
 
 def without_loans(body: dict) -> dict:
     """`body` as it may cross a process: lent shared memory (shm.py) as bytes, and no output
-    buffers (the door writes those outputs itself)."""
+    output sinks (the door writes those outputs itself)."""
     tensors = body.get("tensors") or ()
     outputs = body.get("outputs") or ()
     if not any(isinstance(t["data"]["values"], memoryview) for t in tensors) and not any(
-        "buffer" in o for o in outputs
+        "sink" in o for o in outputs
     ):
         return body
     out = dict(body)
@@ -178,7 +178,7 @@ def without_loans(body: dict) -> dict:
         for t in tensors
     ]
     if outputs:
-        out["outputs"] = [{k: v for k, v in o.items() if k != "buffer"} for o in outputs]
+        out["outputs"] = [{k: v for k, v in o.items() if k != "sink"} for o in outputs]
     return out
 
 

@@ -149,7 +149,8 @@ def to_bridge_request(
     `config` (the model's, when known) only names the datatype an unknown datatype should be.
     Inputs placed in a registered shared memory region (shm.py) are read from it; they take no
     entry of `raw_input_contents`. With `lend` (the worker is in this process), regions that
-    may be mapped are lent instead: inputs as mappings, outputs as buffers the worker writes.
+    may be mapped are lent instead: inputs as mappings, outputs as writers the worker writes
+    them with (shm.py).
     """
     # Each protobuf field read builds a Python object: read every one once (a per-request cost).
     raw = request.raw_input_contents
@@ -205,9 +206,9 @@ def to_bridge_request(
             if output.parameters:
                 entry["parameters"] = parameters_to_dict(output.parameters)
                 where = placement(output.parameters) if lend and shm is not None else None
-                buffer = shm.lend_output(*where) if where is not None and shm else None
-                if buffer is not None:
-                    entry["buffer"] = buffer
+                sink = shm.lend_output(*where) if where is not None and shm else None
+                if sink is not None:
+                    entry["sink"] = sink
             outputs.append(entry)
         out["outputs"] = outputs
     return out

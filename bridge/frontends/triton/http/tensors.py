@@ -425,9 +425,9 @@ def to_bridge_request(
                 output.region = _placement(raw_parameters)
                 plan.regions.append(output.region[0])
                 if lend and shm is not None and not output.classes:
-                    buffer = shm.lend_output(*output.region)
-                    if buffer is not None:
-                        item["buffer"] = buffer
+                    sink = shm.lend_output(*output.region)
+                    if sink is not None:
+                        item["sink"] = sink
             parameters = parameters_dict(raw_parameters, _OUTPUT_WIRE_PARAMETERS, "parameters")
             if parameters:
                 item["parameters"] = parameters
