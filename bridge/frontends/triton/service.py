@@ -163,7 +163,7 @@ class Target:
 
 def without_loans(body: dict) -> dict:
     """`body` as it may cross a process: lent shared memory (shm.py) as bytes, and no output
-    output sinks (the door writes those outputs itself)."""
+    sinks (the door writes those outputs itself)."""
     tensors = body.get("tensors") or ()
     outputs = body.get("outputs") or ()
     if not any(isinstance(t["data"]["values"], memoryview) for t in tensors) and not any(

@@ -376,12 +376,14 @@ class RegionWriter:
     __slots__ = ("fd", "start", "size")
 
     def __init__(self, fd: int, start: int, size: int) -> None:
+        self.fd = -1  # for __del__, should the dup fail
         self.fd = os.dup(fd)
         self.start = start
         self.size = size
 
     def __del__(self) -> None:
-        os.close(self.fd)
+        if self.fd >= 0:
+            os.close(self.fd)
 
     def write(self, data: memoryview) -> bool:
         """`data` written at the span's start; False (nothing written) where it cannot be."""

@@ -249,7 +249,7 @@ def to_infer_response(
         values = data["values"]
         where = placed.get(output.name)
         if where is not None and data.get("written"):
-            raw.append(b"")  # the worker wrote it into the region it was lent (shm.py)
+            raw.append(b"")  # the worker wrote it into its region (shm.RegionWriter)
             continue
         if not isinstance(values, bytes | bytearray):
             raise DoorError(

@@ -507,7 +507,7 @@ def to_response(
         values = tensor["data"]["values"]
         output_plan = plan.output(name)
         if output_plan.region is not None and tensor["data"].get("written"):
-            # the worker wrote it into the region it was lent (shm.py): no data here [V]
+            # the worker wrote it into its region (shm.RegionWriter): no data here [V]
             outputs.append({"name": name, "datatype": datatype, "shape": shape})
             continue
         if not isinstance(values, bytes | bytearray):
