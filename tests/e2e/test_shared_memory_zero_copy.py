@@ -21,6 +21,7 @@ by events, not by time:
 from __future__ import annotations
 
 import os
+import queue
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -63,6 +64,7 @@ MODEL = '''
 then writes into it: BEFORE and AFTER are what it read, WRITABLE whether it could write."""
 import json
 import os
+import queue
 import time
 
 import numpy as np
@@ -280,3 +282,24 @@ def test_a_region_of_another_uid_is_copied_and_its_truncation_is_an_error(
     np.testing.assert_array_equal(region_values(path_out), CHANGED)
     np.testing.assert_array_equal(region_values(path_in), CHANGED)
     assert door.running
+
+
+def test_a_streamed_request_uses_the_regions_too(door, regions):
+    path_in, path_out = regions("in", "grpc"), regions("out", "grpc")
+    answers: queue.Queue = queue.Queue()
+    with client_for(door, "grpc") as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        try:
+            tensor = grpcclient.InferInput("INPUT0", [COUNT], "FP32")
+            tensor.set_shared_memory("in", SIZE)
+            after = grpcclient.InferRequestedOutput("AFTER")
+            after.set_shared_memory("out", SIZE)
+            outputs = [after, grpcclient.InferRequestedOutput("BEFORE")]
+            client.async_stream_infer("held_view", [tensor], outputs=outputs)
+            result, error = answers.get(timeout=60)
+        finally:
+            client.stop_stream()
+    assert error is None
+    np.testing.assert_array_equal(result.as_numpy("BEFORE"), VALUES)
+    np.testing.assert_array_equal(region_values(path_out), VALUES)
+    np.testing.assert_array_equal(region_values(path_in), VALUES)
