@@ -49,7 +49,8 @@ Regions belong to the door process (as to a tritonserver process): with `--role 
 client must share a host with the frontend, not with the workers. They are registered and
 unregistered on the door's event loop, and a request holds the regions it names until its
 answer is written (`holding`), so a descriptor is never closed under a running copy, even one
-made off the loop (a large HTTP answer).
+made off the loop (a large HTTP answer); and a descriptor is used and closed under one lock,
+for the reads of a large HTTP request parsed on a thread before it holds anything.
 Texts and codes are Triton 2.51's [V] unless said otherwise. CUDA shared memory is not
 supported (no GPU path): registering answers UNIMPLEMENTED.
 """
@@ -61,6 +62,7 @@ import errno
 import mmap
 import os
 import stat
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -181,6 +183,10 @@ class SharedMemory:
         self.regions: dict[str, Region] = {}
         self.directory = directory
         self._objects: dict[tuple[int, int], SharedObject] = {}
+        # A descriptor is closed under this lock and used under it: an HTTP request parsed off
+        # the loop (a large body) reads its regions on a thread, and a descriptor closed and
+        # reused meanwhile would read another file.
+        self._descriptors = threading.Lock()
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         validate_key(name, key)  # before the name's check, as Triton ≥ 2.61 orders them
@@ -238,7 +244,8 @@ class SharedMemory:
         region.object.regions -= 1
         if not region.object.regions:
             del self._objects[region.object.identity]
-            os.close(region.object.fd)
+            with self._descriptors:
+                os.close(region.object.fd)
 
     @contextlib.contextmanager
     def holding(self, names: Iterable[str]) -> Iterator[None]:
@@ -280,6 +287,10 @@ class SharedMemory:
         pread, not a mapping: a client may truncate its object at any time, and a read past its
         end is then a short read here (an error), where a mapping's would be SIGBUS.
         """
+        with self._descriptors:
+            return self._read(name, offset, size)
+
+    def _read(self, name: str, offset: int, size: int) -> bytes:
         region, start = self._span(name, offset, size)
         data = os.pread(region.object.fd, size, start)
         if len(data) == size:
@@ -301,6 +312,10 @@ class SharedMemory:
         Private (copy-on-write): the model may write its input, as Triton lets it, and the
         client's object never sees it.
         """
+        with self._descriptors:
+            return self._lend_input(name, offset, size)
+
+    def _lend_input(self, name: str, offset: int, size: int) -> memoryview | None:
         region, start = self._span(name, offset, size)
         if size < LEND_MIN_BYTES:
             return None
@@ -332,11 +347,18 @@ class SharedMemory:
         if offset + size > region.byte_size:
             return None
         try:
-            return RegionWriter(region.object.fd, region.offset + offset, size)
+            with self._descriptors:
+                return RegionWriter(region.object.fd, region.offset + offset, size)
         except OSError:  # out of descriptors: the door writes it
             return None
 
     def write(
+        self, name: str, offset: int, size: int, output: str, data: bytes | bytearray
+    ) -> None:
+        with self._descriptors:
+            self._write(name, offset, size, output, data)
+
+    def _write(
         self, name: str, offset: int, size: int, output: str, data: bytes | bytearray
     ) -> None:
         region, start = self._span(name, offset, size)
