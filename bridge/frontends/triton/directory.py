@@ -268,6 +268,13 @@ class Directory:
 
     # -- model endpoints ----------------------------------------------------------------------
 
+    def serves_locally(self, endpoint: str) -> bool:
+        """This process's own worker serves `endpoint`: a request may lend it buffers."""
+        route = self._routes.get(endpoint)
+        if route is not None:
+            return isinstance(route, LocalRoute)
+        return self._local_worker(endpoint) is not None
+
     async def route(self, endpoint: str, entry: ModelEntry) -> Route:
         """How to reach `endpoint` of `entry`'s model: in-process when this process's own
         worker serves it (the embedded default), over the request plane in the bridge form to
