@@ -75,7 +75,11 @@ def _complete(repository: str, model: str, target: Path) -> None:
         return
     for version in template.iterdir():
         if version.is_dir() and version.name.isdigit():
-            shutil.copytree(version, target / version.name, ignore=_NOT_COPIED)
+            # dirs_exist_ok: a checkout that held the old per-model copies keeps their version
+            # folders (only __pycache__ left in them, which git does not remove), copied empty.
+            shutil.copytree(
+                version, target / version.name, ignore=_NOT_COPIED, dirs_exist_ok=True
+            )
 
 
 def materialize(name: str, into: Path) -> Path:
