@@ -27,8 +27,9 @@ from typing import Any, Protocol
 
 from benchmarks.placement import Placement
 from tests.harness.bridge_server import BridgeServer
-from tests.harness.cluster import Cluster, FrontendProcess
+from tests.harness.cluster import Cluster
 from tests.harness.oracle import TritonOracle, oracle_unavailable_reason
+from tests.harness.roles import Frontend
 
 SERVER_NAMES: tuple[str, ...] = ("triton", "bridge", "bridge2", "echo", "door", "door_split")
 # Started when --servers is not given: door_split (two more processes) only on request.
@@ -70,7 +71,7 @@ class SplitDoor:
         self.worker = cluster.worker(
             repository, name=f"{log_path.stem}-worker", startup_timeout=_STARTUP_TIMEOUT
         )
-        self.frontend: FrontendProcess = cluster.frontend(
+        self.frontend: Frontend = cluster.frontend(
             *DOOR, name=f"{log_path.stem}-frontend", startup_timeout=_STARTUP_TIMEOUT
         )
 
