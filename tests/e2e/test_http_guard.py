@@ -1,5 +1,5 @@
 """The triton door's HTTP request rules on a real bridge, over real HTTP (http/security.py,
-limits.py, status.py; issue 22 findings 1, 6 and 10).
+limits.py, error_status.py; issue 22 findings 1, 6 and 10).
 
 - Every state-changing route (load, unload, shared memory, logging, trace settings, infer,
   generate, generate_stream) refuses what a web page can send without a preflight (a foreign

@@ -17,8 +17,8 @@ from bridge.cluster.protocol import (
     read_error,
 )
 from bridge.codec import bridge_error, decode_bridge_item
+from bridge.frontends.triton.door_error import DoorError
 from bridge.frontends.triton.service import statistics_response
-from bridge.frontends.triton.status import DoorError
 from model_repository_loader.pb_utils import TritonError
 from model_repository_loader.pb_utils.errors import ErrorCode
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from bridge.frontends.triton.door_error import DoorError
 from bridge.frontends.triton.header_forward import HeaderForwarding, forward_into
-from bridge.frontends.triton.status import DoorError
 
 
 def test_a_case_insensitive_search_unless_told_otherwise() -> None:

@@ -1,6 +1,6 @@
 """The HTTP door's request rules in-process: the Host rule (`--http-allowed-hosts`), the JSON
 nesting limit, bounded inflation and the JSON encoder that never raises (http/security.py,
-limits.py, status.py), and the gRPC wire's texts (grpc/status.py). Over real HTTP:
+limits.py, status.py), and the gRPC wire's texts (grpc/error_status.py). Over real HTTP:
 tests/e2e/test_http_guard.py."""
 
 from __future__ import annotations
@@ -14,18 +14,18 @@ from tritonclient.grpc import service_pb2 as pb
 
 from bridge.cli import build_parser, parse_with_environment, resolve_http, resolve_http_limits
 from bridge.codec import TO_DYNAMO
-from bridge.frontends.triton.grpc.status import wire_text
+from bridge.frontends.triton.door_error import DoorError
+from bridge.frontends.triton.grpc.error_status import wire_text
+from bridge.frontends.triton.http.error_status import encode_json
 from bridge.frontends.triton.http.infer import _decompress
 from bridge.frontends.triton.http.limits import NESTING_TOO_DEEP, check_depth
 from bridge.frontends.triton.http.security import HostRule, parse_allowed_hosts
-from bridge.frontends.triton.http.status import encode_json
 from bridge.frontends.triton.http.tensors import (
     InferPlan,
     parse_json,
     to_bridge_request,
     to_response,
 )
-from bridge.frontends.triton.status import DoorError
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 

@@ -18,17 +18,17 @@ from tritonclient.grpc import service_pb2 as pb
 
 from bridge.cli import build_parser, parse_with_environment, resolve_http, resolve_http_limits
 from bridge.frontends.triton.classification import classify
+from bridge.frontends.triton.door_error import DoorError
+from bridge.frontends.triton.http.error_status import HTTP_STATUS, http_status
 from bridge.frontends.triton.http.infer import _decompress
 from bridge.frontends.triton.http.models import message_json
 from bridge.frontends.triton.http.server import HttpConfigError, HttpOptions, HttpServer
-from bridge.frontends.triton.http.status import HTTP_STATUS, http_status
 from bridge.frontends.triton.http.tensors import (
     parse_json,
     split_body,
     to_bridge_request,
     to_response,
 )
-from bridge.frontends.triton.status import DoorError
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 

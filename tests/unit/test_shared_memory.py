@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from bridge.frontends.triton.door_error import DoorError
 from bridge.frontends.triton.shm import LEND_MIN_BYTES, RESERVED_PREFIX, SharedMemory
-from bridge.frontends.triton.status import DoorError
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 SHM = Path("/dev/shm")

@@ -12,8 +12,8 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
+from bridge.frontends.triton.door_error import DoorError
 from bridge.frontends.triton.grpc.tensors import to_bridge_request, to_infer_response
-from bridge.frontends.triton.status import DoorError
 
 T = pb.ModelInferRequest.InferInputTensor
 

@@ -1,4 +1,5 @@
-"""LogSettings / TraceSetting rules with no server (bridge/logs.py, frontends/triton/settings.py).
+"""LogSettings / TraceSetting rules with no server (bridge/logs.py,
+frontends/triton/log_trace_settings.py).
 
 The expected answers are Triton 2.51's, as tests/differential/test_diff_settings.py checks them
 against the real server; here they hold where the oracle is not installed.
@@ -12,8 +13,8 @@ import logging
 import pytest
 
 from bridge import logs
-from bridge.frontends.triton.settings import TraceSettings
-from bridge.frontends.triton.status import DoorError
+from bridge.frontends.triton.door_error import DoorError
+from bridge.frontends.triton.log_trace_settings import TraceSettings
 from bridge.tracing.config import join_mode_parts, parse_trace_config
 from model_repository_loader.pb_utils.errors import ErrorCode
 

@@ -14,7 +14,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from bridge.frontends.triton.grpc.status import GRPC_STATUS_NAMES
+from bridge.frontends.triton.grpc.error_status import GRPC_STATUS_NAMES
 from model_repository_loader import pb_utils
 from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
 from model_repository_loader.validation import (

@@ -9,8 +9,8 @@ What is answered is decided once, whatever the wire:
 - `routes.py`: how a request reaches its endpoint (in-process to this process's own worker,
   the request plane in the bridge form, or Dynamo's standard form via `foreign.py`);
 - `tensor_checks.py` and `classification.py`: the input checks and top-k outputs both wires
-  share; `shm.py`: system shared memory regions; `settings.py`: log and trace settings;
-  `status.py`: the error with Triton's code and text.
+  share; `shm.py`: system shared memory regions; `log_trace_settings.py`: log and trace settings;
+  `door_error.py`: the error with Triton's code and text.
 Each wire is a subpackage: `grpc/` (Triton's `GRPCInferenceService`) and `http/` (Triton's
 HTTP/REST API). bridge/roles/triton_door.py runs the door as the process's frontend role.
 """

@@ -16,7 +16,7 @@ import numpy as np
 
 from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
 
-from .status import invalid
+from .door_error import invalid
 
 _FLOATING = frozenset({"FP16", "BF16", "FP32", "FP64"})
 _LENGTH = struct.Struct("<I")

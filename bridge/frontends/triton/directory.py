@@ -53,9 +53,9 @@ from ...cluster.protocol import (
     error_item,
 )
 from ...transport.shm_exchange import ShmDoor
+from .door_error import DoorError
 from .model_cards import FOREIGN_VERSION, ModelCards
 from .routes import LocalRoute, RequestPlaneRoute, Route, StandardFormRoute
-from .status import DoorError
 
 log = logging.getLogger(__name__)
 

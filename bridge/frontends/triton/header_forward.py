@@ -25,7 +25,7 @@ from typing import Any
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
-from .status import DoorError
+from .door_error import DoorError
 
 # Triton's reserved request parameters (src/common.h kReservedParameterKeys).
 RESERVED_PARAMETERS = frozenset(

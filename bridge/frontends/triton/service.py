@@ -42,11 +42,11 @@ from ...cluster.protocol import BATCH_KINDS, INFER_KINDS, StatsRow, load_request
 from ...serialized_bytes import BytesLimits
 from ...tracing.config import TraceConfig
 from .directory import Directory, ModelEntry
+from .door_error import DoorError
+from .log_trace_settings import LogSettings, TraceSettings
 from .model_cards import FOREIGN_VERSION
 from .routes import LocalRoute
-from .settings import LogSettings, TraceSettings
 from .shm import SharedMemory
-from .status import DoorError
 
 SERVER_NAME = "triton"
 SERVER_VERSION = "2.51.0"  # the Triton release whose behaviour the door follows

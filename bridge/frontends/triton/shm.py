@@ -68,7 +68,7 @@ from dataclasses import dataclass
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
-from .status import DoorError
+from .door_error import DoorError
 
 REGION = "shared_memory_region"
 BYTE_SIZE = "shared_memory_byte_size"

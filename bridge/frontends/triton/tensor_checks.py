@@ -24,7 +24,7 @@ from model_repository_loader.validation import config_datatype_name
 from ... import serialized_bytes
 from ...codec import OFF_LOOP_BYTES, TO_DYNAMO
 from ...serialized_bytes import Budget, OverLimit
-from .status import invalid
+from .door_error import invalid
 
 # Where the door walks large BYTES contents: off the event loop, two requests at a time (the
 # walk allocates nothing per element, so this bounds time, not memory).

@@ -1,11 +1,11 @@
 """The RPCs of Triton's `GRPCInferenceService`: protobufs in, the service's answers out.
 
 What each RPC answers is decided by the protocol-neutral service (../service.py); this module
-only unpacks requests, turns a `DoorError` into its gRPC status with Triton's text (status.py),
-and runs ModelStreamInfer as Triton does [V]: requests on one stream run concurrently, an error
-travels in `error_message` and the stream goes on, every streamed answer carries
-`triton_final_response` (a unary one does not). A stream's answers wait for its client in a
-bounded outbox, so a client that stops reading holds its models' `send()`
+only unpacks requests, turns a `DoorError` into its gRPC status with Triton's text
+(error_status.py), and runs ModelStreamInfer as Triton does [V]: requests on one stream run
+concurrently, an error travels in `error_message` and the stream goes on, every streamed answer
+carries `triton_final_response` (a unary one does not). A stream's answers wait for its client
+in a bounded outbox, so a client that stops reading holds its models' `send()`
 (bridge/models/endpoint.py) rather than the server's memory, and the handler gives the event
 loop a turn whenever it is full; a client that cancels or goes away cancels the stream's
 requests (their Dynamo context).
@@ -27,11 +27,11 @@ from tritonclient.grpc import service_pb2_grpc
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ....tracing.request import WireTrace
+from ..door_error import DoorError
 from ..header_forward import HeaderForwarding, forward_into
 from ..service import TritonService
-from ..status import DoorError
 from ..tensor_checks import run_deferred
-from .status import grpc_status, wire_text
+from .error_status import grpc_status, wire_text
 from .tensors import region_names, to_bridge_request, to_infer_response, wants_empty_final
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         return await _answer(context, unregister, request)
 
-    # -- log and trace settings (../settings.py) ----------------------------------------------
+    # -- log and trace settings (../log_trace_settings.py) ------------------------------------
 
     async def LogSettings(self, request: Any, context: Any) -> pb.LogSettingsResponse:
         async def settings(r: pb.LogSettingsRequest) -> pb.LogSettingsResponse:

@@ -28,9 +28,9 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ....codec import TO_DYNAMO, TO_KSERVE
 from ....serialized_bytes import Budget, BytesLimits
+from ..door_error import DoorError, invalid
 from ..shm import PARAMETERS as SHM_PARAMETERS
 from ..shm import SharedMemory, placement
-from ..status import DoorError, invalid
 from ..tensor_checks import check_tensor
 
 FINAL_RESPONSE = "triton_final_response"

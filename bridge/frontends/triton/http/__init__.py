@@ -2,6 +2,6 @@
 
 `app.py` holds the route table; handlers are grouped by concern (`health.py`, `models.py`,
 `infer.py`, ...), `tensors.py` turns JSON and binary tensors into the bridge form and back,
-`status.py` maps Triton's error codes to HTTP statuses, `server.py` serves the app with uvicorn
-inside the process's own asyncio loop.
+`error_status.py` maps Triton's error codes to HTTP statuses, `server.py` serves the app with
+uvicorn inside the process's own asyncio loop.
 """

@@ -26,9 +26,18 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
-from ..status import DoorError
-from . import generate, health, infer, models, repository, security, settings, shared_memory
-from .status import error_body, error_response, error_response_body, plain
+from ..door_error import DoorError
+from . import (
+    generate,
+    health,
+    infer,
+    log_trace_settings,
+    models,
+    repository,
+    security,
+    shared_memory,
+)
+from .error_status import error_body, error_response, error_response_body, plain
 
 if TYPE_CHECKING:
     from ..service import TritonService
@@ -128,9 +137,9 @@ def routes() -> list[BaseRoute]:
         *model_routes("/generate_stream", generate.generate_stream, ["POST"]),
         *repository_routes(),
         *shared_memory_routes(),
-        route("/v2/logging", settings.logging, ["GET", "POST"]),
-        route("/v2/trace/setting", settings.trace, ["GET", "POST"]),
-        route(MODEL + "/trace/setting", settings.trace, ["GET", "POST"]),
+        route("/v2/logging", log_trace_settings.logging, ["GET", "POST"]),
+        route("/v2/trace/setting", log_trace_settings.trace, ["GET", "POST"]),
+        route(MODEL + "/trace/setting", log_trace_settings.trace, ["GET", "POST"]),
     ]
 
 
@@ -159,8 +168,8 @@ _JSON_ENDPOINTS = frozenset(
         shared_memory.cuda_status,
         shared_memory.cuda_register,
         shared_memory.cuda_unregister,
-        settings.logging,
-        settings.trace,
+        log_trace_settings.logging,
+        log_trace_settings.trace,
     }
 )
 

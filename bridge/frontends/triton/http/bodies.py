@@ -21,7 +21,7 @@ from starlette.requests import Request
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
-from ..status import DoorError
+from ..door_error import DoorError
 from .limits import check_depth, off_loop
 
 PARSE_FAILED = "failed to parse the request JSON buffer"

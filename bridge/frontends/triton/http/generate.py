@@ -51,10 +51,10 @@ from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
 from model_repository_loader.validation import config_datatype_name
 
 from ....codec import TO_DYNAMO, TO_KSERVE
+from ..door_error import DoorError, invalid
 from ..service import Target, TritonService
-from ..status import DoorError, invalid
 from .bodies import internal, read_json
-from .status import encode_json, http_status, json_response
+from .error_status import encode_json, http_status, json_response
 
 EXACTLY_ONE = (
     "generate expects model to produce exactly 1 response, use generate stream for model that "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .status import error_body, plain
+from .error_status import error_body, plain
 
 NOT_READY = "Model version not ready"
 

@@ -30,13 +30,13 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ....serialized_bytes import BytesLimits
 from ....tracing.request import WireTrace
+from ..door_error import DoorError
 from ..header_forward import forward_into
 from ..service import Target
 from ..shm import SharedMemory
-from ..status import DoorError
 from ..tensor_checks import run_deferred
+from .error_status import error_response
 from .limits import DEFAULT_MAX_INPUT_SIZE, decompressed_too_large, off_loop
-from .status import error_response
 from .tensors import (
     HEADER_LENGTH,
     InferPlan,

@@ -23,7 +23,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from ..status import invalid
+from ..door_error import invalid
 
 DEFAULT_MAX_INPUT_SIZE = 1 << 26  # Triton's HTTP_DEFAULT_MAX_INPUT_SIZE (64 MB)
 MAX_JSON_NESTING_DEPTH = 100  # Triton's HTTP_MAX_JSON_NESTING_DEPTH

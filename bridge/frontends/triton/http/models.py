@@ -18,7 +18,7 @@ from google.protobuf.message import Message
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .status import json_response
+from .error_status import json_response
 
 _BYTES = FieldDescriptor.TYPE_BYTES
 _ENUM = FieldDescriptor.TYPE_ENUM

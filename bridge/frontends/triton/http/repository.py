@@ -32,7 +32,7 @@ from starlette.responses import Response
 
 from ..service import TritonService
 from .bodies import internal, read_json
-from .status import json_response
+from .error_status import json_response
 
 NON_OBJECT = "attempt to get members for non-object"
 NON_STRING = "attempt to access JSON non-string as string"

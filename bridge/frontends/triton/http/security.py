@@ -51,9 +51,9 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ....restrictions import Restriction
-from . import generate, health, infer, models, repository, settings, shared_memory
+from . import generate, health, infer, log_trace_settings, models, repository, shared_memory
+from .error_status import encode_json
 from .limits import DEFAULT_MAX_INPUT_SIZE, body_too_large
-from .status import encode_json
 
 READ_TIMEOUT_S = 5.0  # longest silence while a load's body is awaited
 REQUEST_TIMEOUT_S = 120.0  # longest time to receive one whole load
@@ -79,8 +79,8 @@ GROUP_OF: dict[Callable[..., Any], str] = {
     shared_memory.cuda_status: "shared-memory",
     shared_memory.cuda_register: "shared-memory",
     shared_memory.cuda_unregister: "shared-memory",
-    settings.logging: "logging",
-    settings.trace: "trace",
+    log_trace_settings.logging: "logging",
+    log_trace_settings.trace: "trace",
 }
 # The routes that run code on the workers: their bodies also have deadlines.
 LOADS = frozenset({repository.load, repository.unload})

@@ -26,10 +26,10 @@ from starlette.responses import Response
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
+from ..door_error import DoorError, invalid
 from ..service import TritonService
-from ..status import DoorError, invalid
 from .bodies import internal, read_json
-from .status import json_response
+from .error_status import json_response
 
 CUDA_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
 

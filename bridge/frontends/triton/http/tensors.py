@@ -40,12 +40,12 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from ....codec import TO_DYNAMO, TO_KSERVE
 from ....serialized_bytes import Budget, BytesLimits
 from ..classification import classify
+from ..door_error import DoorError, invalid
 from ..shm import BYTE_SIZE, OFFSET, REGION, SharedMemory
-from ..status import DoorError, invalid
 from ..tensor_checks import charge_bytes, check_tensor
 from .bodies import PARSE_FAILED, SURROGATE_INVALID, lone_surrogate_at
+from .error_status import encode_json
 from .limits import DEFAULT_MAX_INPUT_SIZE, check_depth, json_input_too_large
-from .status import encode_json
 
 HEADER_LENGTH = "inference-header-content-length"
 BINARY_DATA_SIZE = "binary_data_size"

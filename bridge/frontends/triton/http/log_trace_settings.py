@@ -26,11 +26,11 @@ from starlette.responses import Response
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ....logs import LOG_FORMATS, LOG_SETTING_TYPES
+from ..door_error import DoorError
+from ..log_trace_settings import TRACE_DEFAULTS
 from ..service import TritonService
-from ..settings import TRACE_DEFAULTS
-from ..status import DoorError
 from .bodies import internal, read_json
-from .status import json_response
+from .error_status import json_response
 
 _JSON_TYPE_ERRORS = {
     bool: "attempt to access JSON non-boolean as boolean",

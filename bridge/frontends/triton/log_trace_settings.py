@@ -35,7 +35,7 @@ from ...tracing.config import LEVEL_NAMES, TraceConfig
 from ...tracing.request import WireTrace
 from ...tracing.setting import TraceSetting, TraceValues
 from ...tracing.triton_file import TraceFile
-from .status import DoorError
+from .door_error import DoorError
 
 if TYPE_CHECKING:
     from ...tracing.otel import OtelExport

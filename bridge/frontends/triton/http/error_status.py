@@ -21,7 +21,7 @@ from starlette.responses import Response
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
-from ..status import DoorError
+from ..door_error import DoorError
 
 HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNKNOWN: 400,

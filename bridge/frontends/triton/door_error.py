@@ -1,7 +1,7 @@
 """The error a door answers with: Triton's code and text.
 
 Workers send the code by name (the error item of bridge/cluster/protocol.py,
-docs/worker_protocol.md §2); each wire maps the code to its own status once (grpc/status.py,
+docs/worker_protocol.md §2); each wire maps the code to its own status once (grpc/error_status.py,
 http/...).
 """
 
