@@ -37,9 +37,8 @@ import threading
 from collections.abc import Callable
 from typing import NoReturn
 
-from dynamo.runtime import DistributedRuntime
-
 from . import heap
+from .cluster.index import ClusterIndex
 from .control import ControlPort
 from .frontends.triton.http.limits import DEFAULT_MAX_INPUT_SIZE
 from .frontends.triton.http.server import HttpConfigError
@@ -173,7 +172,7 @@ def _local_changes_of(worker: WorkerRole | None) -> Callable[[Callable[[str], No
 
 async def _listen(
     options: ServerOptions,
-    runtime: DistributedRuntime,
+    index: ClusterIndex,
     worker: WorkerRole | None,
     frontend: FrontendRole | TritonDoorRole | None,
     stop: asyncio.Event,
@@ -183,8 +182,7 @@ async def _listen(
     control: ControlPort | None = None
     if options.control_port is not None:  # any role: it reaches the workers through Dynamo
         control = ControlPort(
-            runtime,
-            options.namespace,
+            index,
             options.control_port,
             options.http_restricted_api,
             options.http_limits,
@@ -256,8 +254,13 @@ async def serve(options: ServerOptions) -> None:
         on_lost=stop.set,
         exit_on_loss=options.exit_on_lease_loss,
     )
+    # The process's one client of the control endpoint (bridge/cluster/index.py), shared by
+    # every role that reads it (the control port, the triton door, BLS across workers): one
+    # cache, one refresh. Started before any of them serves, stopped after all of them.
+    index = ClusterIndex(runtime, options.namespace)
+    await index.start()
     try:
-        control, metrics_server = await _listen(options, runtime, worker, frontend, stop, watch)
+        control, metrics_server = await _listen(options, index, worker, frontend, stop, watch)
         check_free(door_listeners(options))
     except (StartupError, RuntimeSettingsError) as exc:
         # Nothing is registered yet; the runtime and the loaded models' threads would hold a
@@ -272,14 +275,16 @@ async def serve(options: ServerOptions) -> None:
         # Dynamo's frontend in this process can be asked whether it lists a new model yet; the
         # triton door's directory is told in-process (no confirmation), others get a grace.
         confirm_listed = frontend.confirm_listed if isinstance(frontend, FrontendRole) else None
-        await worker.start(runtime, confirm_listed)
+        await worker.start(runtime, index, confirm_listed)
 
     heap.freeze()  # everything loaded so far lives as long as the server (heap.py)
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     stopped = asyncio.ensure_future(stop.wait())
     waiting: set[asyncio.Future] = {stopped}
-    if frontend is not None:
+    if isinstance(frontend, TritonDoorRole):
+        waiting.add(frontend.start(index))
+    elif frontend is not None:
         waiting.add(frontend.start(runtime))
     else:
         log.info("serving the models of this worker through discovery (no gRPC port)")
@@ -316,6 +321,7 @@ async def serve(options: ServerOptions) -> None:
             await frontend.drained(options.exit_timeout)
     if metrics_server is not None:
         await metrics_server.stop()
+    index.stop()  # every reader has stopped: the control port, the door, the models' BLS calls
     if worker is not None:
         await asyncio.sleep(LAST_RESPONSES_S)
     runtime.shutdown()

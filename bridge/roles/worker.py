@@ -93,9 +93,13 @@ class WorkerRole:
     async def start(
         self,
         runtime: DistributedRuntime,
+        index: ClusterIndex,
         confirm_listed: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         """Serve the loaded models on `runtime`, then the watcher and the control port.
+
+        `index`: the process's one ClusterIndex (started by the composition root), through
+        which BLS calls find the models other processes serve.
 
         `confirm_listed`: the in-process front door's way to confirm that it lists a newly
         loaded model (Dynamo's frontend, `--role all --frontend dynamo`). None: the doors that
@@ -122,9 +126,7 @@ class WorkerRole:
         # Frees the shared memory regions a door on this host left when it died.
         self._regions.start()
         remote = (
-            DynamoRemoteModels(
-                ClusterIndex(runtime, options.namespace), asyncio.get_running_loop(), control.worker
-            )
+            DynamoRemoteModels(index, asyncio.get_running_loop(), control.worker)
             if options.discovery_backend != "mem"
             else None
         )
