@@ -34,7 +34,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
 from . import heap
@@ -135,6 +135,21 @@ def _local_worker_of(worker: WorkerRole | None) -> Callable[[str], ModelWorker |
         return manager.local_worker(path) if manager is not None else None
 
     return local_worker
+
+
+def _confirm_listed(
+    options: ServerOptions, worker: WorkerRole, frontend: FrontendRole | TritonDoorRole | None
+) -> Callable[[str], Awaitable[None]] | None:
+    """What a new generation waits for before the one it replaces is withdrawn
+    (models/manager.py): Dynamo's frontend in this process is asked whether it lists the model.
+    The triton door in this process is told in-process before that (ModelManager.listeners):
+    nothing to wait for while it is the only door, as with `mem` discovery. Doors in other
+    processes cannot be asked: they get DYN_BRIDGE_REMOTE_FRONTEND_GRACE_SECS."""
+    if isinstance(frontend, FrontendRole):
+        return frontend.confirm_listed
+    if isinstance(frontend, TritonDoorRole) and options.discovery_backend == "mem":
+        return None
+    return worker.grace_for_other_doors
 
 
 # Descriptors besides the listeners' connections: models' files, the runtime's sockets, pipes.
@@ -272,10 +287,7 @@ async def serve(options: ServerOptions) -> None:
         if role is not None:
             role.discovery_usable = watch.usable
     if worker is not None:
-        # Dynamo's frontend in this process can be asked whether it lists a new model yet; the
-        # triton door's directory is told in-process (no confirmation), others get a grace.
-        confirm_listed = frontend.confirm_listed if isinstance(frontend, FrontendRole) else None
-        await worker.start(runtime, index, confirm_listed)
+        await worker.start(runtime, index, _confirm_listed(options, worker, frontend))
 
     heap.freeze()  # everything loaded so far lives as long as the server (heap.py)
     for signum in (signal.SIGINT, signal.SIGTERM):
