@@ -40,7 +40,6 @@ from typing import NoReturn
 from . import heap
 from .cluster.index import ClusterIndex
 from .control import ControlPort
-from .frontends.triton.http.limits import DEFAULT_MAX_INPUT_SIZE
 from .frontends.triton.http.server import HttpConfigError
 from .logs import dynamo_noise
 from .metrics.server import MetricsServer
@@ -202,9 +201,7 @@ async def _listen(
             options.http_restricted_api,
             options.http_limits,
             ready=lambda: watch.usable() and not stop.is_set(),
-            max_input_size=(
-                options.http.max_input_size if options.http is not None else DEFAULT_MAX_INPUT_SIZE
-            ),
+            max_input_size=options.http_max_input_size,
         )
         try:
             await control.start()

@@ -10,7 +10,7 @@ load reaches whichever worker knows the model. The workers apply their `--model-
 
 Loading runs code, so every request here is guarded as http/security.py says: loopback only,
 refused from web pages (Origin / Host), JSON bodies only, bodies up to `--http-max-input-size`
-(with the triton door; Triton's 64 MB otherwise) received in bounded time, and
+(Triton's 64 MB by default, whatever the front door) received in bounded time, and
 the `--http-restricted-api` groups (`model-repository`, `health`); and every connection as
 http/connections.py says (head and body deadlines, keep-alive, a cap).
 """
