@@ -13,6 +13,12 @@ Two forms (docs/worker_protocol.md §2, "the bridge tensor form"):
   per-element work, and Dynamo's request plane carries `bytes` as msgpack bin. A request with
   `"bridge_form": 1` gets its answers in that form too (`encode_bridge_response`): raw outputs,
   `final`, `model_version`, and errors as items (`bridge_error`) rather than exceptions.
+- Lent buffers, in-process only (the door's LocalRoute, issue 27): an input's `data.values`
+  may be a writable `memoryview` the caller lends for the request (a client's shared memory,
+  mapped copy-on-write): a numeric input then reaches the model as a numpy view of it, no copy.
+  A requested output may carry an `OutputSink` as `sink` (`output_sinks`): the model's
+  array is written with it straight into the client's memory when the model sends it, and its
+  `data` says `"written": true` (with empty `values`). Neither crosses a process.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import asyncio
 import json
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -111,12 +117,15 @@ def _decode_raw(
     """`raw` (KServe's raw contents) as the stored array of `datatype`, writable, in `shape`.
 
     Numeric data is copied once (a memcpy): Triton hands models writable inputs, and `bytes`
-    are read-only. Raises RawContentsError with Triton's text (naming `model` and `request_id`)
-    when the size does not fit, OverLimit when BYTES would cost more than `budget` allows
+    are read-only. A lent buffer (a writable memoryview, module doc) is used as it is.
+    Raises RawContentsError with Triton's text (naming `model` and `request_id`) when the
+    size does not fit, OverLimit when BYTES would cost more than `budget` allows
     (checked before the object array is made).
     """
     count = math.prod(shape)
     if datatype == "BYTES":
+        if isinstance(raw, memoryview):  # decoded into new objects either way
+            raw = raw.tobytes()
         if budget is not None:
             budget.charge_elements(count)
         if len(raw) < serialized_bytes.SMALL:
@@ -140,9 +149,10 @@ def _decode_raw(
             f"model '{model}'. Expected {expected}, got {len(raw)}"
         )
     array = np.frombuffer(raw, raw_type)
-    if isinstance(raw, memoryview) and not raw.readonly and raw_type == _STORED_TYPES.get(datatype):
-        # A writable view of a copy-on-write mapped region (bridge/transport/shm_exchange.py):
-        # the model gets it as it is, no copy.
+    if array.flags.writeable and raw_type == _STORED_TYPES[datatype] and datatype != "BOOL":
+        # a lent buffer (client shared memory in-process, frontends/triton/shm.py) or a writable
+        # view of a copy-on-write mapped region (bridge/transport/shm_exchange.py), itself: zero
+        # copies
         return array.reshape(shape)
     # A copy either way: writable, native byte order; BOOL bytes other than 0/1 are True.
     array = array != 0 if datatype == "BOOL" else array.astype(_STORED_TYPES[datatype])
@@ -440,16 +450,56 @@ def _little_endian(tensor: Tensor) -> np.ndarray:
     return array
 
 
-def encode_raw_tensor(tensor: Tensor) -> dict[str, Any]:
+class OutputSink(Protocol):
+    """Where an in-process caller has an output written (module doc)."""
+
+    def write(self, data: memoryview) -> bool:
+        """Writes `data` (C order); False, writing nothing, where it cannot take it."""
+        ...
+
+
+def encode_raw_tensor(tensor: Tensor, sink: OutputSink | None = None) -> dict[str, Any]:
+    """A tensor in the bridge form; written with `sink` (module doc) when it is numeric and
+    the sink takes it, else as `bytes`."""
     dynamo_type = TO_DYNAMO[tensor._datatype]
+    data: dict[str, Any] = {"data_type": dynamo_type}
+    if sink is not None and _written(tensor, sink):
+        data["values"] = b""
+        data["written"] = True
+    else:
+        data["values"] = raw_contents(tensor)
     return {
         "metadata": {
             "name": tensor._name,
             "data_type": dynamo_type,
             "shape": list(tensor._array.shape),
         },
-        "data": {"data_type": dynamo_type, "values": raw_contents(tensor)},
+        "data": data,
     }
+
+
+def _written(tensor: Tensor, sink: OutputSink) -> bool:
+    """The tensor's raw contents written with `sink` when the model sends it (as Triton's stub
+    copies an output when it is sent): straight from the model's array when its memory is
+    already in that form, else from one copy. False for BYTES, or where the sink cannot take
+    it (too large, the region gone: the door then says Triton's error)."""
+    datatype = tensor._datatype
+    if datatype == "BYTES":
+        return False
+    array = tensor._array
+    if array.dtype == _RAW_TYPES[datatype] and array.flags.c_contiguous:
+        return sink.write(array.reshape(-1).data)  # a view: C-contiguous
+    return sink.write(memoryview(raw_contents(tensor)))
+
+
+def output_sinks(request: dict[str, Any]) -> dict[str, OutputSink] | None:
+    """The sinks an in-process caller gave for the request's outputs, by name (module doc)."""
+    sinks = {
+        output["name"]: output["sink"]
+        for output in request.get("outputs") or ()
+        if isinstance(output, dict) and output.get("sink") is not None
+    }
+    return sinks or None
 
 
 def encode_bridge_response(
@@ -458,14 +508,16 @@ def encode_bridge_response(
     response: InferenceResponse | None,
     final: bool,
     place: Callable[[list[Tensor]], tuple[list[dict[str, Any]], dict | None]] | None = None,
+    sinks: dict[str, OutputSink] | None = None,
 ) -> dict[str, Any]:
     """A successful response (None: a flag-only FINAL) in the bridge form.
 
-    Every output's values are raw `bytes`; `final` is true on the response sent with FINAL; a
-    flag-only FINAL is `{"final": true, "tensors": [], "empty": true}` (the caller decides
-    whether its client wants it). `model_version` is the version that answered. `place` (a
-    request in the shared memory form, bridge/transport/shm_exchange.py) gives the tensors'
-    dicts and the answer's `shm` entry instead.
+    Every output's values are raw `bytes`, or written with its sink (`sinks`, module doc);
+    `final` is true on the response sent with FINAL; a flag-only FINAL is
+    `{"final": true, "tensors": [], "empty": true}` (the caller decides whether its client
+    wants it). `model_version` is the version that answered. `place` (a request in the shared
+    memory form, bridge/transport/shm_exchange.py) gives the tensors' dicts and the answer's
+    `shm` entry instead.
     """
     if response is None:
         return {
@@ -477,7 +529,10 @@ def encode_bridge_response(
         }
     out: dict[str, Any] = {"model": model_name, "model_version": model_version}
     if place is None:
-        out["tensors"] = [encode_raw_tensor(t) for t in response._output_tensors]
+        out["tensors"] = [
+            encode_raw_tensor(t, sinks.get(t._name) if sinks else None)
+            for t in response._output_tensors
+        ]
     else:
         out["tensors"], shm = place(response._output_tensors)
         if shm is not None:

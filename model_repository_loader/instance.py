@@ -60,8 +60,9 @@ class Instance(Protocol):
     @property
     def alive(self) -> bool: ...
     def load(self) -> None: ...
-    def submit(self, fn: Callable[[], None]) -> None:
-        """Run `fn` on the instance's own thread, after what was submitted before."""
+    def post(self, fn: Callable[[], None]) -> None:
+        """Run `fn` on the instance's own thread, after what was posted before (a request
+        enters a model by `Model.submit`; work enters an instance's thread by `post`)."""
         ...
 
     def run_batch(self, batch: list[Pending], decoupled: bool) -> None:
@@ -238,7 +239,7 @@ class ModelInstance:
         """
         run_execute(self, batch, decoupled)
 
-    def submit(self, fn: Callable[[], None]) -> None:
+    def post(self, fn: Callable[[], None]) -> None:
         """Run `fn` on the instance thread, after the calls already queued."""
         self._calls.put(fn)
 
@@ -259,7 +260,7 @@ class ModelInstance:
             finally:
                 done.set()
 
-        self.submit(run)
+        self.post(run)
         if not done.wait(timeout):
             raise TimeoutError(f"{self.name}: no answer from the instance thread in {timeout}s")
         if "error" in outcome:

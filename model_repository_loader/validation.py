@@ -122,6 +122,11 @@ def unknown_model_error(model_name: str, version: int | str | None = None) -> st
     return f"Request for unknown model: '{model_name}' version {version} is not found"
 
 
+def version_not_ready_error(model_name: str, version: int | str) -> str:
+    """UNAVAILABLE text for a version the server knows but that is not ready (failed to load)."""
+    return f"Request for unknown model: '{model_name}' version {version} is not at ready state"
+
+
 def no_available_versions_error(model_name: str) -> str:
     """NOT_FOUND text for a model the server knows but cannot serve (unloaded, failed to load)."""
     return f"Request for unknown model: '{model_name}' has no available versions"

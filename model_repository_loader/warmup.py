@@ -119,7 +119,7 @@ def _run_once(version: ModelVersion, instance: Instance, sample: WarmupSample) -
         )
 
     if batch:
-        instance.submit(run)
+        instance.post(run)
     done.wait()
     return errors
 

@@ -10,6 +10,10 @@ bridge_server(repo, *extra_args, env=None, startup_timeout=60.0) -> BridgeServer
     (its `returncode` and `log_text` stay readable).
 shared_bridge_server(repo, *extra_args, env=None) -> BridgeServer
     Session-scoped, cached like oracle_server, for read-only tests that can share a process.
+repository(name) -> Path
+    Session-scoped: tests/repositories/<name> written whole once (tests/harness/repositories.py:
+    models that share another's model.py get it), the one read-only copy that Triton and the
+    bridge are both given.
 
 Tests marked `oracle` fail in CI (env CI=true) and are skipped elsewhere when the oracle
 environment (DYNAMO_BRIDGE_ORACLE_PYTHON, default /work/oracle/bin/python) is missing.
@@ -33,6 +37,7 @@ if str(ROOT) not in sys.path:
 from tests.harness.bridge_server import BridgeServer  # noqa: E402
 from tests.harness.oracle import TritonOracle, require_oracle  # noqa: E402
 from tests.harness.process import ServerProcess  # noqa: E402
+from tests.harness.repositories import materialize  # noqa: E402
 
 Server = TypeVar("Server", bound=ServerProcess)
 
@@ -135,3 +140,15 @@ def shared_bridge_server(
             )
 
         yield start
+
+
+@pytest.fixture(scope="session")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    written: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in written:
+            written[name] = materialize(name, tmp_path_factory.mktemp("repositories"))
+        return written[name]
+
+    return get

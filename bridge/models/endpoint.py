@@ -53,6 +53,7 @@ from ..codec import (
     empty_final_response,
     encode_bridge_response,
     encode_response,
+    output_sinks,
     raw_bytes_size,
     request_elements,
     wants_bridge_form,
@@ -357,6 +358,7 @@ class ModelWorker:
                             self.name,
                             version,
                             place=placer.place if placer is not None else None,
+                            sinks=output_sinks(request),
                         )
                     pending = model.submit(inference, responses.respond)
                     if model is not self.model:
@@ -580,6 +582,9 @@ class _Responses:
         """On the loop: nobody reads this request's responses any more. Later ones are
         dropped, and a sender waiting for room goes on (its response dropped too)."""
         self.gone = True
+        # Lets go of the output sinks the request gave (codec.output_sinks): the loader may
+        # keep this object's `respond` until the instance's next request.
+        self.encode = functools.partial(_standard_response, self._name)
         if self._senders_waiting:
             self._release()
 

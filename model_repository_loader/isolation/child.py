@@ -190,7 +190,7 @@ class InstanceProcess:
                 # Always: the parent's dispatcher waits for it.
                 self._send(Executed(batch_id))
 
-        instance.submit(run)
+        instance.post(run)
 
     def _send(self, message: ToParent) -> None:
         try:

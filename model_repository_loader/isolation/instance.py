@@ -398,7 +398,7 @@ class IsolatedInstance:
 
     # -- running batches -------------------------------------------------------------------
 
-    def submit(self, fn: Callable[[], None]) -> None:
+    def post(self, fn: Callable[[], None]) -> None:
         self._calls.put(fn)
 
     def _dispatch(self) -> None:

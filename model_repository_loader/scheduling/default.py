@@ -62,7 +62,7 @@ class DefaultScheduler:
             # Registered outside the lock: it runs at once if the request is already cancelled.
             pending.on_cancel(lambda: self._cancelled(pending))
         else:
-            instance.submit(lambda: self._run(instance, pending))
+            instance.post(lambda: self._run(instance, pending))
 
     def _cancelled(self, pending: Pending) -> None:
         """A queued request was cancelled: out of the queue, answered CANCELLED, now."""

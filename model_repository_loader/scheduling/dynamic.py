@@ -254,7 +254,7 @@ class DynamicBatcher:
                 self._current = None
             instance = self._idle.popleft()
             self._busy += 1
-            instance.submit(partial(self._run, instance, payload))
+            instance.post(partial(self._run, instance, payload))
 
     def _run(self, instance: Instance, payload: _Payload) -> None:
         try:

@@ -262,7 +262,7 @@ class SequenceBatcher:
             if self._active.get(corrid) is not None:
                 self._release(corrid)
         entries = [entry for _, entry in heads]
-        holder.instance.submit(lambda: self._run(holder, entries, pendings))
+        holder.instance.post(lambda: self._run(holder, entries, pendings))
 
     def _prepare(self, heads: list[tuple[int, Entry]]) -> list:
         """The batch `execute` gets for `heads`: control inputs added, padding if direct."""

@@ -40,8 +40,8 @@ def errors(pair_for) -> Pair:
 
 
 @pytest.fixture(scope="session")
-def introspect(pair_for) -> Pair:
-    return pair_for(REPOSITORIES / "introspect")
+def introspect(pair_for, repository) -> Pair:
+    return pair_for(repository("introspect"))  # some of its models share a model.py
 
 
 @pytest.fixture(scope="session")
@@ -50,8 +50,9 @@ def examples(pair_for) -> Pair:
 
 
 @pytest.fixture(scope="session")
-def load_failures(pair_for) -> Pair:
-    return pair_for(REPOSITORIES / "load_failures", expect_failures=True)
+def load_failures(pair_for, repository) -> Pair:
+    # some of its models share `healthy`'s model.py
+    return pair_for(repository("load_failures"), expect_failures=True)
 
 
 @pytest.fixture(scope="session")
@@ -71,8 +72,8 @@ def http_dtypes(http_pair_for) -> HttpPair:
 
 
 @pytest.fixture(scope="session")
-def http_introspect(http_pair_for) -> HttpPair:
-    return http_pair_for(REPOSITORIES / "introspect")
+def http_introspect(http_pair_for, repository) -> HttpPair:
+    return http_pair_for(repository("introspect"))
 
 
 @pytest.fixture(scope="session")

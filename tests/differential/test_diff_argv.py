@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.differential.support import REPOSITORIES, Pair, both, bytes_output, int32_input
+from tests.differential.support import Pair, both, bytes_output, int32_input
 
 pytestmark = pytest.mark.oracle
 
 
 @pytest.fixture(scope="module")
-def argv(pair_for) -> Pair:
-    return pair_for(REPOSITORIES / "argv")
+def argv(pair_for, repository) -> Pair:
+    return pair_for(repository("argv"))  # `*_process` run their thread twin's model.py
 
 
 def _answer(pair: Pair, model: str, output: str) -> tuple[list[bytes], list[bytes]]:

@@ -38,10 +38,11 @@ def _observe(server) -> tuple[list[str], dict]:
                       for n, labels in COMPARED}  # fmt: skip
 
 
-def test_counters_after_the_same_traffic(bridge_server, tmp_path) -> None:
-    with TritonOracle(METRICS, *ARGS, log_path=tmp_path / "tritonserver.log") as oracle:
+def test_counters_after_the_same_traffic(bridge_server, repository, tmp_path) -> None:
+    root = repository(METRICS)  # one copy for both servers
+    with TritonOracle(root, *ARGS, log_path=tmp_path / "tritonserver.log") as oracle:
         oracle_outcomes, expected = _observe(oracle)
-    outcomes, observed = _observe(bridge_server(METRICS, *ARGS))
+    outcomes, observed = _observe(bridge_server(root, *ARGS))
     assert [o == "ok" for o in outcomes] == [o == "ok" for o in oracle_outcomes]
     assert observed == expected
     assert expected["nv_inference_request_success[('model', 'counted'), ('version', '1')]"] == 4

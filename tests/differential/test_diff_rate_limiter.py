@@ -26,11 +26,12 @@ import tritonclient.grpc as grpcclient
 from tests.differential.support import REPOSITORIES
 from tests.harness import BridgeServer, TritonOracle
 from tests.harness.oracle import require_oracle
+from tests.harness.repositories import materialize
 
 pytestmark = pytest.mark.oracle
 
 OVERASK = REPOSITORIES / "rate_limiter_overask"
-SHARED = REPOSITORIES / "rate_limiter"
+SHARED = "rate_limiter"  # its models share model.py files: written whole (materialize)
 ROUNDS = 2  # concurrent pairs per server: bounded, and each with limiter costs one patience
 PATIENCE_S = "3"  # how long an execute looks for the other model; a bound, not an assertion
 
@@ -128,7 +129,8 @@ def test_models_sharing_a_resource_overlap_only_without_the_limiter(
     tmp_path: Path, mode: str, expected: tuple[bool, bool]
 ):
     seen = {}
-    for name, make in servers(SHARED, tmp_path / f"{mode}.log", f"--rate-limit={mode}"):
+    root = materialize(SHARED, tmp_path)  # one copy: Triton and the bridge load the same files
+    for name, make in servers(root, tmp_path / f"{mode}.log", f"--rate-limit={mode}"):
         log = tmp_path / f"{mode}.log"
         log.write_text("")
         with make() as server:

@@ -12,7 +12,6 @@ answer came from (+1 returned, +100 sent before returning, +200 sent after, +300
 from __future__ import annotations
 
 import base64
-import filecmp
 import queue
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -22,7 +21,6 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.differential.support import (
-    REPOSITORIES,
     TRITON_DOOR,
     Failure,
     Pair,
@@ -38,7 +36,7 @@ from tests.differential.support import (
 
 pytestmark = pytest.mark.oracle
 
-ROOT = REPOSITORIES / "response_sender"
+ROOT = "response_sender"  # one model.py for its three models: written whole (`repository`)
 MODELS = ["sender", "sender_process"]  # a thread instance and a process instance on the bridge
 WAIT_S = 30.0
 VALUE = 5
@@ -71,14 +69,8 @@ FAILED = ["final_first"]
 
 
 @pytest.fixture(scope="module")
-def senders(pair_for) -> Pair:
-    return pair_for(ROOT)
-
-
-def test_model_copies_are_identical():
-    first = ROOT / "sender" / "1" / "model.py"
-    for model in ("sender_process", "sender_batching"):
-        assert filecmp.cmp(first, ROOT / model / "1" / "model.py", shallow=False), model
+def senders(pair_for, repository) -> Pair:
+    return pair_for(repository(ROOT))
 
 
 def _inputs(value: int, batched: bool) -> list[grpcclient.InferInput]:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-METRICS = Path(__file__).resolve().parents[1] / "repositories" / "metrics"
+# counted_process runs counted's model.py: tests get the repository whole through the
+# `repository` fixture (tests/conftest.py).
+METRICS = "metrics"
 
 
 def scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:

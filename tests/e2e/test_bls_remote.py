@@ -31,6 +31,7 @@ from tests.e2e.support import (
     int32_input,
     wait_until,
 )
+from tests.harness.repositories import materialize, materialize_model
 
 F = [1.0, 2.0, 3.0, 4.0]
 ADD_SUB = {"model": "add_sub", "inputs": [["INPUT0", "FP32", F], ["INPUT1", "FP32", F]]}
@@ -41,9 +42,9 @@ PROBES = ["bls", "bls_async", "bls_isolated"]
 def cluster(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bls_remote")
     env = file_discovery_env(folder / "kv")
-    b = start_bridge(REPOSITORIES / "cluster_b", env, folder / "b.log")
+    b = start_bridge(materialize("cluster_b", folder), env, folder / "b.log")
     try:
-        a = start_bridge(REPOSITORIES / "cluster_a", env, folder / "a.log")
+        a = start_bridge(materialize("cluster_a", folder), env, folder / "a.log")
     except BaseException:
         b.stop()
         raise
@@ -252,10 +253,10 @@ def test_bls_follows_a_reload_in_the_other_process(tmp_path):
     and its BLS calls reach the new one, with no failed call on the way."""
     env = file_discovery_env(tmp_path / "kv")
     repo_b = tmp_path / "b"
-    shutil.copytree(REPOSITORIES / "cluster_b" / "add_sub", repo_b / "add_sub")
+    materialize_model("cluster_b", "add_sub", repo_b)
     b = start_bridge(repo_b, env, tmp_path / "b.log")
     try:
-        a = start_bridge(REPOSITORIES / "cluster_a", env, tmp_path / "a.log")
+        a = start_bridge(materialize("cluster_a", tmp_path), env, tmp_path / "a.log")
         try:
             client = a.client()
             assert probe(client, ADD_SUB)["responses"][0]["outputs"]["OUTPUT0"][2] == [
@@ -289,10 +290,10 @@ def test_a_call_in_flight_when_the_other_process_dies_is_answered(tmp_path):
     env = file_discovery_env(tmp_path / "kv")
     repo_b = tmp_path / "b"
     shutil.copytree(REPOSITORIES / "e2e_serving" / "pool", repo_b / "pool")
-    shutil.copytree(REPOSITORIES / "cluster_b" / "add_sub", repo_b / "add_sub")
+    materialize_model("cluster_b", "add_sub", repo_b)
     b = start_bridge(repo_b, env, tmp_path / "b.log")
     try:
-        a = start_bridge(REPOSITORIES / "cluster_a", env, tmp_path / "a.log")
+        a = start_bridge(materialize("cluster_a", tmp_path), env, tmp_path / "a.log")
         try:
             client = a.client()
             probe(client, ADD_SUB)  # A knows B before it dies

@@ -11,16 +11,14 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tests.e2e.cluster_support import DynamoCaller, file_discovery_env, start_bridge
-from tests.e2e.support import REPOSITORIES
-
-REPO = REPOSITORIES / "cluster_b"
+from tests.harness.repositories import materialize
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     folder = tmp_path_factory.mktemp("control")
     env = file_discovery_env(folder / "kv")
-    server = start_bridge(REPO, env, folder / "bridge.log")
+    server = start_bridge(materialize("cluster_b", folder), env, folder / "bridge.log")
     caller = DynamoCaller(env, folder / "caller.log")
     try:
         yield server, caller

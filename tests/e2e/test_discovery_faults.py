@@ -27,14 +27,13 @@ import tritonclient.grpc as grpcclient
 from tests.e2e.support import REPOSITORIES, fp32_input, wait_until
 from tests.harness.cluster import (
     Cluster,
-    FrontendProcess,
     LoadGenerator,
     Outcome,
-    WorkerProcess,
     describe,
     start_all,
 )
 from tests.harness.ports import LOCALHOST, free_port
+from tests.harness.roles import Frontend, Worker
 from tests.harness.services import EtcdServer, NatsServer, etcd_keys, require_service
 
 SCALE_OUT = REPOSITORIES / "scale_out"
@@ -93,7 +92,7 @@ class Readiness:
     surface name -> the (time, ready) samples; ready is None when nothing answers."""
 
     def __init__(
-        self, door: FrontendProcess, control_port: int, workers: list[WorkerProcess], triton: bool
+        self, door: Frontend, control_port: int, workers: list[Worker], triton: bool
     ) -> None:
         self.samples: dict[str, list[tuple[float, bool | None]]] = {}
         self._probes: dict[str, Callable[[], bool | None]] = {
@@ -280,7 +279,7 @@ def test_etcd_outages_short_and_past_the_lease(
 def _restarts_by_itself(
     etcd: EtcdServer,
     processes: list[Any],
-    workers: list[WorkerProcess],
+    workers: list[Worker],
     load: LoadGenerator,
     readiness: Readiness,
     logs: dict[str, int],

@@ -28,9 +28,9 @@ from tritonclient.utils import InferenceServerException
 
 from tests.e2e.reload_support import ask_marked, control, copy_models, set_line
 from tests.e2e.support import REPOSITORIES, WAIT_S, Gate, fp32_input, wait_until
-from tests.e2e.test_roles import Frontend, Worker
 from tests.harness import BridgeServer
 from tests.harness.ports import free_port
+from tests.harness.roles import Frontend, Worker
 
 DOOR = ("--frontend", "triton")
 HANG = REPOSITORIES / "lifecycle" / "hang"

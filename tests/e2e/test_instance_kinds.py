@@ -1,11 +1,11 @@
 """Instance kinds through the bridge: threads in the server process, or one process each.
 
-Repository: tests/repositories/isolation (copied to tmp_path: `crash` writes a marker file).
+Repository: tests/repositories/isolation (written to tmp_path whole: `crash` writes a marker
+file, and `thread_pids` runs `proc_pids`'s model.py).
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,14 +13,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.e2e.support import REPOSITORIES, BackgroundInfer, fp32_input, int32_input, wait_until
-
-ISOLATION = REPOSITORIES / "isolation"
+from tests.e2e.support import BackgroundInfer, fp32_input, int32_input, wait_until
+from tests.harness.repositories import materialize
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    return Path(shutil.copytree(ISOLATION, tmp_path / "repo"))
+    return materialize("isolation", tmp_path)  # thread_pids runs proc_pids's model.py
 
 
 def _pid_and_instance(result: grpcclient.InferResult) -> tuple[int, str]:

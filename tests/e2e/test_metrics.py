@@ -31,10 +31,10 @@ def get(port: int, path: str) -> tuple[int, bytes]:
         return response.status, response.read()
 
 
-def test_metrics_after_known_traffic(bridge_server, tmp_path) -> None:
+def test_metrics_after_known_traffic(bridge_server, repository, tmp_path) -> None:
     control_port = free_port()
     server = bridge_server(
-        METRICS,
+        repository(METRICS),
         "--model-control-mode=explicit",
         "--load-model=counted",
         f"--control-port={control_port}",
@@ -110,9 +110,11 @@ def test_metrics_after_known_traffic(bridge_server, tmp_path) -> None:
     wait_until(gone, "the unloaded model's metrics to disappear")
 
 
-def test_metrics_of_process_instances(bridge_server) -> None:
+def test_metrics_of_process_instances(bridge_server, repository) -> None:
     """A model whose instance runs in a child process: same counts, and its custom metrics."""
-    server = bridge_server(METRICS, "--model-control-mode=explicit", "--load-model=counted_process")
+    server = bridge_server(
+        repository(METRICS), "--model-control-mode=explicit", "--load-model=counted_process"
+    )
     outcomes = send_known_traffic(server.grpc_url, "counted_process")
     assert outcomes[0] == "ok"
     samples = scrape(server.metrics_port)
@@ -123,9 +125,12 @@ def test_metrics_of_process_instances(bridge_server) -> None:
     assert value(samples, "counted_process_requests", kind="ok") == 3
 
 
-def test_allow_metrics_false_serves_nothing(bridge_server) -> None:
+def test_allow_metrics_false_serves_nothing(bridge_server, repository) -> None:
     server = bridge_server(
-        METRICS, "--model-control-mode=explicit", "--load-model=counted", "--allow-metrics=false"
+        repository(METRICS),
+        "--model-control-mode=explicit",
+        "--load-model=counted",
+        "--allow-metrics=false",
     )
     assert server.client().is_model_ready("counted")
     with pytest.raises(urllib.error.URLError):

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.reload_support import ask_marked, control, copy_models, loader_call, set_line
-from tests.e2e.support import REPOSITORIES, fp32_input, wait_until
+from tests.e2e.support import fp32_input, wait_until
 from tests.harness.ports import free_port
+from tests.harness.repositories import materialize_model
 
 POLL_FAILED = "failed to load '{}', failed to poll from model repository"
 NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
@@ -257,7 +257,7 @@ def whole_model_failures_repo(tmp_path: Path) -> Path:
         ("composition", ("slow", "bad_missing_step", "bad_input_key")),
     ):
         for name in names:
-            shutil.copytree(REPOSITORIES / folder / name, repo / name)
+            materialize_model(folder, name, repo)
     return repo
 
 

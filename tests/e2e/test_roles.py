@@ -25,83 +25,12 @@ from tests.e2e.support import LOAD_FAILURES, SERVING, WAIT_S, fp32_input, wait_u
 from tests.harness import BridgeServer
 from tests.harness.ports import free_port
 from tests.harness.process import stop_process_group
-
-# Dynamo 1.6.1 takes DYN_SYSTEM_PORT only up to 32767.
-SYSTEM_PORTS = range(20000, 32768)
-
-
-def http_status(url: str) -> int | None:
-    """The status of GET `url`, None while nothing listens."""
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except OSError:
-        return None
+from tests.harness.roles import SYSTEM_PORTS, Frontend, Worker, http_status
 
 
 def http_text(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as response:
         return response.read().decode()
-
-
-class Worker(BridgeServer):
-    """`--role worker`: no gRPC port; started once its metrics port says ready (or, with
-    `wait_ready=False`, once it listens)."""
-
-    program = "dynamo-bridge worker"
-    wait_ready = True
-
-    def command(self) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            self.module,
-            "--role=worker",
-            "--model-repository",
-            str(self.model_repository),
-            "--metrics-port",
-            str(self.metrics_port),
-            *self.extra_args,
-        ]
-
-    def _pick_ports(self) -> None:
-        self.metrics_port = free_port()
-
-    def _wait_started(self) -> None:
-        assert self.process is not None
-        url = f"http://127.0.0.1:{self.metrics_port}/v2/health/ready"
-
-        def up() -> bool:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"worker exited during start-up:\n{self.log_tail()}")
-            status = http_status(url)
-            return status == 200 or (status is not None and not self.wait_ready)
-
-        wait_until(up, "the worker to start", self.startup_timeout)
-
-
-class Frontend(BridgeServer):
-    """`--role frontend`: no repository."""
-
-    program = "dynamo-bridge frontend"
-
-    def __init__(self, *extra_args: str, **kwargs) -> None:
-        super().__init__(".", *extra_args, **kwargs)
-
-    def command(self) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            self.module,
-            "--role=frontend",
-            "--grpc-port",
-            str(self.grpc_port),
-            "--metrics-port",
-            str(self.metrics_port),
-            *self.extra_args,
-        ]
 
 
 @pytest.fixture
@@ -215,9 +144,10 @@ def test_worker_health_on_the_system_port_is_strict(started, file_kv, tmp_path) 
 def test_worker_not_healthy_while_a_start_up_model_failed(started, file_kv, tmp_path) -> None:
     system_port = free_port(SYSTEM_PORTS)
     env = {**file_kv, "DYN_SYSTEM_PORT": str(system_port), "DYN_SYSTEM_HOST": "127.0.0.1"}
-    worker = Worker(LOAD_FAILURES, "--model-control-mode=none", env=env)
-    worker.wait_ready = False  # never ready: init_raises and others fail at start-up
-    started(worker)
+    # never ready (init_raises and others fail at start-up): started once it listens
+    worker = started(
+        Worker(LOAD_FAILURES, "--model-control-mode=none", env=env, ready_on="listening")
+    )
     # The metrics port answers once the worker serves what loaded (its health then set).
     ready_url = f"{worker.metrics_url[: -len('/metrics')]}/v2/health/ready"
     assert http_status(ready_url) == 400

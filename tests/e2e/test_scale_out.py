@@ -30,13 +30,12 @@ from tests.e2e.support import REPOSITORIES, fp32_input, wait_until
 from tests.harness import BridgeServer
 from tests.harness.cluster import (
     Cluster,
-    FrontendProcess,
     LoadGenerator,
     Outcome,
-    WorkerProcess,
     describe,
     start_all,
 )
+from tests.harness.roles import Frontend, Worker
 from tests.harness.services import (
     EtcdServer,
     NatsServer,
@@ -165,9 +164,7 @@ def test_split_roles_answer_as_the_embedded_default(
 # -- replicas --------------------------------------------------------------------------------
 
 
-def two_replicas(
-    make: Callable[..., Cluster], **fields: Any
-) -> tuple[FrontendProcess, WorkerProcess, WorkerProcess]:
+def two_replicas(make: Callable[..., Cluster], **fields: Any) -> tuple[Frontend, Worker, Worker]:
     shape = make(**fields)
     door = shape.frontend()
     a, b = shape.worker(SCALE_OUT, name="worker_a"), shape.worker(SCALE_OUT, name="worker_b")
@@ -176,13 +173,13 @@ def two_replicas(
     return door, a, b
 
 
-def successes(worker: WorkerProcess) -> float:
+def successes(worker: Worker) -> float:
     """nv_inference_request_success of `whoami` on the worker's metrics port."""
     samples = scrape(worker.metrics_port)
     return value(samples, "nv_inference_request_success", model="whoami", version="1") or 0.0
 
 
-def seen_both(a: WorkerProcess, b: WorkerProcess) -> Callable[[list[Outcome]], bool]:
+def seen_both(a: Worker, b: Worker) -> Callable[[list[Outcome]], bool]:
     def check(outcomes: list[Outcome]) -> bool:
         pids = {o.value for o in outcomes if o.ok}
         return {a.pid, b.pid} <= pids

@@ -39,11 +39,12 @@ import httpx
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.e2e.support import REPOSITORIES, WAIT_S, int32_input, wait_until
+from tests.e2e.support import WAIT_S, int32_input, wait_until
 from tests.harness.bridge_server import BridgeServer
 from tests.harness.cluster import Cluster, start_all
+from tests.harness.repositories import materialize
 
-FLOOD = REPOSITORIES / "stream_flood"
+FLOOD = "stream_flood"  # flood and flood_process share one model.py (materialize)
 LIMIT_S = 20  # the model's own stop (README.md): every wait below is bounded by it
 # How long the client does not read. The test does not depend on it; it gives a server without
 # backpressure the time to pile up responses (hundreds of MB before the fix).
@@ -63,8 +64,9 @@ def _status_bytes(pid: int, field: str) -> int:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeServer]:
-    log_path = tmp_path_factory.mktemp("bridge") / "bridge.log"
-    with BridgeServer(FLOOD, "--frontend=triton", log_path=log_path) as bridge:
+    folder = tmp_path_factory.mktemp("bridge")
+    repository = materialize(FLOOD, folder)
+    with BridgeServer(repository, "--frontend=triton", log_path=folder / "bridge.log") as bridge:
         for name in ("flood", "flood_process", "echo"):
             bridge.wait_model_ready(name)
         _limit_memory(bridge)
@@ -222,7 +224,7 @@ def test_sse_through_the_request_plane_cancels_the_model_in_its_worker(tmp_path)
     crosses Dynamo's request plane as the request's cancellation, and neither process piles
     up the responses the client does not read."""
     cluster = Cluster(tmp_path / "cluster")
-    worker = cluster.worker(FLOOD)
+    worker = cluster.worker(materialize(FLOOD, tmp_path))
     door = cluster.frontend("--frontend=triton")
     try:
         start_all([worker, door])

@@ -18,8 +18,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.e2e.cluster_support import file_discovery_env, start_bridge
-from tests.e2e.support import REPOSITORIES
 from tests.harness.otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.harness.repositories import materialize
 
 X = np.array([1, 2, 3, 4], np.float32)
 
@@ -29,10 +29,10 @@ def traced(tmp_path_factory):
     folder = tmp_path_factory.mktemp("otel")
     env = file_discovery_env(folder / "kv")
     with OtlpReceiver() as receiver:
-        b = start_bridge(REPOSITORIES / "cluster_b", env, folder / "b.log")
+        b = start_bridge(materialize("cluster_b", folder), env, folder / "b.log")
         try:
             a = start_bridge(
-                REPOSITORIES / "tracing",
+                materialize("tracing", folder),
                 env,
                 folder / "a.log",
                 "--frontend=triton",

@@ -29,9 +29,9 @@ from tritonclient.utils import InferenceServerException
 
 from tests.e2e.reload_support import ask_marked, copy_models, set_line
 from tests.e2e.support import MULTI_A, MULTI_B, SERVING, WAIT_S, Gate, fp32_input, wait_until
-from tests.e2e.test_roles import Frontend, Worker, http_text
+from tests.e2e.test_roles import http_text
 from tests.harness import BridgeServer, free_port
-from tests.harness.cluster import SYSTEM_PORTS
+from tests.harness.roles import SYSTEM_PORTS, Frontend, Worker
 
 DTYPES = Path(__file__).resolve().parents[1] / "repositories" / "dtypes"
 DOOR = ("--frontend", "triton")

@@ -21,7 +21,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from tests.e2e.support import SERVING, WAIT_S, Gate, fp32_input, wait_until
-from tests.e2e.test_roles import Frontend, Worker
+from tests.harness.roles import Frontend, Worker
 
 NO_VERSIONS = "Request for unknown model: '{}' has no available versions"
 

@@ -22,9 +22,9 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.support import MULTI_A, wait_until
-from tests.e2e.test_roles import Frontend, Worker
 from tests.harness.bridge_server import PROJECT_ROOT
 from tests.harness.process import stop_process_group
+from tests.harness.roles import Frontend, Worker
 from tests.harness.services import EtcdServer, require_service
 
 DOOR = ("--frontend", "triton")

@@ -18,7 +18,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from tests.e2e.support import SERVING, fp32_input, wait_until
-from tests.e2e.test_roles import Frontend, Worker
+from tests.harness.roles import Frontend, Worker
 
 DOOR = ("--frontend", "triton")
 ISOLATED = 'parameters { key: "BRIDGE_INSTANCE_KIND" value { string_value: "process" } }\n'

@@ -5,29 +5,21 @@ environment, and a bounded load generator that records every request's outcome.
   DYN_FILE_KV dir of the test's own, or `etcd`), the request plane (`tcp` or `nats`), the
   etcd / NATS addresses and a Dynamo namespace unique to the test, so tests sharing one etcd
   never see each other's models.
-* `WorkerProcess`: `python -m bridge --role worker --model-repository REPO`; ready when Dynamo's
-  system status server (DYN_SYSTEM_PORT) answers /health with 200, which the bridge does only
-  once every model of its start-up set is ready. `kill()` is SIGKILL, `stop()` SIGTERM.
-* `FrontendProcess`: `python -m bridge --role frontend`; ready when ServerLive answers; tests wait
-  for their models with `wait_model_ready`.
+* `Cluster.worker()` and `Cluster.frontend()`: the role launcher's processes (roles.py) with the
+  cluster's flags and environment; a worker is ready when Dynamo's system status server
+  (DYN_SYSTEM_PORT) answers /health with 200, which the bridge does only once every model of its
+  start-up set is ready; a frontend when ServerLive answers (tests wait for their models with
+  `wait_model_ready`). `kill()` is SIGKILL, `stop()` SIGTERM.
 * `LoadGenerator`: threads, each with its own tritonclient gRPC client, sending requests back to
   back, bounded in count and time; each outcome (ok, or the status code and message) is kept
   with its send and answer times.
-
-Processes run in their own process group (tests/harness/process.py), so stopping one reaps the
-instance processes it spawned and nothing else.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -37,22 +29,8 @@ from typing import Any
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from .bridge_server import BridgeServer
 from .ports import LOCALHOST, free_port
-
-# Inherited settings that would point a test's processes at someone else's cluster; every
-# process gets exactly the values of its Cluster instead.
-_CLUSTER_VARS = (
-    "DYN_BRIDGE_ROLE",
-    "DYN_DISCOVERY_BACKEND",
-    "DYN_REQUEST_PLANE",
-    "DYN_NAMESPACE",
-    "DYN_FILE_KV",
-    "ETCD_ENDPOINTS",
-    "NATS_SERVER",
-    "DYN_SYSTEM_PORT",
-    "DYN_SYSTEM_HOST",
-)
+from .roles import Frontend, RoleProcess, Worker
 
 
 @dataclass
@@ -67,7 +45,7 @@ class Cluster:
     namespace: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:12]}")
     extra_env: dict[str, str] = field(default_factory=dict)
     # Every process made through worker() / frontend(); stop() stops them all.
-    processes: list[_RoleProcess] = field(default_factory=list, repr=False)
+    processes: list[RoleProcess] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         if self.discovery == "etcd" and not self.etcd_endpoint:
@@ -106,19 +84,39 @@ class Cluster:
         model_repository: str | os.PathLike[str],
         *extra_args: str,
         name: str = "worker",
+        env: dict[str, str] | None = None,
         **kwargs: Any,
-    ) -> WorkerProcess:
-        """A worker of this cluster (not started), stopped by stop(); kwargs as WorkerProcess."""
-        process = WorkerProcess(self, model_repository, *extra_args, name=name, **kwargs)
+    ) -> Worker:
+        """A worker of this cluster (not started), ready once Dynamo's /health on its system
+        port says 200; stopped by stop(). kwargs as Worker."""
+        process = Worker(
+            model_repository, *extra_args, ready_on="system", **self._settings(name, env, kwargs)
+        )
         self.processes.append(process)
         return process
 
-    def frontend(self, *extra_args: str, name: str = "frontend", **kwargs: Any) -> FrontendProcess:
-        """A frontend of this cluster (not started), stopped by stop(); kwargs as
-        FrontendProcess."""
-        process = FrontendProcess(self, *extra_args, name=name, **kwargs)
+    def frontend(
+        self, *extra_args: str, name: str = "frontend", env: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> Frontend:  # fmt: skip
+        """A frontend of this cluster (not started), stopped by stop(); kwargs as Frontend."""
+        process = Frontend(*extra_args, **self._settings(name, env, kwargs))
         self.processes.append(process)
         return process
+
+    def _settings(
+        self, name: str, env: dict[str, str] | None, kwargs: dict[str, Any]
+    ) -> dict[str, Any]:
+        """What each process of the cluster is given: its flags, its environment (the test's
+        `env` on top), a log in the cluster's folder, and time to finish what it serves."""
+        return {
+            "name": name,
+            "role_flags": self.flags(),
+            "env": {**self.environ(), **(env or {})},
+            "log_path": self.workdir / f"{name}.log",
+            "stop_timeout": 30.0,
+            **kwargs,
+        }
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every process of the cluster still running (SIGTERM, then SIGKILL)."""
@@ -126,189 +124,12 @@ class Cluster:
             process.stop(timeout=timeout)
 
 
-class _RoleProcess(BridgeServer):
-    """A bridge process in one role of `cluster`; see WorkerProcess and FrontendProcess."""
-
-    role = "all"
-
-    def __init__(
-        self,
-        cluster: Cluster,
-        model_repository: str | os.PathLike[str],
-        *extra_args: str,
-        name: str,
-        env: dict[str, str] | None = None,
-        startup_timeout: float = 60.0,
-        stop_timeout: float = 30.0,
-    ) -> None:
-        self.cluster = cluster
-        self.name = name
-        log_path = cluster.workdir / f"{name}.log"
-        merged = {**cluster.environ(), **(env or {})}
-        super().__init__(
-            model_repository,
-            *extra_args,
-            env=merged,
-            startup_timeout=startup_timeout,
-            stop_timeout=stop_timeout,
-            log_path=log_path,
-        )
-        self.program = f"dynamo-bridge --role {self.role} ({name})"
-        self.started_at = 0.0  # time.monotonic() of the last Popen
-
-    def environ(self) -> dict[str, str]:
-        environ = super().environ()
-        for name in _CLUSTER_VARS:
-            if name not in self._extra_env:
-                environ.pop(name, None)
-        return environ
-
-    def start(self) -> _RoleProcess:
-        self.started_at = time.monotonic()
-        return super().start()
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None, f"{self.name} is not running"
-        return self.process.pid
-
-    def kill(self) -> int:
-        """SIGKILL the bridge process alone, as a crash would; then reap what is left of its
-        group (instance processes). Returns the exit code."""
-        proc = self.process
-        assert proc is not None, f"{self.name} is not running"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-        self.stop(timeout=0)
-        return proc.returncode
-
-    def terminate(self) -> None:
-        """Send SIGTERM and return at once; `wait_exit` collects the exit code."""
-        assert self.process is not None, f"{self.name} is not running"
-        self.process.send_signal(signal.SIGTERM)
-
-    def wait_exit(self, timeout: float = 60.0) -> int | None:
-        """Wait for the process to exit on its own (after `terminate`), then reap its group."""
-        assert self.process is not None
-        self.process.wait(timeout)
-        return self.stop(timeout=0)
-
-
-# Where a worker's DYN_SYSTEM_PORT is picked (below the kernel's ephemeral range, too).
-SYSTEM_PORTS = range(20000, 32768)
-
-
-class WorkerProcess(_RoleProcess):
-    """`python -m bridge --role worker --model-repository REPO`, health on DYN_SYSTEM_PORT."""
-
-    role = "worker"
-
-    def __init__(
-        self, cluster: Cluster, model_repository: str | os.PathLike[str], *extra_args: str,
-        name: str = "worker", **kwargs: Any,
-    ) -> None:  # fmt: skip
-        super().__init__(cluster, model_repository, *extra_args, name=name, **kwargs)
-        self.system_port = 0
-        self.ready_at = 0.0  # time.monotonic() when /health first answered 200
-
-    def _pick_ports(self) -> None:
-        self.metrics_port = free_port()
-        # Dynamo 1.6.1 parses DYN_SYSTEM_PORT as an i16: a port above 32767 fails start-up.
-        self.system_port = free_port(SYSTEM_PORTS)
-        self._extra_env["DYN_SYSTEM_PORT"] = str(self.system_port)
-        self._extra_env["DYN_SYSTEM_HOST"] = LOCALHOST
-
-    def command(self) -> list[str]:
-        return [
-            sys.executable, "-m", self.module,
-            "--role", self.role,
-            *self.cluster.flags(),
-            "--model-repository", str(self.model_repository),
-            "--metrics-port", str(self.metrics_port),
-            *self.extra_args,
-        ]  # fmt: skip
-
-    def start(self) -> WorkerProcess:
-        # DYN_SYSTEM_PORT is picked with the other ports, so environ() must run after that:
-        # one attempt per start() call here (ports taken in between are rare on loopback).
-        self.started_at = time.monotonic()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._pick_ports()
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                self.command(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.environ(),
-                start_new_session=True,
-            )
-        try:
-            self._wait_started()
-        except BaseException:
-            self.stop(timeout=5)
-            raise
-        return self
-
-    def health(self) -> int | None:
-        """The HTTP status of GET /health on the system port (None when nothing answers)."""
-        try:
-            url = f"http://{LOCALHOST}:{self.system_port}/health"
-            with urllib.request.urlopen(url, timeout=2) as response:
-                return response.status
-        except urllib.error.HTTPError as exc:
-            return exc.code
-        except OSError:
-            return None
-
-    def _wait_started(self) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + self.startup_timeout
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"{self.program} exited with code {self.process.returncode} during "
-                    f"start-up; log {self.log_path}:\n{self.log_tail()}"
-                )
-            if self.health() == 200:
-                self.ready_at = time.monotonic()
-                return
-            if time.monotonic() >= deadline:
-                raise RuntimeError(
-                    f"{self.program}: /health not 200 after {self.startup_timeout:.0f} s; "
-                    f"log {self.log_path}:\n{self.log_tail()}"
-                )
-            time.sleep(0.05)
-
-
-class FrontendProcess(_RoleProcess):
-    """`python -m bridge --role frontend --grpc-port P --metrics-port M`."""
-
-    role = "frontend"
-    wait_for = "live"
-
-    def __init__(self, cluster: Cluster, *extra_args: str, name: str = "frontend",
-                 **kwargs: Any) -> None:  # fmt: skip
-        # A frontend has no repository; the path is never passed to it.
-        super().__init__(cluster, cluster.workdir, *extra_args, name=name, **kwargs)
-
-    def command(self) -> list[str]:
-        return [
-            sys.executable, "-m", self.module,
-            "--role", self.role,
-            *self.cluster.flags(),
-            "--grpc-port", str(self.grpc_port),
-            "--metrics-port", str(self.metrics_port),
-            *self.extra_args,
-        ]  # fmt: skip
-
-
-def start_all(processes: Iterable[_RoleProcess]) -> None:
+def start_all(processes: Iterable[RoleProcess]) -> None:
     """Start processes in parallel (each start waits for its own readiness); raise the first
     error after every start returned."""
     errors: list[BaseException] = []
 
-    def run(process: _RoleProcess) -> None:
+    def run(process: RoleProcess) -> None:
         try:
             process.start()
         except BaseException as exc:  # re-raised below, in the caller's thread
@@ -472,10 +293,8 @@ def describe(outcomes: Iterable[Outcome], limit: int = 5) -> str:
 
 __all__ = [
     "Cluster",
-    "FrontendProcess",
     "LoadGenerator",
     "Outcome",
-    "WorkerProcess",
     "describe",
     "free_port",
     "start_all",

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -137,32 +137,40 @@ class ServerProcess:
         raise AssertionError("unreachable")
 
     def _wait_started(self) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + self.startup_timeout
         client = grpcclient.InferenceServerClient(self.grpc_url)
+
+        def answers() -> bool:
+            try:
+                if self.wait_for == "live":
+                    return bool(client.is_server_live())
+                return bool(client.is_server_ready())
+            except Exception:  # not listening yet
+                return False
+
         try:
-            while True:
-                if self.process.poll() is not None:
-                    raise RuntimeError(
-                        f"{self.program} exited with code {self.process.returncode} during "
-                        f"start-up; log {self.log_path}:\n{self.log_tail()}"
-                    )
-                try:
-                    if self.wait_for == "live":
-                        if client.is_server_live():
-                            return
-                    elif client.is_server_ready():
-                        return
-                except Exception:  # not listening yet
-                    pass
-                if time.monotonic() >= deadline:
-                    raise RuntimeError(
-                        f"{self.program} not {self.wait_for} after {self.startup_timeout:.0f} s; "
-                        f"log {self.log_path}:\n{self.log_tail()}"
-                    )
-                time.sleep(0.1)
+            self._wait_until(answers, self.wait_for, poll=0.1)
         finally:
             client.close()
+
+    def _wait_until(self, started: Callable[[], bool], what: str, poll: float) -> None:
+        """Poll `started()` until true; RuntimeError (with the log's tail) if the process exits
+        first or `startup_timeout` passes."""
+        assert self.process is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"{self.program} exited with code {self.process.returncode} during "
+                    f"start-up; log {self.log_path}:\n{self.log_tail()}"
+                )
+            if started():
+                return
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"{self.program} not {what} after {self.startup_timeout:.0f} s; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            time.sleep(poll)
 
     def stop(self, timeout: float | None = None) -> int | None:
         """SIGTERM, then SIGKILL after the timeout (default `stop_timeout`).

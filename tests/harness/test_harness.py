@@ -1,4 +1,5 @@
-"""Self-test of the harness: ports, the oracle launcher and the bridge launcher."""
+"""Self-test of the harness: ports, the oracle launcher, the bridge launcher, and the
+repositories written whole from shared model code."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tests.harness import (
 )
 from tests.harness.bridge_server import PROJECT_ROOT
 from tests.harness.oracle import ORACLE_PYTHON_ENV
+from tests.harness.repositories import REPOSITORIES, SAME_CODE, materialize, materialize_model
 
 # A trivial model of our own: OUT = IN.
 IDENTITY_CONFIG = """\
@@ -162,3 +164,35 @@ def test_oracle_serves_a_model_of_ours(oracle_server, tmp_path_factory) -> None:
     result = client.infer("identity", [tensor])
     np.testing.assert_array_equal(result.as_numpy("OUT"), data)
     assert f"Started GRPCInferenceService at 127.0.0.1:{server.grpc_port}" in server.log_text
+
+
+# -- repositories whose models share code --------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SAME_CODE))
+def test_materialize_writes_each_shared_model_whole(name: str, tmp_path: Path) -> None:
+    """A model named in SAME_CODE has only its config in tests/repositories, or no folder at all
+    (its code lives once, in its template); the written copy holds the template's version
+    folders beside its own config, or the template's whole folder."""
+    root = materialize(name, tmp_path)
+    for model, template_name in SAME_CODE[name].items():
+        template = REPOSITORIES / (
+            template_name if "/" in template_name else f"{name}/{template_name}"
+        )
+        source = REPOSITORIES / name / model
+        config = source / "config.pbtxt" if source.exists() else template / "config.pbtxt"
+        if source.exists():
+            assert sorted(p.name for p in source.iterdir()) == ["config.pbtxt"]
+        assert (root / model / "config.pbtxt").read_text() == config.read_text()
+        versions = sorted(p.name for p in template.iterdir() if p.name.isdigit())
+        assert (
+            versions
+            and sorted(p.name for p in (root / model).iterdir() if p.name.isdigit()) == versions
+        )
+        for version in versions:
+            written = (root / model / version / "model.py").read_bytes()
+            assert written == (template / version / "model.py").read_bytes()
+        one = materialize_model(name, model, tmp_path / "one" / name)
+        assert (one / versions[0] / "model.py").read_bytes() == (
+            template / versions[0] / "model.py"
+        ).read_bytes()

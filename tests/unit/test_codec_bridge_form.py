@@ -201,3 +201,53 @@ def test_errors_are_items_with_their_code_name():
     # A code this side does not know is INTERNAL.
     odd = {"error": {"code": "WHATEVER", "message": "x"}, "final": True}
     assert decode_bridge_item(odd)[0].error().code() == ErrorCode.INTERNAL
+
+
+# -- lent buffers, in-process only (issue 27) ------------------------------------------------------
+
+
+def test_a_lent_input_reaches_the_model_as_a_view_of_it():
+    lent = bytearray(np.arange(6, dtype=np.float32).tobytes())
+    tensor = {
+        "metadata": {"name": "x", "data_type": "Float32", "shape": [2, 3]},
+        "data": {"data_type": "Float32", "values": memoryview(lent)},
+    }
+    array = decode_tensor(tensor).as_numpy()
+    assert array.shape == (2, 3) and array.flags.writeable
+    lent[:4] = np.float32(42).tobytes()
+    assert array[0, 0] == 42  # no copy
+    boolean = {  # BOOL bytes other than 0/1 are True: copied, as for bytes
+        "metadata": {"name": "b", "data_type": "Bool", "shape": [2]},
+        "data": {"data_type": "Bool", "values": memoryview(bytearray(b"\x00\x07"))},
+    }
+    assert decode_tensor(boolean).as_numpy().tolist() == [False, True]
+
+
+class Sink:
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self.written: list[bytes] = []
+
+    def write(self, data: memoryview) -> bool:
+        if data.nbytes > self.room:
+            return False
+        self.written.append(bytes(data.cast("B")))
+        return True
+
+
+def test_an_output_with_a_sink_is_written_with_it_when_sent():
+    array = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for given in (array, array.T, array.astype(np.float64)):  # a view, C order or not
+        sink = Sink(1024)
+        tensor = Tensor("OUTPUT0", given.astype(np.float32) if given.dtype != np.float32 else given)
+        item = encode_raw_tensor(tensor, sink)
+        assert item["data"] == {"data_type": "Float32", "values": b"", "written": True}
+        assert sink.written == [np.ascontiguousarray(tensor.as_numpy()).tobytes()]
+    small = Sink(8)  # it does not fit: bytes, and the door says Triton's error
+    item = encode_raw_tensor(Tensor("OUTPUT0", array), small)
+    assert item["data"]["values"] == array.tobytes() and "written" not in item["data"]
+    text = Tensor("T", np.array([b"ab"], dtype=np.object_))  # BYTES: never through a sink
+    assert "written" not in encode_raw_tensor(text, Sink(1024))["data"]
+    response = InferenceResponse([Tensor("OUTPUT0", array), Tensor("OTHER", array)])
+    out = encode_bridge_response("m", "1", response, True, sinks={"OUTPUT0": Sink(1024)})
+    assert [t["data"].get("written", False) for t in out["tensors"]] == [True, False]

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bridge.frontends.triton.routes import NOT_TAKEN_RETRIES, _first_taker, _unloading
+from bridge.frontends.triton.service import without_loans
 
 REFUSED = "Unavailable: Worker disconnected before response stream was established"
 
@@ -95,3 +96,18 @@ def test_a_replica_unloading_the_model_is_passed_by() -> None:
     start, calls = starts([queue_full], [{"final": True}])
     assert asyncio.run(collect_refusing(start)) == [queue_full]
     assert len(calls) == 1
+
+
+def test_a_body_for_another_process_carries_bytes_and_no_sinks():
+    """What the door lends its own worker (shm.py) never goes onto the request plane."""
+    lent = memoryview(bytearray(b"abcd"))
+    plain = {"tensors": [{"metadata": {}, "data": {"values": b"xy"}}], "outputs": [{"name": "O"}]}
+    assert without_loans(plain) is plain  # nothing lent: not copied
+    body = {
+        "tensors": [{"metadata": {"name": "I"}, "data": {"data_type": "Uint8", "values": lent}}],
+        "outputs": [{"name": "O", "sink": object(), "parameters": {}}],
+    }
+    sent = without_loans(body)
+    assert sent["tensors"][0]["data"] == {"data_type": "Uint8", "values": b"abcd"}
+    assert sent["outputs"] == [{"name": "O", "parameters": {}}]
+    assert body["tensors"][0]["data"]["values"] is lent  # the local body is left as it was

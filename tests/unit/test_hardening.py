@@ -169,9 +169,9 @@ def test_instance_thread_survives_a_raising_call():
     spec = InstanceSpec("m", "m_0", "CPU", 0, Path(__file__), 1, {})
     instance = ModelInstance(spec)
     try:
-        instance.submit(lambda: 1 / 0)
+        instance.post(lambda: 1 / 0)
         done = threading.Event()
-        instance.submit(done.set)
+        instance.post(done.set)
         assert done.wait(WAIT_S), "the instance thread died with the first call"
     finally:
         instance.stop()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,15 +19,14 @@ from model_repository_loader.config import ConfigOptions
 from model_repository_loader.inference import InferRequest
 from model_repository_loader.isolation import IsolatedInstance
 from model_repository_loader.loader import LoadedRepository, load_repository
-
-ISOLATION = Path(__file__).resolve().parents[1] / "repositories" / "isolation"
+from tests.harness.repositories import materialize
 
 
 @pytest.fixture
 def repo(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Iterator[LoadedRepository]:
     # Instance processes take the log level in force when they start.
     caplog.set_level(logging.INFO)
-    copy = shutil.copytree(ISOLATION, tmp_path / "repo")
+    copy = materialize("isolation", tmp_path)
     loaded = load_repository(
         [copy], only={"proc_pids", "thread_pids", "bls_caller", "cancel_aware"}
     )
@@ -72,7 +70,7 @@ def test_bls_from_a_process_reaches_a_model_in_this_one(repo: LoadedRepository, 
 
 
 def test_unknown_kind_fails_the_load(tmp_path: Path):
-    copy = Path(shutil.copytree(ISOLATION, tmp_path / "repo"))
+    copy = materialize("isolation", tmp_path)
     config = copy / "crash" / "config.pbtxt"
     config.write_text(config.read_text().replace('"process"', '"fork"'))
     loaded = load_repository([copy], only={"crash"})
@@ -84,7 +82,7 @@ def test_unknown_kind_fails_the_load(tmp_path: Path):
 
 
 def test_server_default_kind_applies_without_the_parameter(tmp_path: Path):
-    copy = shutil.copytree(ISOLATION, tmp_path / "repo")
+    copy = materialize("isolation", tmp_path)
     loaded = load_repository([copy], ConfigOptions(instance_kind="thread"), only={"proc_pids"})
     try:
         assert not any(

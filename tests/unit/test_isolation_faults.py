@@ -31,6 +31,7 @@ from model_repository_loader.isolation import IsolatedInstance, tensors
 from model_repository_loader.isolation import instance as isolated
 from model_repository_loader.isolation.tensors import SHARED_MEMORY_MIN_BYTES, SegmentFolder
 from model_repository_loader.loader import LoadedRepository, load_repository
+from tests.harness.repositories import materialize
 
 REPOSITORIES = Path(__file__).resolve().parents[1] / "repositories"
 BIG = np.arange(4 * SHARED_MEMORY_MIN_BYTES // 4, dtype=np.float32)  # crosses through /dev/shm
@@ -261,11 +262,11 @@ def test_really_full_shared_memory_on_both_sides(load, tiny_shm: Path, caplog):
 
 
 def test_bls_call_whose_forwarding_fails_gets_an_error_answer(
-    load, monkeypatch: pytest.MonkeyPatch
+    load, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
     # bls_caller (a process) calls thread_pids (here) with X: reading X from shared memory
     # here fails, so the forwarding thread raises. The model must get an answer, not wait.
-    loaded = load("bls_caller", "thread_pids", extra=[REPOSITORIES / "isolation"])
+    loaded = load("bls_caller", "thread_pids", extra=[materialize("isolation", tmp_path)])
 
     def broken(self, name, dtype, count):
         raise OSError(errno.EIO, os.strerror(errno.EIO))
@@ -369,7 +370,7 @@ def test_failed_restart_is_retried_until_the_model_is_ready_again(
 def test_oserror_starting_an_instance_fails_the_load_and_stops_the_others(
     seam: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
-    copy = shutil.copytree(REPOSITORIES / "isolation", tmp_path / "iso")
+    copy = materialize("isolation", tmp_path)
     started: list[subprocess.Popen[bytes]] = []
     calls = []
     real_popen, real_create = subprocess.Popen, SegmentFolder.create.__func__

@@ -10,7 +10,6 @@ says they wait, and the gate is opened.
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -31,8 +30,9 @@ from model_repository_loader.scheduling.rate_limiter import (
     Withdrawn,
     parse_resource_limit,
 )
+from tests.harness.repositories import materialize, materialize_model
 
-REPO = Path(__file__).resolve().parents[2] / "tests" / "repositories" / "rate_limiter"
+REPO = "rate_limiter"  # tests/repositories: some models share one model.py (materialize)
 
 
 def group(*resources: tuple[str, int, bool], priority: int = 0) -> mc.ModelInstanceGroup:
@@ -175,7 +175,9 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LoadedRepo
     monkeypatch.setenv("RATE_LIMITER_LOG", str(tmp_path / "log"))
     monkeypatch.setenv("RATE_LIMITER_GATE", str(tmp_path / "gate"))
     loaded = LoadedRepository(rate_limiter=RateLimiter())
-    load_repository([REPO], only={"gate_hold", "light", "heavy"}, into=loaded)
+    load_repository(
+        [materialize(REPO, tmp_path)], only={"gate_hold", "light", "heavy"}, into=loaded
+    )
     assert set(loaded.models) == {"gate_hold", "light", "heavy"}, loaded.failures
     yield loaded
     loaded.close()
@@ -234,7 +236,7 @@ def test_without_a_limiter_nothing_waits(tmp_path, monkeypatch):
     """`--rate-limit off` (no limiter): heavy runs while gate_hold holds "R"."""
     monkeypatch.setenv("RATE_LIMITER_LOG", str(tmp_path / "log"))
     monkeypatch.setenv("RATE_LIMITER_GATE", str(tmp_path / "gate"))
-    loaded = load_repository([REPO], only={"gate_hold", "heavy"})
+    loaded = load_repository([materialize(REPO, tmp_path)], only={"gate_hold", "heavy"})
     try:
         (tmp_path / "log").write_text("")
         loaded.models["gate_hold"].submit(request(), lambda response, final: None)
@@ -309,7 +311,7 @@ def test_every_scheduler_runs_under_the_limiter(tmp_path, monkeypatch, schedulin
     monkeypatch.setenv("RATE_LIMITER_GATE", str(tmp_path / "gate"))
     models = tmp_path / "models"
     for name in ("gate_hold", "heavy"):
-        shutil.copytree(REPO / name, models / name)
+        materialize_model(REPO, name, models)
     config = models / "heavy" / "config.pbtxt"
     config.write_text(config.read_text() + scheduling + "\n")
     loaded = load_repository(
@@ -347,7 +349,7 @@ def test_a_crashed_isolated_instance_frees_its_resources(tmp_path, monkeypatch):
     monkeypatch.setenv("RATE_LIMITER_LOG", str(tmp_path / "log"))
     models = tmp_path / "models"
     for name in ("heavy", "light"):
-        shutil.copytree(REPO / name, models / name)
+        materialize_model(REPO, name, models)
     model_file = models / "heavy" / "1" / "model.py"
     model_file.write_text(
         model_file.read_text().replace(
@@ -376,7 +378,7 @@ def test_warmup_runs_under_the_limiter(tmp_path, monkeypatch):
     monkeypatch.setenv("RATE_LIMITER_GATE", str(tmp_path / "gate"))
     models = tmp_path / "models"
     for name in ("gate_hold", "heavy"):
-        shutil.copytree(REPO / name, models / name)
+        materialize_model(REPO, name, models)
     config = models / "heavy" / "config.pbtxt"
     config.write_text(
         config.read_text()

@@ -21,6 +21,7 @@ from model_repository_loader import pb_utils
 from model_repository_loader.composition import RemoteModels, RemoteTarget
 from model_repository_loader.inference import InferRequest
 from model_repository_loader.loader import LoadedRepository, load_repository
+from tests.harness.repositories import materialize, materialize_model
 
 REPOSITORIES = Path(__file__).resolve().parents[1] / "repositories"
 F = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
@@ -58,8 +59,8 @@ def load_with_remote(folder: Path, remote: RemoteModels | None) -> LoadedReposit
 
 
 @pytest.fixture(scope="module")
-def other() -> Iterator[OtherRepository]:
-    loaded = load_repository([REPOSITORIES / "cluster_b"])
+def other(tmp_path_factory) -> Iterator[OtherRepository]:
+    loaded = load_repository([materialize("cluster_b", tmp_path_factory.mktemp("other"))])
     yield OtherRepository(loaded.models)
     loaded.close()
 
@@ -68,7 +69,7 @@ def other() -> Iterator[OtherRepository]:
 def here(other, tmp_path_factory) -> Iterator[LoadedRepository]:
     folder = tmp_path_factory.mktemp("here")
     for name in ("scale", "remote_pipeline", "remote_raising"):
-        shutil.copytree(REPOSITORIES / "cluster_a" / name, folder / name)
+        materialize_model("cluster_a", name, folder)
     loaded = load_with_remote(folder, other)
     yield loaded
     loaded.close()
@@ -100,7 +101,7 @@ def test_a_remote_step_error_ends_the_ensemble_with_its_text(here):
 
 def test_without_the_seam_a_missing_step_fails_the_load(tmp_path):
     for name in ("scale", "remote_pipeline"):
-        shutil.copytree(REPOSITORIES / "cluster_a" / name, tmp_path / name)
+        materialize_model("cluster_a", name, tmp_path)
     loaded = load_with_remote(tmp_path, None)
     try:
         assert loaded.statuses["remote_pipeline"].reason == (
@@ -119,7 +120,7 @@ def test_a_step_version_the_other_process_lacks_fails_the_load(other, tmp_path):
             '"add_sub"\n      model_version: -1', '"add_sub"\n      model_version: 3'
         )
     )
-    shutil.copytree(REPOSITORIES / "cluster_a" / "scale", tmp_path / "scale")
+    materialize_model("cluster_a", "scale", tmp_path)
     loaded = load_with_remote(tmp_path, other)
     try:
         assert loaded.statuses["pinned"].reason == (

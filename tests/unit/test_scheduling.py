@@ -355,7 +355,7 @@ class _HeldInstance:
         self.name = "held_0"
         self.calls: list = []
 
-    def submit(self, fn) -> None:
+    def post(self, fn) -> None:
         self.calls.append(fn)
 
 

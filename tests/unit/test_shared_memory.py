@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.frontends.triton.shm import RESERVED_PREFIX, SharedMemory
+from bridge.frontends.triton.shm import LEND_MIN_BYTES, RESERVED_PREFIX, SharedMemory
 from bridge.frontends.triton.status import DoorError
 from model_repository_loader.pb_utils.errors import ErrorCode
 
@@ -222,3 +222,75 @@ def test_an_object_unlinked_after_registration_stays_readable(memory, made):
     memory.write("r", 0, 2, "OUT", b"ok")
     (SHM / key[1:]).unlink()
     assert memory.read("r", 0, 2) == b"ok"  # as Triton's mapping outlives the name
+
+
+# -- lent to the door's own worker (issue 27) --------------------------------------------------
+
+BIG = LEND_MIN_BYTES * 2
+
+
+def test_an_input_of_ours_is_lent_as_a_private_writable_mapping(memory, made):
+    key = new_object(made, BIG)
+    path = SHM / key[1:]
+    path.write_bytes(b"\x01" * BIG)
+    memory.register("r", key, 0, BIG)
+    view = memory.lend_input("r", 100, LEND_MIN_BYTES)
+    assert view is not None and len(view) == LEND_MIN_BYTES and not view.readonly
+    with open(path, "r+b") as client:  # the client's later writes are seen: a view, no copy
+        client.seek(100)
+        client.write(b"\x02")
+    assert view[0] == 2
+    view[1] = 9  # the model's writes stay its own
+    assert path.read_bytes()[101] == 1
+    memory.unregister("r")  # the mapping outlives the registration
+    assert view[0] == 2
+
+
+def test_a_small_input_is_copied(memory, made):
+    memory.register("r", new_object(made, BIG), 0, BIG)
+    assert memory.lend_input("r", 0, LEND_MIN_BYTES - 1) is None
+    assert memory.lend_output("r", 0, LEND_MIN_BYTES - 1) is None
+
+
+def test_an_output_writer_writes_into_the_object_and_refuses_what_does_not_fit(memory, made):
+    key = new_object(made, BIG + 4096)
+    memory.register("r", key, 4096, BIG)
+    writer = memory.lend_output("r", 8, LEND_MIN_BYTES)
+    assert writer is not None
+    memory.unregister("r")  # its own descriptor: still writes
+    assert writer.write(memoryview(b"abcd"))
+    assert (SHM / key[1:]).read_bytes()[4096 + 8 : 4096 + 12] == b"abcd"
+    assert not writer.write(memoryview(bytes(LEND_MIN_BYTES + 1)))  # the door says why
+    os.truncate(SHM / key[1:], 4096)
+    assert not writer.write(memoryview(b"abcd"))  # past the object's end now: no signal
+    assert (SHM / key[1:]).stat().st_size == 4096
+
+
+def test_a_truncated_object_of_ours_is_not_lent(memory, made):
+    key = new_object(made, BIG)
+    memory.register("r", key, 0, BIG)
+    os.truncate(SHM / key[1:], 4096)
+    with pytest.raises(DoorError) as caught:
+        memory.lend_input("r", 0, BIG)
+    assert caught.value.code == ErrorCode.INVALID_ARG
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving an object to another uid needs root")
+def test_an_input_of_another_uid_is_copied_not_mapped(memory, made):
+    key = new_object(made, BIG)
+    os.chown(SHM / key[1:], 65534, 65534)
+    memory.register("r", key, 0, BIG)
+    assert memory.lend_input("r", 0, BIG) is None
+    assert memory.read("r", 0, 4) == bytes(4)  # copied instead
+
+
+def test_a_region_held_by_a_request_is_unregistered_when_it_ends(memory, made):
+    key = new_object(made, 8192)
+    memory.register("r", key, 0, 8192)
+    memory.register("other", new_object(made), 0, 8192)
+    with memory.holding(["r", "r", "unknown"]):
+        memory.unregister("")
+        assert list(memory.regions) == ["r"]  # still listed and usable, as Triton ≥ 2.53
+        memory.write("r", 0, 4, "OUTPUT0", b"abcd")
+    assert memory.regions == {}
+    assert (SHM / key[1:]).read_bytes()[:4] == b"abcd"

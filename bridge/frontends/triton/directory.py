@@ -37,7 +37,11 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from model_repository_loader.pb_utils.errors import ErrorCode
-from model_repository_loader.validation import no_available_versions_error, unknown_model_error
+from model_repository_loader.validation import (
+    no_available_versions_error,
+    unknown_model_error,
+    version_not_ready_error,
+)
 
 from ...cluster.index import ClusterIndex, IndexRound
 from ...cluster.protocol import (
@@ -72,10 +76,16 @@ class ModelEntry:
     reason: str = ""
     bridge_form: bool = False
 
-    def unavailable(self) -> tuple[ErrorCode, str]:
+    def unavailable(self, version: int = -1) -> tuple[ErrorCode, str]:
         """Triton's answer for a model with no ready version: a model whose versions failed to
-        load "has no available versions"; one that never got as far as its versions (its
-        config did not load) is "not found" [V]."""
+        load "has no available versions", or, asked for one version, that version "is not at
+        ready state" (UNAVAILABLE) when it failed and "is not found" when it is none of them;
+        one that never got as far as its versions (its config did not load) is "not found"
+        [V] (tests/unit/fixtures/validation_oracle.json)."""
+        if self.known_versions and version != -1:
+            if str(version) in self.known_versions:
+                return ErrorCode.UNAVAILABLE, version_not_ready_error(self.name, version)
+            return ErrorCode.NOT_FOUND, unknown_model_error(self.name, version)
         if self.known_versions or self.selects_no_version:
             return ErrorCode.NOT_FOUND, no_available_versions_error(self.name)
         return ErrorCode.NOT_FOUND, unknown_model_error(self.name)
@@ -251,6 +261,13 @@ class Directory:
         return await self._index.ask_each(request, instance_ids)
 
     # -- model endpoints ----------------------------------------------------------------------
+
+    def serves_locally(self, endpoint: str) -> bool:
+        """This process's own worker serves `endpoint`: a request may lend it buffers."""
+        route = self._routes.get(endpoint)
+        if route is not None:
+            return isinstance(route, LocalRoute)
+        return self._local_worker(endpoint) is not None
 
     async def route(self, endpoint: str, entry: ModelEntry) -> Route:
         """How to reach `endpoint` of `entry`'s model: in-process when this process's own

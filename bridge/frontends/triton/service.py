@@ -43,6 +43,7 @@ from ...serialized_bytes import BytesLimits
 from ...tracing.config import TraceConfig
 from .directory import Directory, ModelEntry
 from .model_cards import FOREIGN_VERSION
+from .routes import LocalRoute
 from .settings import LogSettings, TraceSettings
 from .shm import SharedMemory
 from .status import DoorError
@@ -159,6 +160,27 @@ class Target:
     @property
     def decoupled(self) -> bool:
         return self.entry.decoupled
+
+
+def without_loans(body: dict) -> dict:
+    """`body` as it may cross a process: lent shared memory (shm.py) as bytes, and no output
+    sinks (the door writes those outputs itself)."""
+    tensors = body.get("tensors") or ()
+    outputs = body.get("outputs") or ()
+    if not any(isinstance(t["data"]["values"], memoryview) for t in tensors) and not any(
+        "sink" in o for o in outputs
+    ):
+        return body
+    out = dict(body)
+    out["tensors"] = [
+        {**t, "data": {**t["data"], "values": bytes(t["data"]["values"])}}
+        if isinstance(t["data"]["values"], memoryview)
+        else t
+        for t in tensors
+    ]
+    if outputs:
+        out["outputs"] = [{k: v for k, v in o.items() if k != "sink"} for o in outputs]
+    return out
 
 
 class TritonService:
@@ -311,14 +333,19 @@ class TritonService:
 
     # -- inference --------------------------------------------------------------------------
 
+    def lends(self, target: Target) -> bool:
+        """May the wire lend `target` the client's shared memory (shm.py), mapped, instead of
+        copying it? Only to this process's own worker (the embedded default)."""
+        return bool(self.shm.regions) and self.directory.serves_locally(target.endpoint)
+
     async def target(self, name: str, version_text: str, stream: bool) -> Target:
         """Where a request for `name` goes, or Triton's error for a model that cannot take it
         (unknown, no ready version, decoupled through a unary call)."""
         self._refuse_while_exiting(name)
+        version = version_number(version_text)  # Triton reads the version before the model
         entry = _require_model(await self.directory.lookup(name), name)
-        version = version_number(version_text)
         if not entry.endpoints or not entry.versions:
-            raise DoorError(*entry.unavailable())
+            raise DoorError(*entry.unavailable(version))
         if not entry.bridge_form and version not in (-1, int(FOREIGN_VERSION)):
             # a worker of Dynamo's standard form only: its one version (model_cards.py)
             raise DoorError(ErrorCode.NOT_FOUND, unknown_model_error(name, version))
@@ -337,7 +364,8 @@ class TritonService:
             answered = False
             try:
                 route = await self.directory.route(target.endpoint, target.entry)
-                async for item in route.generate(body, context):
+                sent = body if isinstance(route, LocalRoute) else without_loans(body)
+                async for item in route.generate(sent, context):
                     answered = True
                     yield item
                 return

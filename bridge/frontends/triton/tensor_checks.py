@@ -96,7 +96,7 @@ def check_tensor(
     name: str,
     datatype: str,
     shape: Sequence[int],
-    data: bytes,
+    data: bytes | memoryview,
     config: mc.ModelConfig | None,
     budget: Budget | None = None,
     deferred: list[Callable[[], None]] | None = None,
@@ -123,12 +123,13 @@ def check_tensor(
             f"'{name}' for model '{model}', got [{dims}]"
         )
     if datatype == "BYTES":
-        if deferred is not None and len(data) > OFF_LOOP_BYTES:
+        raw = data if isinstance(data, bytes) else bytes(data)  # the wires never lend BYTES
+        if deferred is not None and len(raw) > OFF_LOOP_BYTES:
             deferred.append(
-                functools.partial(check_bytes_framing, model, request_id, name, shape, data, budget)
+                functools.partial(check_bytes_framing, model, request_id, name, shape, raw, budget)
             )
             return
-        check_bytes_framing(model, request_id, name, shape, data, budget)
+        check_bytes_framing(model, request_id, name, shape, raw, budget)
         return
     expected = math.prod(shape) * ELEMENT_SIZES[datatype]
     if expected != len(data):

@@ -32,7 +32,7 @@ from ..service import TritonService
 from ..status import DoorError
 from ..tensor_checks import run_deferred
 from .status import grpc_status, wire_text
-from .tensors import to_bridge_request, to_infer_response, wants_empty_final
+from .tensors import region_names, to_bridge_request, to_infer_response, wants_empty_final
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +247,13 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     ) -> pb.ModelInferResponse:
         service = self.service
         target = await service.target(request.model_name, request.model_version, stream=False)
+        with service.shm.holding(region_names(request) if service.shm.regions else ()):
+            return await self._model_infer_at(target, request, context, trace)
+
+    async def _model_infer_at(
+        self, target: Any, request: pb.ModelInferRequest, context: Any, trace: WireTrace | None
+    ) -> pb.ModelInferResponse:
+        service = self.service
         body = await _converted(service, request, target)
         self._forward_headers(body, context)
         if trace is not None and target.entry.bridge_form:
@@ -325,29 +332,8 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             if request is MALFORMED:
                 raise DoorError(ErrorCode.INTERNAL, UNPARSABLE)
             target = await service.target(request.model_name, request.model_version, stream=True)
-            body = await _converted(service, request, target)
-            self._forward_headers(body, context)
-            decoupled = target.decoupled
-            # Triton sends the empty final response only for decoupled models [V].
-            empty_final = decoupled and wants_empty_final(request)
-            answered = False
-            async for item in service.items(target, body, dynamo_context):
-                final = bool(item.get("final", False))
-                if answered and not decoupled:
-                    continue  # Triton streams one answer of a default-mode model, no more [V]
-                answered = answered or not item.get("empty")
-                if "error" in item:
-                    await out.fail(DoorError.from_item(item["error"]))
-                elif item.get("empty"):
-                    if empty_final:
-                        await out.put(
-                            pb.ModelStreamInferResponse(
-                                infer_response=to_infer_response(request, item, final, service.shm)
-                            )
-                        )
-                else:
-                    response = to_infer_response(request, item, final, service.shm)
-                    await out.put(pb.ModelStreamInferResponse(infer_response=response))
+            with service.shm.holding(region_names(request) if service.shm.regions else ()):
+                await self._stream_request_at(target, request, out, context, dynamo_context)
         except DoorError as exc:
             await out.fail(exc)
         except asyncio.CancelledError:
@@ -356,6 +342,34 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         except Exception as exc:  # never let one request end the stream of the others
             log.exception("stream request failed")
             await out.fail(DoorError(ErrorCode.INTERNAL, f"internal error: {exc}"))
+
+    async def _stream_request_at(
+        self, target: Any, request: Any, out: _Outbox, context: Any, dynamo_context: Context
+    ) -> None:
+        service = self.service
+        body = await _converted(service, request, target)
+        self._forward_headers(body, context)
+        decoupled = target.decoupled
+        # Triton sends the empty final response only for decoupled models [V].
+        empty_final = decoupled and wants_empty_final(request)
+        answered = False
+        async for item in service.items(target, body, dynamo_context):
+            final = bool(item.get("final", False))
+            if answered and not decoupled:
+                continue  # Triton streams one answer of a default-mode model, no more [V]
+            answered = answered or not item.get("empty")
+            if "error" in item:
+                await out.fail(DoorError.from_item(item["error"]))
+            elif item.get("empty"):
+                if empty_final:
+                    await out.put(
+                        pb.ModelStreamInferResponse(
+                            infer_response=to_infer_response(request, item, final, service.shm)
+                        )
+                    )
+            else:
+                response = to_infer_response(request, item, final, service.shm)
+                await out.put(pb.ModelStreamInferResponse(infer_response=response))
 
 
 def _wants_grpc_errors(context: Any) -> bool:
@@ -434,6 +448,7 @@ async def _converted(service: TritonService, request: pb.ModelInferRequest, targ
         service.shm,
         service.bytes_limits,
         deferred,
+        service.lends(target),
     )
     await run_deferred(deferred)
     return body

@@ -92,6 +92,17 @@ def wants_empty_final(request: pb.ModelInferRequest) -> bool:
     return parameter is not None and parameter.bool_param
 
 
+def region_names(request: pb.ModelInferRequest) -> list[str]:
+    """The shared memory regions the request's inputs and outputs name (shm.py `holding`)."""
+    names = []
+    for tensor in (*request.inputs, *request.outputs):
+        if tensor.parameters:
+            where = placement(tensor.parameters)
+            if where is not None:
+                names.append(where[0])
+    return names
+
+
 # -- request --------------------------------------------------------------------------------------
 
 
@@ -127,6 +138,7 @@ def to_bridge_request(
     shm: SharedMemory | None = None,
     limits: BytesLimits | None = None,
     deferred: list[Callable[[], None]] | None = None,
+    lend: bool = False,
 ) -> dict[str, Any]:
     """A ModelInferRequest → the bridge form a bridge worker answers in (worker_protocol.md §2).
 
@@ -136,7 +148,9 @@ def to_bridge_request(
     (tensor_checks.run_deferred).
     `config` (the model's, when known) only names the datatype an unknown datatype should be.
     Inputs placed in a registered shared memory region (shm.py) are read from it; they take no
-    entry of `raw_input_contents`.
+    entry of `raw_input_contents`. With `lend` (the worker is in this process), regions that
+    may be mapped are lent instead: inputs as mappings, outputs as writers the worker writes
+    them with (shm.py).
     """
     # Each protobuf field read builds a Python object: read every one once (a per-request cost).
     raw = request.raw_input_contents
@@ -153,7 +167,8 @@ def to_bridge_request(
         parameters = tensor.parameters if tensor.parameters else None
         where = placement(parameters) if parameters is not None else None
         if where is not None and shm is not None:
-            data = shm.read(*where)
+            lent = shm.lend_input(*where) if lend and datatype != "BYTES" else None
+            data = lent if lent is not None else shm.read(*where)
         elif raw_count:
             if tensor.HasField("contents"):
                 raise invalid(
@@ -190,6 +205,10 @@ def to_bridge_request(
             entry: dict[str, Any] = {"name": output.name}
             if output.parameters:
                 entry["parameters"] = parameters_to_dict(output.parameters)
+                where = placement(output.parameters) if lend and shm is not None else None
+                sink = shm.lend_output(*where) if where is not None and shm else None
+                if sink is not None:
+                    entry["sink"] = sink
             outputs.append(entry)
         out["outputs"] = outputs
     return out
@@ -226,13 +245,17 @@ def to_infer_response(
         output.name = metadata["name"]
         output.datatype = TO_KSERVE[metadata["data_type"]]
         output.shape.extend(metadata["shape"])
-        values = tensor["data"]["values"]
+        data = tensor["data"]
+        values = data["values"]
+        where = placed.get(output.name)
+        if where is not None and data.get("written"):
+            raw.append(b"")  # the worker wrote it into its region (shm.RegionWriter)
+            continue
         if not isinstance(values, bytes | bytearray):
             raise DoorError(
                 ErrorCode.INTERNAL,
                 f"output '{output.name}' came back as a list from a bridge-form request",
             )
-        where = placed.get(output.name)
         if where is not None and shm is not None:
             shm.write(*where, output.name, values)
             raw.append(b"")

@@ -31,6 +31,7 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from ....serialized_bytes import BytesLimits
 from ....tracing.request import WireTrace
 from ..header_forward import forward_into
+from ..service import Target
 from ..shm import SharedMemory
 from ..status import DoorError
 from ..tensor_checks import run_deferred
@@ -122,10 +123,11 @@ def _to_bridge(
     limit: int,
     bytes_limits: BytesLimits,
     deferred: list[Callable[[], None]],
+    lend: bool,
 ) -> tuple[dict[str, Any], InferPlan]:
     document = parse_json(header)
     return to_bridge_request(
-        document, binary, model, version, config, shm, bytes_limits, deferred, limit
+        document, binary, model, version, config, shm, bytes_limits, deferred, limit, lend
     )
 
 
@@ -180,13 +182,31 @@ async def _infer(request: Request, trace: WireTrace | None) -> Response:
             limit,
             service.bytes_limits,
             deferred,
+            service.lends(target),
         ),
     )
+    del raw, body, header, binary  # the bridge form holds what is needed
+    with service.shm.holding(plan.regions):
+        return await _answer(request, trace, target, bridge, plan, deferred)
+
+
+async def _answer(
+    request: Request,
+    trace: WireTrace | None,
+    target: Target,
+    bridge: dict[str, Any],
+    plan: InferPlan,
+    deferred: list[Callable[[], None]],
+) -> Response:
+    """The rest of `_infer`, once the request is parsed (the regions it names held)."""
+    service = request.app.state.service
+    model = request.path_params["model"]
+    headers = request.headers
+    config = target.entry.config
     await run_deferred(deferred)  # large BYTES inputs are walked off the event loop
     forwarding = request.app.state.options.header_forwarding
     if forwarding is not None:  # `--http-header-forward-pattern`
         forward_into(bridge, forwarding.parameters(headers.items()))
-    del raw, body, header, binary  # the bridge form holds what is needed
     if trace is not None and target.entry.bridge_form:
         bridge["trace"] = trace.request_form()
         trace.request_id = str(bridge.get("id") or "")

@@ -95,6 +95,7 @@ class InferPlan:
     request_id: str = ""
     outputs: dict[str, OutputPlan] = field(default_factory=dict)
     binary_default: bool = False  # for outputs the request did not name
+    regions: list[str] = field(default_factory=list)  # shared memory it names (shm.py holding)
 
     def output(self, name: str) -> OutputPlan:
         plan = self.outputs.get(name)
@@ -323,13 +324,15 @@ def to_bridge_request(
     limits: BytesLimits | None = None,
     deferred: list[Callable[[], None]] | None = None,
     max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
+    lend: bool = False,
 ) -> tuple[dict[str, Any], InferPlan]:
     """A parsed request header and its binary part → (the bridge form, the response's plan).
 
     Raises DoorError (INVALID_ARG, Triton's texts) for whatever does not fit, or for BYTES
     inputs that would cost more than `limits` once decoded. With `deferred`, the checks of
     large BYTES inputs are left there for the caller to run off the event loop
-    (tensor_checks.run_deferred).
+    (tensor_checks.run_deferred). With `lend` (the worker is in this process), shared memory
+    regions that may be mapped are lent instead of copied (shm.py).
     """
     plan = InferPlan()
     out: dict[str, Any] = {"model": model, "bridge_form": 1, "model_version": model_version}
@@ -348,7 +351,7 @@ def to_bridge_request(
             out["parameters"] = parameters
     budget = Budget(limits, model, plan.request_id) if limits is not None else None
     tensors = []
-    unchecked: list[tuple[str, str, list[int], bytes]] = []  # raw bytes: the core's checks
+    unchecked: list[tuple[str, str, list[int], bytes | memoryview]] = []  # the core's checks
     offset = 0
     for entry in _array(_member(document, "inputs"), "inputs"):
         tensor = _object(entry, "inputs")
@@ -369,6 +372,7 @@ def to_bridge_request(
         ]
         if len(given) != 1:
             raise _sources_error(given)
+        data: bytes | memoryview
         if given[0] == "data":
             count = math.prod(shape)
             data = _packed_json(name, datatype, tensor["data"], count, max_input_size)
@@ -387,7 +391,10 @@ def to_bridge_request(
         else:
             if shm is None:
                 raise DoorError(ErrorCode.UNSUPPORTED, "shared memory is not served here")
-            data = shm.read(*_placement(raw_parameters))
+            where = _placement(raw_parameters)
+            plan.regions.append(where[0])
+            lent = shm.lend_input(*where) if lend and datatype != "BYTES" else None
+            data = lent if lent is not None else shm.read(*where)
             unchecked.append((name, datatype, shape, data))
         data_type = TO_DYNAMO[datatype]
         metadata: dict[str, Any] = {"name": name, "data_type": data_type, "shape": shape}
@@ -413,9 +420,14 @@ def to_bridge_request(
                     raise _kind_error(BINARY_DATA, "non-boolean as boolean")
             if CLASSIFICATION in raw_parameters:
                 output.classes = _unsigned(raw_parameters[CLASSIFICATION], CLASSIFICATION)
+            item: dict[str, Any] = {"name": name}
             if REGION in raw_parameters:
                 output.region = _placement(raw_parameters)
-            item: dict[str, Any] = {"name": name}
+                plan.regions.append(output.region[0])
+                if lend and shm is not None and not output.classes:
+                    sink = shm.lend_output(*output.region)
+                    if sink is not None:
+                        item["sink"] = sink
             parameters = parameters_dict(raw_parameters, _OUTPUT_WIRE_PARAMETERS, "parameters")
             if parameters:
                 item["parameters"] = parameters
@@ -493,12 +505,16 @@ def to_response(
         datatype = TO_KSERVE[metadata["data_type"]]
         shape = list(metadata["shape"])
         values = tensor["data"]["values"]
+        output_plan = plan.output(name)
+        if output_plan.region is not None and tensor["data"].get("written"):
+            # the worker wrote it into its region (shm.RegionWriter): no data here [V]
+            outputs.append({"name": name, "datatype": datatype, "shape": shape})
+            continue
         if not isinstance(values, bytes | bytearray):
             raise DoorError(
                 ErrorCode.INTERNAL,
                 f"output '{name}' came back as a list from a bridge-form request",
             )
-        output_plan = plan.output(name)
         if output_plan.classes:
             datatype, shape, values = classify(
                 datatype, shape, values, output_plan.classes, batching
