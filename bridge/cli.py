@@ -739,11 +739,25 @@ def resolve_http_limits(
     return limits
 
 
+def resolve_max_input_size(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """`--http-max-input-size`: the triton door's HTTP port and the control port, whatever the
+    front door; parser.error unless positive."""
+    from .frontends.triton.http.limits import DEFAULT_MAX_INPUT_SIZE
+
+    size: int = args.http_max_input_size
+    if size is None:
+        size = DEFAULT_MAX_INPUT_SIZE
+    if size <= 0:
+        parser.error("--http-max-input-size must be a positive number of bytes")
+    return size
+
+
 def resolve_http(
     parser: argparse.ArgumentParser,
     args: argparse.Namespace,
     restricted: dict[str, Restriction],
     limits: ConnectionLimits,
+    max_input_size: int,
 ) -> HttpOptions | None:
     """The triton door's HTTP options (`--frontend triton`), None for Dynamo's frontend, which
     has no HTTP/REST API (its port and address flags are then unused; TLS is refused)."""
@@ -752,14 +766,8 @@ def resolve_http(
             parser.error("--http-use-ssl and --http-use-ssl-mutual need --frontend triton")
         return None
     from .frontends.triton import HttpOptions
-    from .frontends.triton.http.limits import DEFAULT_MAX_INPUT_SIZE
     from .frontends.triton.http.security import parse_allowed_hosts
 
-    max_input_size = args.http_max_input_size
-    if max_input_size is None:
-        max_input_size = DEFAULT_MAX_INPUT_SIZE
-    if max_input_size <= 0:
-        parser.error("--http-max-input-size must be a positive number of bytes")
     try:
         allowed_hosts = parse_allowed_hosts(args.http_allowed_hosts)
     except ValueError as exc:
@@ -839,6 +847,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     door = resolve_door(parser, args, topology.namespace)
     http_limits = resolve_http_limits(parser, args)
+    max_input_size = resolve_max_input_size(parser, args)
     options = ServerOptions(
         model_repositories=args.model_repositories,
         role=topology.role,
@@ -870,8 +879,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rate_limit=args.rate_limit,
         rate_limit_resources=tuple(args.rate_limit_resources),
         door=door,
-        http=resolve_http(parser, args, restricted, http_limits),
+        http=resolve_http(parser, args, restricted, http_limits, max_input_size),
         http_limits=http_limits,
+        http_max_input_size=max_input_size,
         loader=ConfigOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             model_config_name=args.model_config_name,

@@ -11,6 +11,7 @@ from model_repository_loader.config import ConfigOptions
 from model_repository_loader.scheduling.rate_limiter import ResourceLimit
 
 from .frontends.triton.http.connections import ConnectionLimits
+from .frontends.triton.http.limits import DEFAULT_MAX_INPUT_SIZE
 from .metrics.triton import MetricsConfig
 from .restrictions import Restriction
 from .serialized_bytes import BytesLimits
@@ -94,6 +95,9 @@ class ServerOptions:
     # Every HTTP listener's deadlines and connection cap (the triton door's HTTP port, the
     # control port, the metrics port): `--http-header-timeout-secs`, ...
     http_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    # `--http-max-input-size`: the triton door's HTTP port (also in `http`) and the control
+    # port, whatever the front door.
+    http_max_input_size: int = DEFAULT_MAX_INPUT_SIZE
     timings: Timings = field(default_factory=Timings)
     # `--max-bytes-elements`, `--max-bytes-decoded-size`: the door's checks and the workers'.
     bytes_limits: BytesLimits = field(default_factory=BytesLimits)

@@ -34,14 +34,12 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
-from dynamo.runtime import DistributedRuntime
-
 from . import heap
+from .cluster.index import ClusterIndex
 from .control import ControlPort
-from .frontends.triton.http.limits import DEFAULT_MAX_INPUT_SIZE
 from .frontends.triton.http.server import HttpConfigError
 from .logs import dynamo_noise
 from .metrics.server import MetricsServer
@@ -138,6 +136,21 @@ def _local_worker_of(worker: WorkerRole | None) -> Callable[[str], ModelWorker |
     return local_worker
 
 
+def _confirm_listed(
+    options: ServerOptions, worker: WorkerRole, frontend: FrontendRole | TritonDoorRole | None
+) -> Callable[[str], Awaitable[None]] | None:
+    """What a new generation waits for before the one it replaces is withdrawn
+    (models/manager.py): Dynamo's frontend in this process is asked whether it lists the model.
+    The triton door in this process is told in-process before that (ModelManager.listeners):
+    nothing to wait for while it is the only door, as with `mem` discovery. Doors in other
+    processes cannot be asked: they get DYN_BRIDGE_REMOTE_FRONTEND_GRACE_SECS."""
+    if isinstance(frontend, FrontendRole):
+        return frontend.confirm_listed
+    if isinstance(frontend, TritonDoorRole) and options.discovery_backend == "mem":
+        return None
+    return worker.grace_for_other_doors
+
+
 # Descriptors besides the listeners' connections: models' files, the runtime's sockets, pipes.
 OTHER_FILES = 1024
 
@@ -173,7 +186,7 @@ def _local_changes_of(worker: WorkerRole | None) -> Callable[[Callable[[str], No
 
 async def _listen(
     options: ServerOptions,
-    runtime: DistributedRuntime,
+    index: ClusterIndex,
     worker: WorkerRole | None,
     frontend: FrontendRole | TritonDoorRole | None,
     stop: asyncio.Event,
@@ -183,15 +196,12 @@ async def _listen(
     control: ControlPort | None = None
     if options.control_port is not None:  # any role: it reaches the workers through Dynamo
         control = ControlPort(
-            runtime,
-            options.namespace,
+            index,
             options.control_port,
             options.http_restricted_api,
             options.http_limits,
             ready=lambda: watch.usable() and not stop.is_set(),
-            max_input_size=(
-                options.http.max_input_size if options.http is not None else DEFAULT_MAX_INPUT_SIZE
-            ),
+            max_input_size=options.http_max_input_size,
         )
         try:
             await control.start()
@@ -256,8 +266,13 @@ async def serve(options: ServerOptions) -> None:
         on_lost=stop.set,
         exit_on_loss=options.exit_on_lease_loss,
     )
+    # The process's one client of the control endpoint (bridge/cluster/index.py), shared by
+    # every role that reads it (the control port, the triton door, BLS across workers): one
+    # cache, one refresh. Started before any of them serves, stopped after all of them.
+    index = ClusterIndex(runtime, options.namespace)
+    await index.start()
     try:
-        control, metrics_server = await _listen(options, runtime, worker, frontend, stop, watch)
+        control, metrics_server = await _listen(options, index, worker, frontend, stop, watch)
         check_free(door_listeners(options))
     except (StartupError, RuntimeSettingsError) as exc:
         # Nothing is registered yet; the runtime and the loaded models' threads would hold a
@@ -269,17 +284,16 @@ async def serve(options: ServerOptions) -> None:
         if role is not None:
             role.discovery_usable = watch.usable
     if worker is not None:
-        # Dynamo's frontend in this process can be asked whether it lists a new model yet; the
-        # triton door's directory is told in-process (no confirmation), others get a grace.
-        confirm_listed = frontend.confirm_listed if isinstance(frontend, FrontendRole) else None
-        await worker.start(runtime, confirm_listed)
+        await worker.start(runtime, index, _confirm_listed(options, worker, frontend))
 
     heap.freeze()  # everything loaded so far lives as long as the server (heap.py)
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     stopped = asyncio.ensure_future(stop.wait())
     waiting: set[asyncio.Future] = {stopped}
-    if frontend is not None:
+    if isinstance(frontend, TritonDoorRole):
+        waiting.add(frontend.start(index))
+    elif frontend is not None:
         waiting.add(frontend.start(runtime))
     else:
         log.info("serving the models of this worker through discovery (no gRPC port)")
@@ -316,6 +330,7 @@ async def serve(options: ServerOptions) -> None:
             await frontend.drained(options.exit_timeout)
     if metrics_server is not None:
         await metrics_server.stop()
+    index.stop()  # every reader has stopped: the control port, the door, the models' BLS calls
     if worker is not None:
         await asyncio.sleep(LAST_RESPONSES_S)
     runtime.shutdown()

@@ -1,7 +1,9 @@
 """`ClusterIndex`: the one client of the control endpoint (protocol.py, docs/worker_protocol.md
 §1). BLS across workers (remote_models.py) and the triton door (bridge/frontends/triton/
 directory.py) read which bridge worker serves what through it, and the door sends its other
-control ops (stats, folders, load, unload, log settings) through it.
+control ops (stats, folders, load, unload, log settings) through it. A process has one: the
+composition root (bridge/server.py) builds it, hands it to every role that reads it, and starts
+and stops it; each reader keeps its own view of a round as a hook (`on_round`).
 
 Its rules, set here once:
 - The cache: one round of `index` answers, one per control instance (`current`), replaced
@@ -95,7 +97,6 @@ class ClusterIndex:
         self._stale = False  # this process changed a model since the last round began
         self._used = False  # a lookup used the cache since the last round
         self._lock = asyncio.Lock()  # one round at a time
-        self._starting = asyncio.Lock()
         self._asked = 0  # refresh tickets handed out
         self._answered = 0  # the newest ticket a round answered
         self._gone_logged: set[int] = set()  # control instances found gone (said once)
@@ -107,20 +108,23 @@ class ClusterIndex:
         # Called with the control instances that appeared since the last round (not waited on).
         self.on_new_workers: list[Callable[[list[int]], None]] = []
 
-    async def start(self, wait_for_instances: bool = False) -> None:
-        """Watch the control endpoint from now on (`wait_for_instances`: until it lists one,
-        when this process serves it too), and keep the cache fresh while it is used."""
-        async with self._starting:  # a lookup may race the start-up: one client, one refresher
-            if self._control is not None:
-                return
-            control = await self._runtime.endpoint(self._path).client()
-            if wait_for_instances:
-                try:
-                    await asyncio.wait_for(control.wait_for_instances(), INSTANCE_WAIT_S)
-                except asyncio.TimeoutError:
-                    log.warning("the bridge control endpoint lists no instance yet")
-            self._control = control
-            self._refresher = asyncio.ensure_future(self._keep_fresh())
+    async def start(self) -> None:
+        """Watch the control endpoint from now on, and keep the cache fresh while it is used.
+        The composition root (bridge/server.py) starts the process's one index, before any of
+        its readers serves, and stops it."""
+        if self._control is not None:
+            return
+        self._control = await self._runtime.endpoint(self._path).client()
+        self._refresher = asyncio.ensure_future(self._keep_fresh())
+
+    async def listed(self) -> None:
+        """Wait until the control endpoint lists an instance (at most INSTANCE_WAIT_S): when
+        this process serves it too, discovery has then caught up with the processes already
+        running, so a first lookup sees them."""
+        try:
+            await asyncio.wait_for(self._control.wait_for_instances(), INSTANCE_WAIT_S)
+        except asyncio.TimeoutError:
+            log.warning("the bridge control endpoint lists no instance yet")
 
     def stop(self) -> None:
         if self._refresher is not None:

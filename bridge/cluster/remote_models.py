@@ -92,9 +92,9 @@ class DynamoRemoteModels:
         index.on_round.append(self._merge)
 
     async def start(self) -> None:
-        """Watch the control endpoint from now on, so that the first lookup already sees the
-        other processes (discovery lists them shortly after a client is made)."""
-        await self._index.start(wait_for_instances=True)
+        """Once this process's control endpoint is listed (the index is started by the
+        composition root), so that the first lookup already sees the other processes."""
+        await self._index.listed()
 
     # -- the loader's side (any thread) ---------------------------------------------------------
 
@@ -211,7 +211,6 @@ class DynamoRemoteModels:
         return withdrawn
 
     async def _lookup(self, name: str, refresh: bool = False) -> _Entry | None:
-        await self._index.start(wait_for_instances=True)  # a no-op once started
         self._index.used()
         if refresh or self._index.outdated() or name not in self._targets:
             await self._index.fresh()

@@ -10,7 +10,7 @@ load reaches whichever worker knows the model. The workers apply their `--model-
 
 Loading runs code, so every request here is guarded as http/security.py says: loopback only,
 refused from web pages (Origin / Host), JSON bodies only, bodies up to `--http-max-input-size`
-(with the triton door; Triton's 64 MB otherwise) received in bounded time, and
+(Triton's 64 MB by default, whatever the front door) received in bounded time, and
 the `--http-restricted-api` groups (`model-repository`, `health`); and every connection as
 http/connections.py says (head and body deadlines, keep-alive, a cap).
 """
@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-
-from dynamo.runtime import DistributedRuntime
 
 from ..cluster.index import ClusterIndex
 from ..frontends.triton.directory import Directory
@@ -40,15 +38,15 @@ class ControlPort:
 
     def __init__(
         self,
-        runtime: DistributedRuntime,
-        namespace: str,
+        index: ClusterIndex,
         port: int,
         restricted: Mapping[str, Restriction],
         limits: ConnectionLimits,
         ready: Callable[[], bool] = lambda: True,
         max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
     ) -> None:
-        self._directory = Directory(ClusterIndex(runtime, namespace))
+        # The process's one ClusterIndex (the composition root starts and stops it).
+        self._directory = Directory(index)
         # `ready`: the process's own readiness (discovery works), on top of the models'.
         self._service = TritonService(self._directory, ready=ready)
         options = HttpOptions(
@@ -66,12 +64,10 @@ class ControlPort:
         return self._http.port
 
     async def start(self) -> None:
-        await self._directory.start()
         await self._http.start()
         log.info("model control (repository API) on http://%s:%d", ADDRESS, self.port)
 
     async def stop(self, grace: float = 1.0) -> None:
         """Stop listening; requests being handled get `grace` seconds to finish."""
         await self._http.stop(grace)
-        self._directory.stop()
         self._service.close()

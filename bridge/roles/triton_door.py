@@ -16,8 +16,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from dynamo.runtime import DistributedRuntime
-
 from ..cluster.index import ClusterIndex
 from ..frontends.triton.directory import Directory
 from ..frontends.triton.grpc.server import DoorConfigError, GrpcServer, credentials
@@ -68,10 +66,11 @@ class TritonDoorRole:
         # Whether discovery works (the composition root's DiscoveryWatch, roles/discovery.py).
         self.discovery_usable: Callable[[], bool] = lambda: True
 
-    def start(self, runtime: DistributedRuntime) -> asyncio.Future[None]:
-        """Start serving; the returned future ends when the door stops (or fails to start)."""
+    def start(self, index: ClusterIndex) -> asyncio.Future[None]:
+        """Start serving, reading the cluster through the process's one `index` (started and
+        stopped by the composition root); the returned future ends when the door stops (or
+        fails to start)."""
         cards = ModelCards(self.options.discovery_backend, self.options.namespace)
-        index = ClusterIndex(runtime, self.options.namespace)
         self.shm = ShmDoor()
         directory = Directory(index, cards, self.local_worker, shm=self.shm)
         self.local_changes(directory.changed)
@@ -84,11 +83,10 @@ class TritonDoorRole:
         self.grpc = GrpcServer(self.service, self.door_options)
         if self.options.http is not None:
             self.http = HttpServer(self.service, self.options.http)
-        self.task = asyncio.ensure_future(self._run(directory, self.grpc, self.http))
+        self.task = asyncio.ensure_future(self._run(self.grpc, self.http))
         return self.task
 
-    async def _run(self, directory: Directory, grpc: GrpcServer, http: HttpServer | None) -> None:
-        await directory.start()
+    async def _run(self, grpc: GrpcServer, http: HttpServer | None) -> None:
         if self.shm is not None:
             self.shm.sweeper.start()
         try:
@@ -100,7 +98,6 @@ class TritonDoorRole:
             if http is not None:
                 await http.wait()
         finally:
-            directory.stop()
             if self.shm is not None:
                 self.shm.sweeper.stop()
             if self.service is not None:

@@ -93,23 +93,24 @@ class WorkerRole:
     async def start(
         self,
         runtime: DistributedRuntime,
+        index: ClusterIndex,
         confirm_listed: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         """Serve the loaded models on `runtime`, then the watcher and the control port.
 
-        `confirm_listed`: the in-process front door's way to confirm that it lists a newly
-        loaded model (Dynamo's frontend, `--role all --frontend dynamo`). None: the doors that
-        route to these models cannot be asked (other processes, or the triton door, whose
-        directory is told in-process but which other processes' doors may sit beside): they
-        are given DYN_BRIDGE_REMOTE_FRONTEND_GRACE_SECS to pick up a new generation before the
-        one it replaces is withdrawn.
+        `index`: the process's one ClusterIndex (started by the composition root), through
+        which BLS calls find the models other processes serve.
+
+        `confirm_listed`: awaited before a newly loaded generation replaces the one serving
+        (the composition root picks it): the in-process Dynamo frontend's confirmation that it
+        lists the model; `grace_for_other_doors` when doors in other processes route here and
+        cannot be asked; None when nothing needs to be waited for (the only door is the triton
+        door in this process, whose directory is told in-process at once).
         """
         options = self.options
         assert self._loaded is not None, "load() first"
         mode = options.model_control_mode
-        manager = self.manager = ModelManager(
-            runtime, options, self._loaded, confirm_listed or self._grace_for_other_doors
-        )
+        manager = self.manager = ModelManager(runtime, options, self._loaded, confirm_listed)
         self.control.manager = manager
         triton = TritonMetrics(
             lambda: manager.repository.models, options.metrics_config, manager.repository.cache
@@ -122,9 +123,7 @@ class WorkerRole:
         # Frees the shared memory regions a door on this host left when it died.
         self._regions.start()
         remote = (
-            DynamoRemoteModels(
-                ClusterIndex(runtime, options.namespace), asyncio.get_running_loop(), control.worker
-            )
+            DynamoRemoteModels(index, asyncio.get_running_loop(), control.worker)
             if options.discovery_backend != "mem"
             else None
         )
@@ -156,7 +155,8 @@ class WorkerRole:
             metrics.register_prometheus_expfmt_callback(self._render_for_dynamo)
         self._health = asyncio.ensure_future(self._sync_health(runtime))
 
-    async def _grace_for_other_doors(self, name: str) -> None:
+    async def grace_for_other_doors(self, name: str) -> None:
+        """What a door in another process is given to pick up a new generation of `name`."""
         # Measured with file discovery: withdrawing the old generation at once made a frontend
         # answer NOT_FOUND for a moment.
         await asyncio.sleep(self.options.timings.remote_frontend_grace_secs)

@@ -368,3 +368,31 @@ def test_http_robustness(setup) -> None:
     assert status == 500 and "does not exist" in answer["error"], answer
     repo.with_name("gone").rename(repo)
     wait_until(lambda: post(port, "/v2/repository/index")[0] == 200, "index answered again")
+
+
+def test_max_input_size_holds_beside_dynamos_frontend(bridge_server, tmp_path) -> None:
+    # `--http-max-input-size` is the control port's limit whatever the front door: Dynamo's
+    # frontend has no HTTP wire of ours to carry it.
+    repo = copy_models(tmp_path, "plain")
+    port = free_port()
+    bridge_server(
+        repo,
+        "--frontend=dynamo",
+        "--model-control-mode=explicit",
+        f"--control-port={port}",
+        "--http-max-input-size=1024",
+    )
+    # Over the limit: refused from the header, before the body is sent.
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(
+            b"POST /v2/repository/models/x/load HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 2048\r\n\r\n"
+        )
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 400 ")  # Triton's status and text (http/limits.py)
+    assert (
+        b"request JSON size of 2048 bytes exceeds the maximum allowed input size of 1024 bytes. "
+        b"Use --http-max-input-size to increase the limit."
+    ) in answer
+    # Under the limit, the same port serves.
+    assert post(port, "/v2/repository/index")[0] == 200

@@ -212,3 +212,25 @@ def test_failing_initialize_and_bad_config_keep_the_old_version(start, tmp_path)
     write_file(config, good_config)
     set_line(model_py, "MARK = ", "MARK = 5")
     wait_until(lambda: ask_marked(client) == (5, 1), "the next good change answering")
+
+
+def test_reload_beside_the_triton_door_in_process_waits_no_grace(
+    bridge_server, tmp_path, loads
+) -> None:
+    # `--role all` with the triton door (`mem` discovery): the door's directory is told of the
+    # new generation in-process, and no door elsewhere can route here, so the replaced one is
+    # retired without DYN_BRIDGE_REMOTE_FRONTEND_GRACE_SECS (set far past every wait here: the
+    # old generation's finalize would not come in time if the reload slept it).
+    repo = copy_models(tmp_path, "marked")
+    server = bridge_server(
+        repo,
+        "--reload-debounce-secs",
+        str(DEBOUNCE_S),
+        env={"RELOAD_LOAD_LOG": str(loads), "DYN_BRIDGE_REMOTE_FRONTEND_GRACE_SECS": "600"},
+    )
+    model_py = repo / "marked" / "1" / "model.py"
+    client = server.client()
+    assert ask_marked(client)[0] == 1
+    set_line(model_py, "MARK = ", "MARK = 2")
+    wait_until(lambda: "finalize 1" in events(loads), "the replaced generation finalized")
+    assert ask_marked(client)[0] == 2

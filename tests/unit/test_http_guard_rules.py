@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from bridge.cli import build_parser, parse_with_environment, resolve_http, resolve_http_limits
+from bridge.cli import (
+    build_parser,
+    parse_with_environment,
+    resolve_http,
+    resolve_http_limits,
+    resolve_max_input_size,
+)
 from bridge.codec import TO_DYNAMO
 from bridge.frontends.triton.door_error import DoorError
 from bridge.frontends.triton.grpc.error_status import wire_text
@@ -61,13 +67,15 @@ def test_allowed_hosts_flag_and_its_environment_form(monkeypatch) -> None:
         ["--model-repository", "/m", "--frontend", "triton", "--http-max-input-size=1024"],
         {"DYN_BRIDGE_HTTP_ALLOWED_HOSTS": "a.example,b.example:9000"},
     )
-    options = resolve_http(parser, args, {}, resolve_http_limits(parser, args))
+    size = resolve_max_input_size(parser, args)
+    options = resolve_http(parser, args, {}, resolve_http_limits(parser, args), size)
     assert options is not None
     assert options.allowed_hosts == ("a.example", "b.example:9000")
     assert options.max_input_size == 1024
     fresh = build_parser()  # the environment's values became the first parser's defaults
     plain = parse_with_environment(fresh, ["--model-repository", "/m", "--frontend", "triton"], {})
-    default = resolve_http(fresh, plain, {}, resolve_http_limits(fresh, plain))
+    size = resolve_max_input_size(fresh, plain)
+    default = resolve_http(fresh, plain, {}, resolve_http_limits(fresh, plain), size)
     assert default is not None and default.max_input_size == 1 << 26
     assert default.allowed_hosts is None
     with pytest.raises(ValueError, match="not a host name"):

@@ -16,7 +16,13 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
-from bridge.cli import build_parser, parse_with_environment, resolve_http, resolve_http_limits
+from bridge.cli import (
+    build_parser,
+    parse_with_environment,
+    resolve_http,
+    resolve_http_limits,
+    resolve_max_input_size,
+)
 from bridge.frontends.triton.classification import classify
 from bridge.frontends.triton.door_error import DoorError
 from bridge.frontends.triton.http.error_status import HTTP_STATUS, http_status
@@ -44,7 +50,8 @@ def _clean_environment(monkeypatch) -> None:
 def http_options(*argv: str):
     parser = build_parser()
     args = parse_with_environment(parser, ["--model-repository", "m", *argv], os.environ)
-    return resolve_http(parser, args, {}, resolve_http_limits(parser, args))
+    limits = resolve_http_limits(parser, args)
+    return resolve_http(parser, args, {}, limits, resolve_max_input_size(parser, args))
 
 
 def test_http_flags_and_their_environment_forms(monkeypatch) -> None:

@@ -92,6 +92,7 @@ class Served:
         self.worker: WorkerRole | None = None
         self.runtime: Any = None
         self.directory: Directory | None = None
+        self.index: ClusterIndex | None = None
         self.service: TritonService | None = None
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
@@ -109,13 +110,14 @@ class Served:
         self.worker = WorkerRole(options)
         await self.worker.load()
         self.runtime = start_runtime("mem", "tcp", "all")
-        await self.worker.start(self.runtime, None)
+        # The process's one index, started before its readers and stopped after them.
+        index = self.index = ClusterIndex(self.runtime, NAMESPACE)
+        await index.start()
+        await self.worker.start(self.runtime, index, None)
         manager = self.worker.manager
         assert manager is not None
-        index = ClusterIndex(self.runtime, NAMESPACE)
         self.directory = Directory(index, None, manager.local_worker)
         manager.listeners.append(self.directory.changed)  # told of loads and unloads at once
-        await self.directory.start()
         self.service = TritonService(self.directory, ready=self.worker.ready)
         # Discovery shows the worker's control endpoint a moment after it is served.
         for _ in range(int(CALL_TIMEOUT_S / 0.05)):
@@ -127,8 +129,8 @@ class Served:
     async def stop(self) -> None:
         if self.service is not None:
             self.service.close()
-        if self.directory is not None:
-            self.directory.stop()
+        if self.index is not None:
+            self.index.stop()
         if self.worker is not None and self.runtime is not None:
             await self.worker.close(self.runtime, 5.0, withdraw=True)
         if self.runtime is not None:

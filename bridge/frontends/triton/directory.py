@@ -146,12 +146,6 @@ class Directory:
         # Called with the control instances that appeared since the last index (not waited on).
         self.on_new_workers = index.on_new_workers
 
-    async def start(self) -> None:
-        await self._index.start()
-
-    def stop(self) -> None:
-        self._index.stop()
-
     @property
     def complete(self) -> bool:
         """The last index heard from every control instance that is not gone."""
