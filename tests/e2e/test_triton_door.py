@@ -33,7 +33,6 @@ from tests.e2e.test_roles import http_text
 from tests.harness import BridgeServer, free_port
 from tests.harness.roles import SYSTEM_PORTS, Frontend, Worker
 
-DTYPES = Path(__file__).resolve().parents[1] / "repositories" / "dtypes"
 DOOR = ("--frontend", "triton")
 T = pb.ModelInferRequest.InferInputTensor
 FOUR = np.arange(4, dtype=np.float32)
@@ -54,8 +53,8 @@ def good_request() -> pb.ModelInferRequest:
 
 
 @pytest.fixture(scope="module")
-def dtypes(shared_bridge_server) -> BridgeServer:
-    return shared_bridge_server(DTYPES, *DOOR)
+def dtypes(shared_bridge_server, repository) -> BridgeServer:
+    return shared_bridge_server(repository("dtypes"), *DOOR)  # its models share one model.py
 
 
 @pytest.fixture
@@ -427,13 +426,13 @@ def endpoint_requests(metrics: str, model: str) -> int:
     return total
 
 
-def test_embedded_door_calls_its_own_worker_in_process(bridge_server):
+def test_embedded_door_calls_its_own_worker_in_process(bridge_server, repository):
     """`--role all --frontend triton`: the door calls the process's own worker directly; the
     worker's request plane sees none of the requests its model answers (Dynamo's per-endpoint
     counter stays at zero while Triton's success counter counts them all)."""
     system_port = free_port(SYSTEM_PORTS)  # Dynamo 1.6.1 takes it as an i16
     server = bridge_server(
-        DTYPES,
+        repository("dtypes"),
         *DOOR,
         env={"DYN_SYSTEM_PORT": str(system_port), "DYN_SYSTEM_HOST": "127.0.0.1"},
     )
