@@ -58,6 +58,7 @@ SAME_CODE: dict[str, dict[str, str]] = {
         "identity_uint64": "identity_bytes",
         "identity_uint8": "identity_bytes",
     },
+    "response_cache": {"cached_batched": "cached", "uncached": "cached"},
     "cluster_a": {
         "bls": "composition/bls",
         "bls_async": "composition/bls_async",
