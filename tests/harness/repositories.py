@@ -58,6 +58,27 @@ SAME_CODE: dict[str, dict[str, str]] = {
         "identity_uint64": "identity_bytes",
         "identity_uint8": "identity_bytes",
     },
+    # The scheduler models differ only in their configs.
+    "batching": {
+        "default_sched": "dyn_delay",
+        "dyn_no_delay": "dyn_delay",
+        "dyn_ordered": "dyn_delay",
+        "dyn_preferred": "dyn_delay",
+        "dyn_two_instances": "dyn_delay",
+        "dyn_unbatched": "dyn_delay",
+        "groups": "dyn_delay",
+        "priorities": "dyn_delay",
+        "queue_delay_action": "dyn_delay",
+        "queue_full": "dyn_delay",
+        "queue_timeout": "dyn_delay",
+        "stacked": "dyn_delay",
+        "timeout_override": "dyn_delay",
+    },
+    "sequence": {
+        "seq_idle": "seq_direct",
+        "seq_oldest": "seq_direct",
+        "seq_unbatched": "seq_direct",
+    },
     "response_cache": {"cached_batched": "cached", "uncached": "cached"},
     "cluster_a": {
         "bls": "composition/bls",
