@@ -28,7 +28,7 @@ from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.reload_support import ask_marked, copy_models, set_line
-from tests.e2e.support import MULTI_A, MULTI_B, SERVING, WAIT_S, Gate, fp32_input, wait_until
+from tests.e2e.support import SERVING, WAIT_S, Gate, fp32_input, wait_until
 from tests.e2e.test_roles import http_text
 from tests.harness import BridgeServer, free_port
 from tests.harness.roles import SYSTEM_PORTS, Frontend, Worker
@@ -470,7 +470,9 @@ def int32(value: int) -> grpcclient.InferInput:
     return tensor
 
 
-def test_frontend_and_two_workers_with_file_discovery(tmp_path):
+def test_frontend_and_two_workers_with_file_discovery(
+    tmp_path, e2e_multi_a: Path, e2e_multi_b: Path
+):
     """`--role frontend --frontend triton` finds both workers' models through file discovery,
     spreads a model both serve over both, and lets a stopped worker's models go."""
     env = {"DYN_FILE_KV": str(tmp_path / "kv")}
@@ -478,7 +480,7 @@ def test_frontend_and_two_workers_with_file_discovery(tmp_path):
     try:
         workers = [
             Worker(root, env=env, log_path=tmp_path / f"worker-{root.name}.log")
-            for root in (MULTI_A, MULTI_B)
+            for root in (e2e_multi_a, e2e_multi_b)
         ]
         for server in workers:
             servers.append(server)

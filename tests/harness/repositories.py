@@ -80,6 +80,11 @@ SAME_CODE: dict[str, dict[str, str]] = {
         "seq_unbatched": "seq_direct",
     },
     "response_cache": {"cached_batched": "cached", "uncached": "cached"},
+    # The end-to-end repositories' working models: `healthy` under other names and configs.
+    "e2e_load_failures": {"bad_config": "healthy"},
+    "e2e_multi_a": {"alpha": "e2e_load_failures/healthy", "common": "e2e_load_failures/healthy"},
+    "e2e_multi_b": {"beta": "e2e_load_failures/healthy", "common": "e2e_load_failures/healthy"},
+    "e2e_no_config": {"configured": "e2e_load_failures/healthy"},
     "cluster_a": {
         "bls": "composition/bls",
         "bls_async": "composition/bls_async",
