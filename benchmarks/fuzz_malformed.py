@@ -30,6 +30,7 @@ import resource
 import socket
 import struct
 import sys
+import tempfile
 import time
 import zlib
 from collections.abc import Callable
@@ -41,12 +42,9 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
-REPOSITORIES = [
-    ROOT / "tests" / "repositories" / "dtypes",
-    ROOT / "tests" / "repositories" / "sequence",
-    ROOT / "tests" / "repositories" / "streaming",
-    ROOT / "tests" / "repositories" / "batching",
-]
+# tests/repositories served, written out whole by tests/harness/repositories.py's `materialize`
+# (some of their models keep only a config.pbtxt and share another model's model.py).
+REPOSITORIES = ["dtypes", "sequence", "streaming", "batching"]
 
 FP32 = "identity_fp32"  # INPUT0 FP32 [-1], max_batch_size 8: shape [batch, n]
 FP32_NOBATCH = "identity_fp32_nobatch"  # INPUT0 FP32 [-1, -1]
@@ -581,16 +579,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     servers = []
     port, http_port = args.port, args.http_port
+    folder = tempfile.TemporaryDirectory(prefix="fuzz-malformed-")
     if port is None:
         sys.path.insert(0, str(ROOT))
         from tests.harness.bridge_server import BridgeServer
+        from tests.harness.repositories import materialize
 
-        more = [arg for path in REPOSITORIES[1:] for arg in ("--model-repository", str(path))]
-        servers.append(BridgeServer(REPOSITORIES[0], *more, "--model-control-mode", "none"))
+        roots = [materialize(name, Path(folder.name)) for name in REPOSITORIES]
+        more = [arg for path in roots[1:] for arg in ("--model-repository", str(path))]
+        servers.append(BridgeServer(roots[0], *more, "--model-control-mode", "none"))
         servers[-1].start()
         port = servers[-1].grpc_port
         # The HTTP cases need the triton door (the server above runs the default one).
-        door = BridgeServer(REPOSITORIES[0], "--frontend", "triton")
+        door = BridgeServer(roots[0], "--frontend", "triton")
         servers.append(door)
         door.start()
         http_port = door.http_port
@@ -603,6 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for server in servers:
             server.stop()
+        folder.cleanup()
     width = max(map(len, results))
     for key, (outcome, detail, seconds) in results.items():
         print(f"{key:<{width}}  {outcome:<16} {seconds:5.2f}s  {detail[:110]!r}")

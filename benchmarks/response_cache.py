@@ -20,8 +20,8 @@ import tritonclient.grpc as grpcclient
 
 from tests.harness.bridge_server import BridgeServer
 from tests.harness.oracle import TritonOracle, find_oracle
+from tests.harness.repositories import materialize
 
-ROOT = Path(__file__).resolve().parents[1] / "tests" / "repositories" / "response_cache"
 CACHE = "--cache-config=local,size=1048576"
 
 
@@ -50,12 +50,14 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=500)
     args = parser.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="cache-bench-"))
+    # Both servers on one written-out copy: its models share `cached`'s model.py.
+    root = materialize("response_cache", logs)
     caches = find_oracle().backends_dir.parent / "caches"
     servers = {
         "triton": TritonOracle(
-            ROOT, CACHE, f"--cache-directory={caches}", log_path=logs / "triton.log"
+            root, CACHE, f"--cache-directory={caches}", log_path=logs / "triton.log"
         ),
-        "door": BridgeServer(ROOT, CACHE, "--frontend", "triton", log_path=logs / "door.log"),
+        "door": BridgeServer(root, CACHE, "--frontend", "triton", log_path=logs / "door.log"),
     }
     print("| server | uncached p50 / p99 ms | cached (hit) p50 / p99 ms |")
     print("|---|---|---|")

@@ -14,6 +14,9 @@ repository(name) -> Path
     Session-scoped: tests/repositories/<name> written whole once (tests/harness/repositories.py:
     models that share another's model.py get it), the one read-only copy that Triton and the
     bridge are both given.
+e2e_load_failures, e2e_multi_a, e2e_multi_b, e2e_no_config -> Path
+    `repository(...)` of the repository of that name (their working models share
+    e2e_load_failures/healthy's model.py).
 
 Tests marked `oracle` fail in CI (env CI=true) and are skipped elsewhere when the oracle
 environment (DYNAMO_BRIDGE_ORACLE_PYTHON, default /work/oracle/bin/python) is missing.
@@ -152,3 +155,23 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path
         return written[name]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def e2e_load_failures(repository: Callable[[str], Path]) -> Path:
+    return repository("e2e_load_failures")
+
+
+@pytest.fixture(scope="session")
+def e2e_multi_a(repository: Callable[[str], Path]) -> Path:
+    return repository("e2e_multi_a")
+
+
+@pytest.fixture(scope="session")
+def e2e_multi_b(repository: Callable[[str], Path]) -> Path:
+    return repository("e2e_multi_b")
+
+
+@pytest.fixture(scope="session")
+def e2e_no_config(repository: Callable[[str], Path]) -> Path:
+    return repository("e2e_no_config")

@@ -30,8 +30,8 @@ def pair_for(oracle_server, shared_bridge_server) -> Callable[..., Pair]:
 
 
 @pytest.fixture(scope="session")
-def dtypes(pair_for) -> Pair:
-    return pair_for(REPOSITORIES / "dtypes")
+def dtypes(pair_for, repository) -> Pair:
+    return pair_for(repository("dtypes"))  # its identity models share one model.py
 
 
 @pytest.fixture(scope="session")
@@ -67,8 +67,8 @@ def http_pair_for(oracle_server, shared_bridge_server) -> Callable[..., HttpPair
 
 
 @pytest.fixture(scope="session")
-def http_dtypes(http_pair_for) -> HttpPair:
-    return http_pair_for(REPOSITORIES / "dtypes")
+def http_dtypes(http_pair_for, repository) -> HttpPair:
+    return http_pair_for(repository("dtypes"))
 
 
 @pytest.fixture(scope="session")

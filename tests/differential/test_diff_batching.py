@@ -20,8 +20,6 @@ import pytest
 
 from tests.differential.support import Failure, Pair, expected_bridge_error
 from tests.e2e.scheduling_support import (
-    BATCHING,
-    SEQUENCE,
     Send,
     errors,
     groups,
@@ -34,13 +32,13 @@ pytestmark = pytest.mark.oracle
 
 
 @pytest.fixture(scope="module")
-def batching(pair_for) -> Pair:
-    return pair_for(BATCHING)
+def batching(pair_for, repository) -> Pair:
+    return pair_for(repository("batching"))  # its models share one model.py
 
 
 @pytest.fixture(scope="module")
-def sequence(pair_for) -> Pair:
-    return pair_for(SEQUENCE)
+def sequence(pair_for, repository) -> Pair:
+    return pair_for(repository("sequence"))  # its models share one model.py
 
 
 def _both(pair: Pair, model: str, sends: list[Send], batching: bool = True) -> tuple[dict, dict]:

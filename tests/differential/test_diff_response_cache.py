@@ -20,20 +20,20 @@ import tritonclient.grpc as grpcclient
 from google.protobuf import json_format
 
 from tests.differential.http_support import DOOR_ARGS
-from tests.differential.support import REPOSITORIES, Pair
+from tests.differential.support import Pair
 from tests.harness.oracle import find_oracle
 
 pytestmark = pytest.mark.oracle
 
-ROOT = REPOSITORIES / "response_cache"
 CACHE = "--cache-config=local,size=1048576"
 
 
 @pytest.fixture(scope="module")
-def pair(oracle_server, shared_bridge_server) -> Pair:
+def pair(oracle_server, shared_bridge_server, repository) -> Pair:
+    root = repository("response_cache")  # its models share `cached`'s model.py
     caches = find_oracle().backends_dir.parent / "caches"
-    oracle = oracle_server(ROOT, CACHE, f"--cache-directory={caches}")
-    return Pair(oracle, shared_bridge_server(ROOT, CACHE, *DOOR_ARGS), ROOT)
+    oracle = oracle_server(root, CACHE, f"--cache-directory={caches}")
+    return Pair(oracle, shared_bridge_server(root, CACHE, *DOOR_ARGS), root)
 
 
 def executions(client: grpcclient.InferenceServerClient, model: str, values: list, **kw) -> int:

@@ -25,9 +25,6 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-REPOSITORIES = Path(__file__).resolve().parents[1] / "repositories"
-BATCHING = REPOSITORIES / "batching"
-SEQUENCE = REPOSITORIES / "sequence"
 JOIN_S = 30.0
 
 

@@ -15,10 +15,6 @@ import tritonclient.grpc as grpcclient
 
 REPOSITORIES = Path(__file__).resolve().parents[1] / "repositories"
 SERVING = REPOSITORIES / "e2e_serving"
-LOAD_FAILURES = REPOSITORIES / "e2e_load_failures"
-MULTI_A = REPOSITORIES / "e2e_multi_a"
-MULTI_B = REPOSITORIES / "e2e_multi_b"
-NO_CONFIG = REPOSITORIES / "e2e_no_config"
 
 # Upper bound of every wait: generous for a loaded 2-core CI machine; never a latency assertion.
 WAIT_S = 30.0

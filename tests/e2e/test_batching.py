@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 
 from tests.differential.support import Failure, expected_bridge_error
-from tests.e2e.scheduling_support import BATCHING, Send, errors, groups, run_scenario
+from tests.e2e.scheduling_support import Send, errors, groups, run_scenario
 
 
 @pytest.fixture(scope="module")
-def url(shared_bridge_server) -> str:
-    return shared_bridge_server(BATCHING).grpc_url
+def url(shared_bridge_server, repository) -> str:
+    return shared_bridge_server(repository("batching")).grpc_url  # one model.py, many configs
 
 
 def _bridge_error(status: str, text: str) -> tuple[str, str]:

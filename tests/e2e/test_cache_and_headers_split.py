@@ -38,10 +38,10 @@ def _input() -> list[grpcclient.InferInput]:
     return [tensor]
 
 
-def test_a_cache_per_worker_and_headers_through_the_frontend(cluster: Cluster) -> None:
+def test_a_cache_per_worker_and_headers_through_the_frontend(cluster: Cluster, repository) -> None:
     repositories = ("--model-repository", str(REPOSITORIES / "header_forward"))
     workers = [
-        cluster.worker(REPOSITORIES / "response_cache", CACHE, *repositories, name=f"w{i}")
+        cluster.worker(repository("response_cache"), CACHE, *repositories, name=f"w{i}")
         for i in range(2)
     ]
     frontend = cluster.frontend(

@@ -11,7 +11,7 @@ import json
 import socket
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -22,15 +22,19 @@ import tritonclient.http as httpclient
 from tests.harness import BridgeServer
 from tests.harness.ports import LOCALHOST, free_port
 
-REPOSITORY = Path(__file__).resolve().parents[1] / "repositories" / "dtypes"
 DOOR = ("--frontend", "triton")
 INFER = "/v2/models/identity_fp32/infer"
 
 
 @pytest.fixture(scope="module")
-def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeServer]:
+def dtypes(repository: Callable[[str], Path]) -> Path:
+    return repository("dtypes")  # its identity models share one model.py
+
+
+@pytest.fixture(scope="module")
+def door(tmp_path_factory: pytest.TempPathFactory, dtypes: Path) -> Iterator[BridgeServer]:
     log = tmp_path_factory.mktemp("http-door") / "bridge.log"
-    with BridgeServer(REPOSITORY, *DOOR, log_path=log) as server:
+    with BridgeServer(dtypes, *DOOR, log_path=log) as server:
         server.wait_model_ready("identity_fp32")
         yield server
 
@@ -189,11 +193,11 @@ def test_binary_round_trip_of_a_large_tensor(door: BridgeServer):
 # -- flags and start-up ---------------------------------------------------------------------------
 
 
-def test_http_port_and_address_flags(bridge_server):
+def test_http_port_and_address_flags(bridge_server, dtypes: Path):
     """`--http-port` on the command line wins over DYN_BRIDGE_HTTP_PORT (which the harness sets),
     and `--http-address` is where it listens."""
     port = free_port()
-    server = bridge_server(REPOSITORY, *DOOR, "--http-port", str(port), "--http-address", LOCALHOST)
+    server = bridge_server(dtypes, *DOOR, "--http-port", str(port), "--http-address", LOCALHOST)
     assert server.http_port != port  # the harness's variable ...
     with httpx.Client(timeout=30) as client:  # ... lost to the flag
         assert client.get(f"http://{LOCALHOST}:{port}/v2/health/live").status_code == 200
@@ -201,14 +205,14 @@ def test_http_port_and_address_flags(bridge_server):
             client.get(f"http://{server.http_url}/v2/health/live")
 
 
-def test_http_port_taken_fails_start_up(tmp_path: Path):
+def test_http_port_taken_fails_start_up(tmp_path: Path, dtypes: Path):
     """As tritonserver: the HTTP port cannot be bound, the server does not start (exit 1)."""
     with socket.socket() as taken:
         taken.bind((LOCALHOST, 0))
         taken.listen()
         port = taken.getsockname()[1]
         server = BridgeServer(
-            REPOSITORY, *DOOR, "--http-port", str(port), log_path=tmp_path / "bridge.log"
+            dtypes, *DOOR, "--http-port", str(port), log_path=tmp_path / "bridge.log"
         )
         with pytest.raises(RuntimeError):
             server.start()
@@ -217,17 +221,17 @@ def test_http_port_taken_fails_start_up(tmp_path: Path):
         assert f"] --http-port {port} is in use" in server.log_text
 
 
-def test_dynamo_frontend_serves_no_http_api(bridge_server):
+def test_dynamo_frontend_serves_no_http_api(bridge_server, dtypes: Path):
     """`--frontend dynamo` has no HTTP/REST API: the harness's DYN_BRIDGE_HTTP_PORT is unused."""
-    server = bridge_server(REPOSITORY, "--frontend", "dynamo")
+    server = bridge_server(dtypes, "--frontend", "dynamo")
     with httpx.Client(timeout=10) as client, pytest.raises(httpx.ConnectError):
         client.get(f"http://{server.http_url}/v2/health/live")
 
 
-def test_stops_cleanly_after_serving_http(bridge_server):
+def test_stops_cleanly_after_serving_http(bridge_server, dtypes: Path):
     """SIGTERM with an idle keep-alive HTTP connection open: the door stops and the process
     exits 0 (the connection does not hold the shutdown)."""
-    server = bridge_server(REPOSITORY, *DOOR)
+    server = bridge_server(dtypes, *DOOR)
     server.wait_model_ready("identity_fp32")
     with httpx.Client(base_url=f"http://{server.http_url}", timeout=30) as client:
         _good(client)  # the connection stays open (keep-alive) while the server stops

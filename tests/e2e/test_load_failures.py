@@ -7,29 +7,32 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.reload_support import control
-from tests.e2e.support import LOAD_FAILURES, NO_CONFIG, int32_input, status_rows
+from tests.e2e.support import int32_input, status_rows
 from tests.harness import BridgeServer
 from tests.harness.ports import free_port
 
 FAILING = ["bad_config", "init_raises", "syntax_error"]
 
+
 # model -> text Triton gives as the reason it failed to load
-REASONS = {
-    "syntax_error": "Internal: SyntaxError: expected ':' (model.py, line 4)",
-    "init_raises": "Internal: RuntimeError: e2e init_raises refuses to start",
-    "bad_config": f"failed to read text proto from {LOAD_FAILURES / 'bad_config' / 'config.pbtxt'}",
-}
+def reasons(root: Path) -> dict[str, str]:
+    return {
+        "syntax_error": "Internal: SyntaxError: expected ':' (model.py, line 4)",
+        "init_raises": "Internal: RuntimeError: e2e init_raises refuses to start",
+        "bad_config": f"failed to read text proto from {root / 'bad_config' / 'config.pbtxt'}",
+    }
 
 
 @pytest.fixture
-def server(shared_bridge_server):
-    return shared_bridge_server(LOAD_FAILURES)
+def server(shared_bridge_server, e2e_load_failures: Path):
+    return shared_bridge_server(e2e_load_failures)
 
 
 def test_server_starts_despite_failed_models(server) -> None:
@@ -52,8 +55,8 @@ def test_failed_model_refuses_requests(server, model: str) -> None:
 
 
 @pytest.mark.parametrize("model", FAILING)
-def test_log_gives_triton_reason(server, model: str) -> None:
-    assert REASONS[model] in server.log_text
+def test_log_gives_triton_reason(server, model: str, e2e_load_failures: Path) -> None:
+    assert reasons(e2e_load_failures)[model] in server.log_text
 
 
 def test_status_table_marks_failures(server) -> None:
@@ -113,13 +116,13 @@ def test_health_ready_on_the_metrics_port_is_strict(server) -> None:
     assert not server.client().is_server_ready()
 
 
-def test_health_ready_follows_loads_and_unloads(bridge_server) -> None:
+def test_health_ready_follows_loads_and_unloads(bridge_server, e2e_load_failures: Path) -> None:
     # Triton 2.51's HTTP port gave the same answers to the same sequence [V]: an unloaded model
     # makes the server not ready until it loads again; a failed load does too, and unloading
     # the model that never loaded does not undo it.
     port = free_port()
     server = bridge_server(
-        LOAD_FAILURES,
+        e2e_load_failures,
         "--model-control-mode=explicit",
         "--load-model=healthy",
         f"--control-port={port}",
@@ -136,32 +139,32 @@ def test_health_ready_follows_loads_and_unloads(bridge_server) -> None:
     assert http_status(server, "/v2/health/ready") == 400
 
 
-def test_init_traceback_names_model_file(server) -> None:
+def test_init_traceback_names_model_file(server, e2e_load_failures: Path) -> None:
     # Triton's reason carries the traceback: "<file>(<line>): initialize".
-    model_file = LOAD_FAILURES / "init_raises" / "1" / "model.py"
+    model_file = e2e_load_failures / "init_raises" / "1" / "model.py"
     assert f"{model_file}(6): initialize" in server.log_text
 
 
 @pytest.mark.parametrize("flag", ["--exit-on-error", "--exit-on-error=true"])
-def test_exit_on_error_stops_start_up(tmp_path, flag: str) -> None:
-    server = BridgeServer(LOAD_FAILURES, flag, log_path=tmp_path / "bridge.log")
+def test_exit_on_error_stops_start_up(tmp_path, flag: str, e2e_load_failures: Path) -> None:
+    server = BridgeServer(e2e_load_failures, flag, log_path=tmp_path / "bridge.log")
     with pytest.raises(RuntimeError, match="exited with code"):
         server.start()
     assert server.returncode not in (None, 0)
     assert "error: creating server: Internal - failed to load all models" in server.log_text
     assert "Not ready:" not in server.log_text  # no readiness note: the server does not serve
     # Every failure is still explained before the process gives up.
-    for reason in REASONS.values():
+    for reason in reasons(e2e_load_failures).values():
         assert reason in server.log_text
 
 
-def test_exit_on_error_false_serves(bridge_server) -> None:
-    server = bridge_server(LOAD_FAILURES, "--exit-on-error=false")
+def test_exit_on_error_false_serves(bridge_server, e2e_load_failures: Path) -> None:
+    server = bridge_server(e2e_load_failures, "--exit-on-error=false")
     assert server.client().is_model_ready("healthy")
     assert not server.client().is_model_ready("init_raises")
 
 
-def test_exit_on_error_with_every_model_loaded_serves(bridge_server) -> None:
-    server = bridge_server(NO_CONFIG, "--exit-on-error")
+def test_exit_on_error_with_every_model_loaded_serves(bridge_server, e2e_no_config: Path) -> None:
+    server = bridge_server(e2e_no_config, "--exit-on-error")
     assert server.client().is_model_ready("configured")
     assert server.client().is_model_ready("unconfigured")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tests.e2e.support import MULTI_A, MULTI_B, NO_CONFIG, int32_input, status_rows
+from tests.e2e.support import int32_input, status_rows
 
 
 def assert_echoes(client, model: str) -> None:
@@ -15,8 +17,10 @@ def assert_echoes(client, model: str) -> None:
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.array([5], np.int32))
 
 
-def test_models_of_every_repository_are_served(bridge_server) -> None:
-    server = bridge_server(MULTI_A, "--model-repository", str(NO_CONFIG))
+def test_models_of_every_repository_are_served(
+    bridge_server, e2e_multi_a: Path, e2e_no_config: Path
+) -> None:
+    server = bridge_server(e2e_multi_a, "--model-repository", str(e2e_no_config))
     client = server.client()
     for model in ("alpha", "common", "configured", "unconfigured"):
         assert client.is_model_ready(model), model
@@ -24,13 +28,15 @@ def test_models_of_every_repository_are_served(bridge_server) -> None:
     assert set(status_rows(server.log_text)) == {"alpha", "common", "configured", "unconfigured"}
 
 
-def test_model_store_alias(bridge_server) -> None:
-    server = bridge_server(MULTI_A, "--model-store", str(MULTI_B))
+def test_model_store_alias(bridge_server, e2e_multi_a: Path, e2e_multi_b: Path) -> None:
+    server = bridge_server(e2e_multi_a, "--model-store", str(e2e_multi_b))
     assert server.client().is_model_ready("beta")
 
 
-def test_duplicate_name_fails_only_that_model(bridge_server) -> None:
-    server = bridge_server(MULTI_A, "--model-repository", str(MULTI_B))
+def test_duplicate_name_fails_only_that_model(
+    bridge_server, e2e_multi_a: Path, e2e_multi_b: Path
+) -> None:
+    server = bridge_server(e2e_multi_a, "--model-repository", str(e2e_multi_b))
     client = server.client()
     for model in ("alpha", "beta"):
         assert client.is_model_ready(model), model
@@ -43,8 +49,8 @@ def test_duplicate_name_fails_only_that_model(bridge_server) -> None:
     assert not any(s == "READY" for _, s in status_rows(server.log_text).get("common", []))
 
 
-def test_auto_complete_fills_a_missing_config(shared_bridge_server) -> None:
-    client = shared_bridge_server(NO_CONFIG).client()
+def test_auto_complete_fills_a_missing_config(shared_bridge_server, e2e_no_config: Path) -> None:
+    client = shared_bridge_server(e2e_no_config).client()
     assert client.is_model_ready("unconfigured")
     config = json_format.ParseDict(
         client.get_model_config("unconfigured", as_json=True)["config"], mc.ModelConfig()
@@ -65,19 +71,21 @@ def test_auto_complete_fills_a_missing_config(shared_bridge_server) -> None:
         ["--strict-model-config", "true"],
     ],
 )
-def test_without_auto_complete_a_model_needs_its_config(bridge_server, flags) -> None:
-    server = bridge_server(NO_CONFIG, *flags)
+def test_without_auto_complete_a_model_needs_its_config(
+    bridge_server, flags, e2e_no_config: Path
+) -> None:
+    server = bridge_server(e2e_no_config, *flags)
     client = server.client()
     assert client.is_model_ready("configured")
     assert_echoes(client, "configured")
     assert not client.is_model_ready("unconfigured")
-    missing = NO_CONFIG / "unconfigured" / "config.pbtxt"
+    missing = e2e_no_config / "unconfigured" / "config.pbtxt"
     # Triton's reason [V], spec §2.2.
     assert (
         f"failed to open text file for read {missing}: No such file or directory" in server.log_text
     )
 
 
-def test_strict_model_config_false_keeps_auto_complete(bridge_server) -> None:
-    server = bridge_server(NO_CONFIG, "--strict-model-config=false")
+def test_strict_model_config_false_keeps_auto_complete(bridge_server, e2e_no_config: Path) -> None:
+    server = bridge_server(e2e_no_config, "--strict-model-config=false")
     assert server.client().is_model_ready("unconfigured")

@@ -21,7 +21,7 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.reload_support import Traffic, control, copy_models, set_line
-from tests.e2e.support import LOAD_FAILURES, SERVING, WAIT_S, fp32_input, wait_until
+from tests.e2e.support import SERVING, WAIT_S, fp32_input, wait_until
 from tests.harness import BridgeServer
 from tests.harness.ports import free_port
 from tests.harness.process import stop_process_group
@@ -115,12 +115,14 @@ def test_unreachable_etcd_is_a_start_up_error(tmp_path) -> None:
     assert time.monotonic() - began < WAIT_S
 
 
-def test_worker_health_on_the_system_port_is_strict(started, file_kv, tmp_path) -> None:
+def test_worker_health_on_the_system_port_is_strict(
+    started, file_kv, tmp_path, e2e_load_failures: Path
+) -> None:
     system_port, control_port = free_port(SYSTEM_PORTS), free_port()
     env = {**file_kv, "DYN_SYSTEM_PORT": str(system_port), "DYN_SYSTEM_HOST": "127.0.0.1"}
     worker = started(
         Worker(
-            LOAD_FAILURES,
+            e2e_load_failures,
             "--model-control-mode=explicit",
             "--load-model=healthy",
             f"--control-port={control_port}",
@@ -141,12 +143,14 @@ def test_worker_health_on_the_system_port_is_strict(started, file_kv, tmp_path) 
     assert http_status(f"{worker.metrics_url[: -len('/metrics')]}/v2/health/ready") == 400
 
 
-def test_worker_not_healthy_while_a_start_up_model_failed(started, file_kv, tmp_path) -> None:
+def test_worker_not_healthy_while_a_start_up_model_failed(
+    started, file_kv, tmp_path, e2e_load_failures: Path
+) -> None:
     system_port = free_port(SYSTEM_PORTS)
     env = {**file_kv, "DYN_SYSTEM_PORT": str(system_port), "DYN_SYSTEM_HOST": "127.0.0.1"}
     # never ready (init_raises and others fail at start-up): started once it listens
     worker = started(
-        Worker(LOAD_FAILURES, "--model-control-mode=none", env=env, ready_on="listening")
+        Worker(e2e_load_failures, "--model-control-mode=none", env=env, ready_on="listening")
     )
     # The metrics port answers once the worker serves what loaded (its health then set).
     ready_url = f"{worker.metrics_url[: -len('/metrics')]}/v2/health/ready"

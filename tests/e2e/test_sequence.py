@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.differential.support import Failure, expected_bridge_error
-from tests.e2e.scheduling_support import SEQUENCE, Send, infer
+from tests.e2e.scheduling_support import Send, infer
 
 STEPS = [  # request id, sequence id, start, end; sent one after another
     ("a1", 11, True, False),
@@ -25,8 +25,8 @@ STEPS = [  # request id, sequence id, start, end; sent one after another
 
 
 @pytest.fixture(scope="module")
-def client(shared_bridge_server):
-    return shared_bridge_server(SEQUENCE).client()
+def client(shared_bridge_server, repository):
+    return shared_bridge_server(repository("sequence")).client()  # its models share one model.py
 
 
 def _run(client, model: str, batching: bool = True) -> dict:

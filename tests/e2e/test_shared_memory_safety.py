@@ -25,7 +25,6 @@ from tritonclient.utils import InferenceServerException
 
 from tests.harness import BridgeServer
 
-DTYPES = Path(__file__).resolve().parents[1] / "repositories" / "dtypes"
 SHM = Path("/dev/shm")
 SECRET = b"not for clients " * 8
 FOUR = np.arange(4, dtype=np.float32).reshape(1, 4)
@@ -35,8 +34,8 @@ pytestmark = pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm on this ho
 
 
 @pytest.fixture(scope="module")
-def door(shared_bridge_server) -> BridgeServer:
-    return shared_bridge_server(DTYPES, "--frontend", "triton")
+def door(shared_bridge_server, repository) -> BridgeServer:
+    return shared_bridge_server(repository("dtypes"), "--frontend", "triton")
 
 
 Client = grpcclient.InferenceServerClient | httpclient.InferenceServerClient

@@ -25,7 +25,7 @@ import tritonclient.grpc as grpcclient
 
 from tests.e2e.cluster_support import file_discovery_env
 from tests.e2e.metrics_support import scrape, value
-from tests.e2e.support import REPOSITORIES, SERVING, WAIT_S, fp32_input, wait_until
+from tests.e2e.support import SERVING, WAIT_S, fp32_input, wait_until
 from tests.harness.bridge_server import PROJECT_ROOT
 from tests.harness.ports import free_port, free_ports
 from tests.harness.process import stop_process_group
@@ -113,7 +113,9 @@ def test_a_port_in_use_fails_the_start_with_one_line(bridges, tmp_path, flag, do
     assert "+-------" not in text  # it stopped before loading any model
 
 
-def test_a_worker_on_a_taken_port_registers_nothing(bridges, tmp_path) -> None:
+def test_a_worker_on_a_taken_port_registers_nothing(
+    bridges, tmp_path, e2e_multi_a: Path, e2e_multi_b: Path
+) -> None:
     """Two workers on one host (file discovery): the second is given the first's metrics port.
     It exits 1 with the one line, and nothing of its models is left in discovery."""
     kv = tmp_path / "kv"
@@ -124,7 +126,7 @@ def test_a_worker_on_a_taken_port_registers_nothing(bridges, tmp_path) -> None:
         env,
         "--role=worker",
         "--model-repository",
-        str(REPOSITORIES / "e2e_multi_a"),
+        str(e2e_multi_a),
         f"--metrics-port={metrics}",
     )
     bridges.append(first)
@@ -134,7 +136,7 @@ def test_a_worker_on_a_taken_port_registers_nothing(bridges, tmp_path) -> None:
         env,
         "--role=worker",
         "--model-repository",
-        str(REPOSITORIES / "e2e_multi_b"),
+        str(e2e_multi_b),
         f"--metrics-port={metrics}",
     )
     bridges.append(second)

@@ -28,12 +28,11 @@ from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.reload_support import ask_marked, copy_models, set_line
-from tests.e2e.support import MULTI_A, MULTI_B, SERVING, WAIT_S, Gate, fp32_input, wait_until
+from tests.e2e.support import SERVING, WAIT_S, Gate, fp32_input, wait_until
 from tests.e2e.test_roles import http_text
 from tests.harness import BridgeServer, free_port
 from tests.harness.roles import SYSTEM_PORTS, Frontend, Worker
 
-DTYPES = Path(__file__).resolve().parents[1] / "repositories" / "dtypes"
 DOOR = ("--frontend", "triton")
 T = pb.ModelInferRequest.InferInputTensor
 FOUR = np.arange(4, dtype=np.float32)
@@ -54,8 +53,8 @@ def good_request() -> pb.ModelInferRequest:
 
 
 @pytest.fixture(scope="module")
-def dtypes(shared_bridge_server) -> BridgeServer:
-    return shared_bridge_server(DTYPES, *DOOR)
+def dtypes(shared_bridge_server, repository) -> BridgeServer:
+    return shared_bridge_server(repository("dtypes"), *DOOR)  # its models share one model.py
 
 
 @pytest.fixture
@@ -427,13 +426,13 @@ def endpoint_requests(metrics: str, model: str) -> int:
     return total
 
 
-def test_embedded_door_calls_its_own_worker_in_process(bridge_server):
+def test_embedded_door_calls_its_own_worker_in_process(bridge_server, repository):
     """`--role all --frontend triton`: the door calls the process's own worker directly; the
     worker's request plane sees none of the requests its model answers (Dynamo's per-endpoint
     counter stays at zero while Triton's success counter counts them all)."""
     system_port = free_port(SYSTEM_PORTS)  # Dynamo 1.6.1 takes it as an i16
     server = bridge_server(
-        DTYPES,
+        repository("dtypes"),
         *DOOR,
         env={"DYN_SYSTEM_PORT": str(system_port), "DYN_SYSTEM_HOST": "127.0.0.1"},
     )
@@ -471,7 +470,9 @@ def int32(value: int) -> grpcclient.InferInput:
     return tensor
 
 
-def test_frontend_and_two_workers_with_file_discovery(tmp_path):
+def test_frontend_and_two_workers_with_file_discovery(
+    tmp_path, e2e_multi_a: Path, e2e_multi_b: Path
+):
     """`--role frontend --frontend triton` finds both workers' models through file discovery,
     spreads a model both serve over both, and lets a stopped worker's models go."""
     env = {"DYN_FILE_KV": str(tmp_path / "kv")}
@@ -479,7 +480,7 @@ def test_frontend_and_two_workers_with_file_discovery(tmp_path):
     try:
         workers = [
             Worker(root, env=env, log_path=tmp_path / f"worker-{root.name}.log")
-            for root in (MULTI_A, MULTI_B)
+            for root in (e2e_multi_a, e2e_multi_b)
         ]
         for server in workers:
             servers.append(server)

@@ -21,7 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.e2e.support import MULTI_A, wait_until
+from tests.e2e.support import wait_until
 from tests.harness.bridge_server import PROJECT_ROOT
 from tests.harness.process import stop_process_group
 from tests.harness.roles import Frontend, Worker
@@ -33,7 +33,7 @@ FOREIGN = ("add_sub", "identity_bytes", "identity_fp32", "stream_100")
 
 
 @pytest.fixture(params=["file"])
-def door(request, tmp_path: Path):
+def door(request, tmp_path: Path, e2e_multi_a: Path):
     discovery = request.param
     env = {
         "DYN_FILE_KV": str(tmp_path / "kv"),
@@ -59,7 +59,7 @@ def door(request, tmp_path: Path):
             stdout=out, stderr=subprocess.STDOUT, env=environ, cwd=PROJECT_ROOT,
             start_new_session=True,
         )  # fmt: skip
-    worker = Worker(MULTI_A, env=env, log_path=tmp_path / "worker.log")
+    worker = Worker(e2e_multi_a, env=env, log_path=tmp_path / "worker.log")
     frontend = Frontend(*DOOR, env=env, log_path=tmp_path / "frontend.log")
     try:
         wait_until(lambda: "registered" in log.read_text(), "the foreign worker to register")

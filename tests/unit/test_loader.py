@@ -25,8 +25,6 @@ from model_repository_loader.pb_utils.logger import LOGGER_NAME
 ROOT = Path(__file__).resolve().parents[2]
 REPOSITORIES = ROOT / "tests" / "repositories"
 SERVING = REPOSITORIES / "e2e_serving"
-LOAD_FAILURES = REPOSITORIES / "e2e_load_failures"
-NO_CONFIG = REPOSITORIES / "e2e_no_config"
 CHATTY = SERVING / "chatty" / "1" / "model.py"
 WAIT_S = 30.0
 
@@ -75,20 +73,20 @@ def test_every_model_loads(serving: LoadedRepository) -> None:
         assert (status.ready, status.versions, status.state) == (True, [1], "READY")
 
 
-def test_failed_models_are_reported_and_the_rest_load() -> None:
-    repo = load_repository([LOAD_FAILURES])
+def test_failed_models_are_reported_and_the_rest_load(e2e_load_failures: Path) -> None:
+    repo = load_repository([e2e_load_failures])
     try:
         assert sorted(repo.models) == ["healthy"]
         failures = repo.failures
         assert sorted(failures) == ["bad_config", "init_raises", "syntax_error"]
         # Triton 2.51 (seen on this repository): the import fails in auto-complete.
         assert failures["syntax_error"] == "Internal: SyntaxError: expected ':' (model.py, line 4)"
-        init_file = LOAD_FAILURES / "init_raises" / "1" / "model.py"
+        init_file = e2e_load_failures / "init_raises" / "1" / "model.py"
         assert failures["init_raises"] == (
             "Internal: RuntimeError: e2e init_raises refuses to start\n\n"
             f"At:\n  {init_file}(6): initialize\n"
         )
-        bad = LOAD_FAILURES / "bad_config" / "config.pbtxt"
+        bad = e2e_load_failures / "bad_config" / "config.pbtxt"
         assert failures["bad_config"] == f"failed to read text proto from {bad}"
         assert repo.statuses["init_raises"].state == "UNAVAILABLE"
         response = repo.models["healthy"].infer(InferRequest([int32([4])]), timeout=WAIT_S)
@@ -97,8 +95,8 @@ def test_failed_models_are_reported_and_the_rest_load() -> None:
         repo.close()
 
 
-def test_only_loads_the_named_models() -> None:
-    repo = load_repository([LOAD_FAILURES], only=["healthy"])
+def test_only_loads_the_named_models(e2e_load_failures: Path) -> None:
+    repo = load_repository([e2e_load_failures], only=["healthy"])
     try:
         assert sorted(repo.statuses) == ["healthy"]
         assert repo.failures == {}
@@ -106,8 +104,10 @@ def test_only_loads_the_named_models() -> None:
         repo.close()
 
 
-def test_duplicate_name_across_repositories_fails_that_model_only() -> None:
-    repo = load_repository([REPOSITORIES / "e2e_multi_a", REPOSITORIES / "e2e_multi_b"])
+def test_duplicate_name_across_repositories_fails_that_model_only(
+    e2e_multi_a: Path, e2e_multi_b: Path
+) -> None:
+    repo = load_repository([e2e_multi_a, e2e_multi_b])
     try:
         assert sorted(repo.models) == ["alpha", "beta"]
         assert repo.failures["common"] == (
@@ -117,11 +117,11 @@ def test_duplicate_name_across_repositories_fails_that_model_only() -> None:
         repo.close()
 
 
-def test_auto_complete_off_requires_a_config() -> None:
-    repo = load_repository([NO_CONFIG], ConfigOptions(auto_complete=False))
+def test_auto_complete_off_requires_a_config(e2e_no_config: Path) -> None:
+    repo = load_repository([e2e_no_config], ConfigOptions(auto_complete=False))
     try:
         assert sorted(repo.models) == ["configured"]
-        missing = NO_CONFIG / "unconfigured" / "config.pbtxt"
+        missing = e2e_no_config / "unconfigured" / "config.pbtxt"
         assert repo.failures["unconfigured"] == (
             f"failed to open text file for read {missing}: No such file or directory"
         )
@@ -129,8 +129,8 @@ def test_auto_complete_off_requires_a_config() -> None:
         repo.close()
 
 
-def test_auto_complete_on_fills_the_config() -> None:
-    repo = load_repository([NO_CONFIG], only=["unconfigured"])
+def test_auto_complete_on_fills_the_config(e2e_no_config: Path) -> None:
+    repo = load_repository([e2e_no_config], only=["unconfigured"])
     try:
         model = repo.models["unconfigured"]
         assert [i.name for i in model.config.input] == ["INPUT0"]

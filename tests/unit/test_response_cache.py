@@ -3,7 +3,8 @@ holds (LRU), and an unload or a reload drops a model's entries (model_repository
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,14 +14,16 @@ from model_repository_loader.inference import InferRequest
 from model_repository_loader.loader import LoadedRepository, load_model, load_repository
 from model_repository_loader.repository import scan
 from model_repository_loader.response_cache import ResponseCache, request_digest
-from tests.differential.support import REPOSITORIES
 
-ROOT = REPOSITORIES / "response_cache"
+
+@pytest.fixture(scope="module")
+def root(repository: Callable[[str], Path]) -> Path:
+    return repository("response_cache")  # its models share `cached`'s model.py
 
 
 @pytest.fixture
-def cached_repo() -> Iterator[LoadedRepository]:
-    repo = load_repository([ROOT], into=LoadedRepository(cache=ResponseCache(1 << 20)))
+def cached_repo(root: Path) -> Iterator[LoadedRepository]:
+    repo = load_repository([root], into=LoadedRepository(cache=ResponseCache(1 << 20)))
     yield repo
     repo.close()
 
@@ -73,21 +76,21 @@ def test_requested_outputs_are_part_of_the_key(cached_repo: LoadedRepository) ->
     np.testing.assert_array_equal(full["OUTPUT0"], [10.0])
 
 
-def test_without_a_server_cache_nothing_is_cached() -> None:
-    repo = load_repository([ROOT], only=["cached"])
+def test_without_a_server_cache_nothing_is_cached(root: Path) -> None:
+    repo = load_repository([root], only=["cached"])
     try:
         assert [executions(repo, "cached", [1]) for _ in range(2)] == [1, 2]
     finally:
         repo.close()
 
 
-def test_reload_and_unload_drop_the_entries(cached_repo: LoadedRepository) -> None:
+def test_reload_and_unload_drop_the_entries(cached_repo: LoadedRepository, root: Path) -> None:
     cache = cached_repo.cache
     assert cache is not None
     assert executions(cached_repo, "cached", [7]) == 1
     assert cache.counters().entries == 1
     # A reload: a new generation loads beside, the old one closes.
-    (source,) = [s for s in scan([ROOT]) if s.name == "cached"]
+    (source,) = [s for s in scan([root]) if s.name == "cached"]
     new = load_model(source, within=cached_repo)
     old, cached_repo.models["cached"] = cached_repo.models["cached"], new
     old.close()

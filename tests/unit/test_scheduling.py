@@ -9,7 +9,7 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,14 +26,13 @@ from model_repository_loader.scheduling.queue_policy import PriorityQueues, Queu
 from model_repository_loader.scheduling.slots import FreeSlots
 from model_repository_loader.scheduling.stats import ModelStats
 
-REPOSITORIES = Path(__file__).resolve().parents[2] / "tests" / "repositories"
 WAIT_S = 30.0
 _FINISHED = itertools.count(1)
 
 
 @pytest.fixture(scope="module")
-def batching() -> Iterator[LoadedRepository]:
-    repo = load_repository([REPOSITORIES / "batching"])
+def batching(repository: Callable[[str], Path]) -> Iterator[LoadedRepository]:
+    repo = load_repository([repository("batching")])  # its models share one model.py
     yield repo
     repo.close()
 
@@ -290,8 +289,8 @@ def test_free_slots_follow_tritons_heap():
 
 
 @pytest.fixture(scope="module")
-def sequences() -> Iterator[LoadedRepository]:
-    repo = load_repository([REPOSITORIES / "sequence"])
+def sequences(repository: Callable[[str], Path]) -> Iterator[LoadedRepository]:
+    repo = load_repository([repository("sequence")])  # its models share one model.py
     yield repo
     repo.close()
 
