@@ -26,7 +26,7 @@ import tritonclient.grpc as grpcclient
 from benchmarks.closed_loop import LoadResult, closed_loop, pooled
 from benchmarks.placement import PIN_CHOICES, choose, describe
 from benchmarks.servers import make_targets, start_targets, stop_targets
-from benchmarks.spread import format_spread, paired, spread
+from benchmarks.spread import comparison_lines, paired, spread
 
 MODEL_PY = """
 import json
@@ -142,9 +142,7 @@ def format_table(
                 f"| {model} | {server} | {r['throughput']:.0f} | {r['p50_ms']:.1f} | "
                 f"{r['p99_ms']:.1f} | {r['rows_per_call']:.1f} | {r['errors']} |"
             )
-    if comparisons:
-        lines += ["", "| throughput ratio, paired per round | median [range] |", "|---|---|"]
-        lines += [f"| {name} | {format_spread(s)} |" for name, s in comparisons.items()]
+    lines += comparison_lines("throughput", comparisons)
     return "\n".join(lines)
 
 

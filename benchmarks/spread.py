@@ -49,3 +49,12 @@ def format_spread(summary: dict[str, float | int] | None, digits: int = 2) -> st
         return "n/a"
     median, low, high = summary["median"], summary["min"], summary["max"]
     return f"{number(median, digits)} [{number(low, digits)}–{number(high, digits)}]"
+
+
+def comparison_lines(measure: str, comparisons: dict[str, dict]) -> list[str]:
+    """The paired comparisons as table rows after a blank line (none without comparisons):
+    `measure` ratio (e.g. "throughput", "p50"), median [range] over rounds."""
+    if not comparisons:
+        return []
+    lines = ["", f"| {measure} ratio, paired per round | median [range] |", "|---|---|"]
+    return lines + [f"| {name} | {format_spread(s)} |" for name, s in comparisons.items()]

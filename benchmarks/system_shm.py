@@ -31,7 +31,7 @@ import tritonclient.grpc as grpcclient
 from benchmarks.closed_loop import LoadResult, closed_loop, pooled
 from benchmarks.placement import PIN_CHOICES, choose, describe
 from benchmarks.servers import Target, make_targets, start_targets, stop_targets
-from benchmarks.spread import format_spread, paired, spread
+from benchmarks.spread import comparison_lines, paired, spread
 
 REPOSITORY = Path(__file__).resolve().parent / "repository"
 MODEL = "identity_fp32"
@@ -112,9 +112,7 @@ def format_table(results: dict[str, dict[str, dict]], comparisons: dict[str, dic
                 f"| {workload} | {server} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
                 f"{r['throughput']:.0f} | {r['errors']} |"
             )
-    if comparisons:
-        lines += ["", "| p50 ratio, paired per round | median [range] |", "|---|---|"]
-        lines += [f"| {name} | {format_spread(s)} |" for name, s in comparisons.items()]
+    lines += comparison_lines("p50", comparisons)
     return "\n".join(lines)
 
 
