@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-from tritonclient.grpc import model_config_pb2 as mc
 
 from . import pb_utils
+
+if TYPE_CHECKING:  # an instance process in a model's own environment has no tritonclient
+    from tritonclient.grpc import model_config_pb2 as mc
 
 
 class ResponseShape:

@@ -9,6 +9,8 @@ its own package's `__init__` is no edge (that is how a package exposes its parts
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,3 +146,21 @@ def test_the_cluster_never_imports_the_models_or_a_door() -> None:
     cluster's protocol and index, never the other way round."""
     graph = _graph()
     assert _crossing(graph, "bridge.cluster", ("bridge.models", "bridge.frontends")) == set()
+
+
+def test_an_instance_process_imports_no_server_dependency() -> None:
+    """An instance in a model's own environment (EXECUTION_ENV_PATH) runs an interpreter that
+    has numpy and nothing of ours but this package (isolation/environments.py): what its entry
+    point imports must not reach tritonclient, protobuf, gRPC or Dynamo. A fresh interpreter,
+    because this one has imported everything already."""
+    check = (
+        "import sys\n"
+        "import model_repository_loader.isolation.child\n"
+        "bad = sorted({m.split('.')[0] for m in sys.modules}\n"
+        "             & {'tritonclient', 'google', 'grpc', 'dynamo', 'bridge'})\n"
+        "print(','.join(bad))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "", done.stdout
