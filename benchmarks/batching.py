@@ -1,15 +1,16 @@
-"""Dynamic batching at c=32: the same batched model with and without `dynamic_batching`, on the
-bridge next to real Triton serving the same repository.
+"""Dynamic batching at c=32: the same batched model with and without `dynamic_batching`, on
+a door next to real Triton serving the same repository.
 
 The model's `execute` costs a fixed 2 ms per call plus a little numpy per row (what a GPU kernel
 launch or a vectorised library call looks like), so grouping requests pays off. Each cell sends
 requests from `--concurrency` client threads for `--seconds` in all, split into `--rounds`
 turns that go round the cells (model × server) in turn, so outside load hits each alike. Each
-comparison is paired per round (dynamic ÷ no batching on one server, bridge ÷ Triton on one
+comparison is paired per round (dynamic ÷ no batching on one server, a door ÷ Triton on one
 model) and reported as the median and range over rounds.
 
-    python -m benchmarks.batching                       # triton and bridge, c=32, 8 s per cell
-    python -m benchmarks.batching --servers bridge --seconds 1 --concurrency 8 --rounds 2
+    python -m benchmarks.batching                       # triton and the door, c=32, 8 s per cell
+    python -m benchmarks.batching --servers triton,door,bridge   # also Dynamo's frontend
+    python -m benchmarks.batching --servers door --seconds 1 --concurrency 8 --rounds 2
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from benchmarks.closed_loop import LoadResult, closed_loop, pooled
 from benchmarks.placement import PIN_CHOICES, choose, describe
 from benchmarks.servers import make_targets, start_targets, stop_targets
 from benchmarks.spread import comparison_lines, paired, spread
+
+# The servers that run a repository's models (the bare floors of grpc_floor.py do not).
+SERVERS = ("triton", "door", "door_split", "bridge")
 
 MODEL_PY = """
 import json
@@ -109,19 +113,23 @@ def summarize(turns: list[LoadResult]) -> dict:
 
 
 def paired_figures(results: dict[str, dict[str, dict]]) -> dict[str, dict]:
-    """Per-round ratios of throughput: what batching gains on each server, and the bridge
+    """Per-round ratios of throughput: what batching gains on each server, and each server
     against Triton on each model."""
     out: dict[str, dict] = {}
-    for server in ("triton", "bridge"):
+    servers = list(dict.fromkeys(s for by_server in results.values() for s in by_server))
+    for server in servers:
         on, off = results["dynamic_batching"].get(server), results["no_batching"].get(server)
         if on and off and on.get("turn_throughput") and off.get("turn_throughput"):
             rounds = paired(on["turn_throughput"], off["turn_throughput"])
             out[f"{server}: dynamic ÷ no batching"] = spread(rounds)
     for model, by_server in results.items():
-        bridge, triton = by_server.get("bridge"), by_server.get("triton")
-        if bridge and triton and bridge.get("turn_throughput") and triton.get("turn_throughput"):
-            rounds = paired(bridge["turn_throughput"], triton["turn_throughput"])
-            out[f"{model}: bridge ÷ triton"] = spread(rounds)
+        triton = by_server.get("triton")
+        for server, figures in by_server.items():
+            if server == "triton" or not (triton and triton.get("turn_throughput")):
+                continue
+            if figures.get("turn_throughput"):
+                rounds = paired(figures["turn_throughput"], triton["turn_throughput"])
+                out[f"{model}: {server} ÷ triton"] = spread(rounds)
     return out
 
 
@@ -148,7 +156,9 @@ def format_table(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--servers", default="triton,bridge")
+    parser.add_argument(
+        "--servers", default="triton,door", help=f"of {', '.join(SERVERS)} (default triton,door)"
+    )
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=8.0, help="per cell, over all rounds")
     parser.add_argument("--rounds", type=int, default=4, help="turns per cell (default 4)")
@@ -156,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     names = [n for n in args.servers.split(",") if n]
-    if not names or set(names) - {"triton", "bridge"}:
-        parser.error(f"servers: triton and/or bridge (got {args.servers})")
+    if not names or set(names) - set(SERVERS):
+        parser.error(f"servers: some of {', '.join(SERVERS)} (got {args.servers})")
     if args.rounds < 1 or args.seconds <= 0:
         parser.error("--rounds and --seconds must be positive")
 

@@ -10,6 +10,8 @@
   process: the door calls its worker in-process).
 * door_split: `python -m bridge --role frontend --frontend triton` and one `--role worker`
   process, over file discovery and the tcp request plane (issue 13's second column).
+* floor_aio, floor_aio_hop, floor_sync, floor_sync_hop: `python -m benchmarks.grpc_floor`, bare
+  gRPC servers that answer ModelInfer with numpy alone (grpc_floor.py says what each kind is).
 
 They are started with the test harness (tests/harness), which finds free ports, waits until a
 server answers, and stops its whole process group. A server that cannot start is reported as
@@ -31,7 +33,16 @@ from tests.harness.cluster import Cluster
 from tests.harness.oracle import TritonOracle, oracle_unavailable_reason
 from tests.harness.roles import Frontend
 
-SERVER_NAMES: tuple[str, ...] = ("triton", "bridge", "bridge2", "echo", "door", "door_split")
+FLOORS: tuple[str, ...] = ("floor_aio", "floor_aio_hop", "floor_sync", "floor_sync_hop")
+SERVER_NAMES: tuple[str, ...] = (
+    "triton",
+    "bridge",
+    "bridge2",
+    "echo",
+    "door",
+    "door_split",
+    *FLOORS,
+)
 # Started when --servers is not given: door_split (two more processes) only on request.
 DEFAULT_SERVERS: tuple[str, ...] = ("triton", "bridge", "bridge2", "echo", "door")
 DOOR = ("--frontend", "triton")
@@ -57,6 +68,12 @@ class EchoServer(BridgeServer):
     """The bare Dynamo echo worker, started and stopped exactly like the bridge."""
 
     module = "benchmarks.echo_worker"
+
+
+class FloorServer(BridgeServer):
+    """A bare gRPC server of benchmarks/grpc_floor.py, started and stopped like the bridge."""
+
+    module = "benchmarks.grpc_floor"
 
 
 class SplitDoor:
@@ -126,6 +143,11 @@ def _create(name: str, repository: Path, log_path: Path) -> _Server:
         return BridgeServer(repository, *DOOR, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT)
     if name == "door_split":
         return SplitDoor(repository, log_path)
+    if name in FLOORS:
+        kind = name.removeprefix("floor_")
+        return FloorServer(
+            repository, "--kind", kind, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT
+        )
     raise ValueError(f"unknown server '{name}'; known: {', '.join(SERVER_NAMES)}")
 
 
