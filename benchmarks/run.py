@@ -37,6 +37,7 @@ from .client import CellResult, run_cell, run_open_cell
 from .placement import PIN_CHOICES, choose, describe
 from .servers import (
     DEFAULT_SERVERS,
+    FLOORS,
     SERVER_NAMES,
     Target,
     make_targets,
@@ -98,6 +99,17 @@ PRESETS: dict[str, tuple[tuple[str, int, tuple[str, ...]], ...]] = {
         ("fp32_100k", 32, ("triton", "door")),
         ("stream_100_shared", 32, ("triton", "door")),
     ),
+    # Issue 27 item 5: the door beside bare gRPC servers (grpc_floor.py), each ÷ Triton.
+    "floors": tuple(
+        (workload, concurrency, ("triton", "door", *FLOORS))
+        for workload, concurrency in (
+            ("fp32_4", 1),
+            ("fp32_100k", 1),
+            ("fp32_1m", 1),
+            ("add_sub", 32),
+            ("fp32_100k", 32),
+        )
+    ),
 }
 # A preset's budget unless given: about 12 minutes for "door" on a 2-CPU machine.
 PRESET_BUDGET = {"max_seconds": 26.0, "max_requests": 8000}
@@ -134,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--preset",
         choices=sorted(PRESETS),
         help="door: exactly issue 13's table (the triton door embedded and split against "
-        "Triton, six cells; --workloads, --concurrency, --servers and --mode are ignored; "
+        "Triton, six cells); floors: the door beside the bare gRPC servers of grpc_floor.py, "
+        "each against Triton (--workloads, --concurrency, --servers and --mode are ignored; "
         f"budget {PRESET_BUDGET['max_seconds']:g} s per server per cell unless given)",
     )
     p.add_argument(
@@ -348,7 +361,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             stop_targets(targets)
 
     table = report.format_table(cells, servers)
-    if "door" in servers or "door_split" in servers:
+    if args.preset == "floors":
+        table += "\n\nEach server ÷ Triton:\n\n" + report.format_against_triton(cells, servers)
+    elif "door" in servers or "door_split" in servers:
         table += (
             "\n\nThe triton door ÷ Triton (issue 13's targets):\n\n"
             + report.format_door_table(cells)

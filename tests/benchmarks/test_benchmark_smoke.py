@@ -179,3 +179,31 @@ def test_door_preset_measures_issue_13s_table(tmp_path: Path) -> None:
         if not c1:
             for name in ("door_split", "bridge", "echo"):
                 assert cell["results"][name] is None  # no target there: not measured
+
+
+@pytest.mark.timeout(180)
+def test_the_bare_grpc_floors_answer_right(tmp_path: Path) -> None:
+    """Each bare gRPC server of benchmarks/grpc_floor.py answers every request of both
+    workloads correctly (the client checks each answer's bytes), so its figures are a floor of
+    the same work and not of less."""
+    floors = ["floor_aio", "floor_aio_hop", "floor_sync", "floor_sync_hop"]
+    done = run_benchmark(
+        tmp_path,
+        "--workloads=fp32_4,add_sub",
+        "--concurrency=2",
+        "--max-requests=12",
+        "--max-seconds=60",
+        "--rounds=1",
+        "--warmup=1",
+        f"--servers={','.join(floors)}",
+        "--pin=off",
+        "--no-plot",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [cell["workload"] for cell in results["cells"]] == ["fp32_4", "add_sub"]
+    for cell in results["cells"]:
+        for name in floors:
+            result = cell["results"][name]
+            assert result["errors"] == 0, result["first_error"]
+            assert result["requests"] + result["drained"] == 12
