@@ -476,6 +476,7 @@ def _answering_version(model: ServedModel, requested: int) -> str:
 # client costs one thread wake-up per 16 responses, not one per response.
 RESPONSES_AHEAD = 32
 _RESUME_AT = RESPONSES_AHEAD // 2
+_MAKING_ROOM = threading.Lock()
 
 
 class _Responses:
@@ -523,7 +524,9 @@ class _Responses:
         self._items: deque[tuple[Any, bool]] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._wake_pending = False
-        self._room = threading.Condition(threading.Lock())
+        # Made by the first sender that must wait (_wait_for_room): most requests never need
+        # one, and a Condition costs every request a few microseconds on the loop.
+        self._room: threading.Condition | None = None
         self._senders_waiting = 0
         self._ended = False  # a final response is queued: nothing after it is read
         self.gone = False  # nobody listens any more: drop what the model sends
@@ -565,18 +568,27 @@ class _Responses:
 
     def _wait_for_room(self) -> None:
         """On the sender's thread: wait until the client took half the queue, or left."""
-        with self._room:
+        room = self._room
+        if room is None:
+            with _MAKING_ROOM:  # two senders of one request must make the same Condition
+                room = self._room
+                if room is None:
+                    room = self._room = threading.Condition(threading.Lock())
+        with room:
             self._senders_waiting += 1
             try:
                 while len(self._items) > _RESUME_AT and not (self.gone or self._ended):
                     # The timeout only guards against a wake-up this class forgot to give.
-                    self._room.wait(1.0)
+                    room.wait(1.0)
             finally:
                 self._senders_waiting -= 1
 
     def _release(self) -> None:
-        with self._room:
-            self._room.notify_all()
+        # Called only when a sender counts itself waiting, so after it made `_room`.
+        room = self._room
+        if room is not None:
+            with room:
+                room.notify_all()
 
     def close(self) -> None:
         """On the loop: nobody reads this request's responses any more. Later ones are
