@@ -88,6 +88,10 @@ LEND_MIN_BYTES = 1 << 19
 _OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
+# What `holding` returns while no region is registered.
+_NOTHING_HELD = contextlib.nullcontext()
+
+
 @dataclass
 class SharedObject:
     """One open shared memory object, shared by the regions on it.
@@ -247,10 +251,15 @@ class SharedMemory:
             with self._descriptors:
                 os.close(region.object.fd)
 
-    @contextlib.contextmanager
-    def holding(self, names: Iterable[str]) -> Iterator[None]:
+    def holding(self, names: Iterable[str]) -> contextlib.AbstractContextManager[None]:
         """The regions named (those registered) are in use by one request until the block
         ends: an unregistering meanwhile waits for it (`unregister`)."""
+        if not self.regions:  # the common case: no generator per request
+            return _NOTHING_HELD
+        return self._holding(names)
+
+    @contextlib.contextmanager
+    def _holding(self, names: Iterable[str]) -> Iterator[None]:
         held = [region for region in map(self.regions.get, set(names)) if region is not None]
         for region in held:
             region.users += 1
