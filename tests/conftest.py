@@ -20,6 +20,14 @@ e2e_load_failures, e2e_multi_a, e2e_multi_b, e2e_no_config -> Path
 
 Tests marked `oracle` fail in CI (env CI=true) and are skipped elsewhere when the oracle
 environment (DYNAMO_BRIDGE_ORACLE_PYTHON, default /work/oracle/bin/python) is missing.
+
+scripts/test.sh runs two pytest-xdist workers (`-n 2 --dist loadfile`): each worker is a session
+of its own (its own session-scoped servers above), a file's tests stay on one worker in order,
+and a test of another file may run at the same time. So a test claims nothing machine-wide:
+ports from tests/harness/ports.py (the kernel's), its own tmp_path, DYN_FILE_KV, etcd and
+namespace (tests/harness/cluster.py), only its own processes' /dev/shm regions and fds; Triton's
+qa clients that need the fixed ports 8000-8002 run in a network namespace of their own
+(tests/upstream/netns_driver.py).
 """
 
 from __future__ import annotations
