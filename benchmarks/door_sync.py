@@ -53,6 +53,7 @@ this list in mind):
 from __future__ import annotations
 
 import argparse
+import ctypes
 import functools
 import os
 import signal
@@ -270,7 +271,11 @@ def serve(repository: Path, port: int, workers: int, direct: bool) -> None:
     if loaded.failures:
         raise SystemExit(f"models failed to load: {loaded.failures}")
     door = DoorSync(loaded, direct)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=_OPTIONS)
+    _name_os_threads()
+    pool = futures.ThreadPoolExecutor(
+        max_workers=workers, initializer=_name_os_thread, initargs=("rpc",)
+    )
+    server = grpc.server(pool, options=_OPTIONS)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(SERVICE, door.handlers()),)
     )
@@ -282,6 +287,24 @@ def serve(repository: Path, port: int, workers: int, direct: bool) -> None:
     stop.wait()
     server.stop(0.5).wait()
     loaded.close(5.0)
+
+
+def _name_os_thread(name: str) -> None:
+    """This thread's name as the OS sees it (/proc/<pid>/task/<tid>/comm): Python 3.11 leaves
+    every thread "python", and a per-thread CPU count (top -H, /proc) must tell the RPC
+    threads from the instance threads."""
+    libc = ctypes.CDLL(None)
+    libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+
+
+def _name_os_threads() -> None:
+    """The loader's threads (`instance:<name>`, ...) by their Python names."""
+    for thread in threading.enumerate():
+        if thread.native_id is not None and thread is not threading.main_thread():
+            try:
+                Path(f"/proc/self/task/{thread.native_id}/comm").write_text(thread.name[:15])
+            except OSError:
+                pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:
