@@ -107,14 +107,18 @@ class _Answer:
 
     def respond(self, response: pb_utils.InferenceResponse | None, final: bool) -> None:
         """The loader's `Respond`, on the instance thread (or this one, for early errors)."""
-        if response is not None:
-            error = response.error()
-            if error is not None:
-                self.items.append(error)
-            else:
-                self.items.append(self._encode(response, final))
-        if final:
-            self._done.release()
+        try:
+            if response is not None:
+                error = response.error()
+                if error is not None:
+                    self.items.append(error)
+                else:
+                    self.items.append(self._encode(response, final))
+        except Exception as exc:  # the wire cannot carry it: fail the call, never hang it
+            self.items.append(pb_utils.TritonError(f"encoding failed: {exc!r}"))
+        finally:
+            if final:
+                self._done.release()
 
     def wait(self) -> None:
         self._done.acquire()
