@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .servers import FLOORS
+from .servers import FLOORS, SYNC_DOORS
 from .spread import format_spread, number, paired, spread
 
 NA = "n/a"
@@ -21,6 +21,9 @@ RATIOS: tuple[tuple[str, str], ...] = (
     ("door", "triton"),
     ("door_split", "triton"),
     *((floor, "triton") for floor in FLOORS),
+    *((door, "triton") for door in SYNC_DOORS),
+    # The lab's synchronous door against the real one: what the event-loop machinery costs.
+    *((door, "door") for door in SYNC_DOORS),
 )
 _FIGURES = (("p50_ms", "turn_p50_ms"), ("p99_ms", "turn_p99_ms"), ("rps", "turn_rps"))
 

@@ -39,6 +39,7 @@ from .servers import (
     DEFAULT_SERVERS,
     FLOORS,
     SERVER_NAMES,
+    SYNC_DOORS,
     Target,
     make_targets,
     start_targets,
@@ -99,9 +100,10 @@ PRESETS: dict[str, tuple[tuple[str, int, tuple[str, ...]], ...]] = {
         ("fp32_100k", 32, ("triton", "door")),
         ("stream_100_shared", 32, ("triton", "door")),
     ),
-    # Issue 27 item 5: the door beside bare gRPC servers (grpc_floor.py), each ÷ Triton.
+    # Issue 27 item 5: the door beside the lab's synchronous door (door_sync.py) and bare gRPC
+    # servers (grpc_floor.py), each ÷ Triton.
     "floors": tuple(
-        (workload, concurrency, ("triton", "door", *FLOORS))
+        (workload, concurrency, ("triton", "door", *SYNC_DOORS, *FLOORS))
         for workload, concurrency in (
             ("fp32_4", 1),
             ("fp32_100k", 1),
@@ -146,8 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--preset",
         choices=sorted(PRESETS),
         help="door: exactly issue 13's table (the triton door embedded and split against "
-        "Triton, six cells); floors: the door beside the bare gRPC servers of grpc_floor.py, "
-        "each against Triton (--workloads, --concurrency, --servers and --mode are ignored; "
+        "Triton, six cells); floors: the door beside the lab's synchronous door "
+        "(door_sync.py) and the bare gRPC servers of grpc_floor.py, each against Triton "
+        "(--workloads, --concurrency, --servers and --mode are ignored; "
         f"budget {PRESET_BUDGET['max_seconds']:g} s per server per cell unless given)",
     )
     p.add_argument(

@@ -12,6 +12,9 @@
   process, over file discovery and the tcp request plane (issue 13's second column).
 * floor_aio, floor_aio_hop, floor_sync, floor_sync_hop: `python -m benchmarks.grpc_floor`, bare
   gRPC servers that answer ModelInfer with numpy alone (grpc_floor.py says what each kind is).
+* door_sync, door_sync_direct: `python -m benchmarks.door_sync` (`--direct`), a LAB server: the
+  door's unary conversions and the real loader on a synchronous grpc.server (door_sync.py says
+  what it leaves out).
 
 They are started with the test harness (tests/harness), which finds free ports, waits until a
 server answers, and stops its whole process group. A server that cannot start is reported as
@@ -34,6 +37,7 @@ from tests.harness.oracle import TritonOracle, oracle_unavailable_reason
 from tests.harness.roles import Frontend
 
 FLOORS: tuple[str, ...] = ("floor_aio", "floor_aio_hop", "floor_sync", "floor_sync_hop")
+SYNC_DOORS: tuple[str, ...] = ("door_sync", "door_sync_direct")
 SERVER_NAMES: tuple[str, ...] = (
     "triton",
     "bridge",
@@ -42,6 +46,7 @@ SERVER_NAMES: tuple[str, ...] = (
     "door",
     "door_split",
     *FLOORS,
+    *SYNC_DOORS,
 )
 # Started when --servers is not given: door_split (two more processes) only on request.
 DEFAULT_SERVERS: tuple[str, ...] = ("triton", "bridge", "bridge2", "echo", "door")
@@ -74,6 +79,12 @@ class FloorServer(BridgeServer):
     """A bare gRPC server of benchmarks/grpc_floor.py, started and stopped like the bridge."""
 
     module = "benchmarks.grpc_floor"
+
+
+class SyncDoorServer(BridgeServer):
+    """The lab door of benchmarks/door_sync.py, started and stopped like the bridge."""
+
+    module = "benchmarks.door_sync"
 
 
 class SplitDoor:
@@ -147,6 +158,11 @@ def _create(name: str, repository: Path, log_path: Path) -> _Server:
         kind = name.removeprefix("floor_")
         return FloorServer(
             repository, "--kind", kind, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT
+        )
+    if name in SYNC_DOORS:
+        direct = ("--direct",) if name == "door_sync_direct" else ()
+        return SyncDoorServer(
+            repository, *direct, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT
         )
     raise ValueError(f"unknown server '{name}'; known: {', '.join(SERVER_NAMES)}")
 

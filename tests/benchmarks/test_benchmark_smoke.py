@@ -207,3 +207,31 @@ def test_the_bare_grpc_floors_answer_right(tmp_path: Path) -> None:
             result = cell["results"][name]
             assert result["errors"] == 0, result["first_error"]
             assert result["requests"] + result["drained"] == 12
+
+
+@pytest.mark.timeout(180)
+def test_the_lab_synchronous_door_answers_right(tmp_path: Path) -> None:
+    """benchmarks/door_sync.py (the real loader behind a synchronous gRPC server), with and
+    without `--direct`, answers every request of both workloads correctly: two in flight, so
+    `--direct` both runs a request on its RPC thread and queues one for the busy instance."""
+    doors = ["door_sync", "door_sync_direct"]
+    done = run_benchmark(
+        tmp_path,
+        "--workloads=fp32_4,add_sub",
+        "--concurrency=2",
+        "--max-requests=12",
+        "--max-seconds=60",
+        "--rounds=1",
+        "--warmup=1",
+        f"--servers={','.join(doors)}",
+        "--pin=off",
+        "--no-plot",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [cell["workload"] for cell in results["cells"]] == ["fp32_4", "add_sub"]
+    for cell in results["cells"]:
+        for name in doors:
+            result = cell["results"][name]
+            assert result["errors"] == 0, result["first_error"]
+            assert result["requests"] + result["drained"] == 12

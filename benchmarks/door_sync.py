@@ -1,0 +1,336 @@
+"""LAB ONLY: the door's unary ModelInfer on a synchronous gRPC server (issue 27, item 5).
+
+Not a product path and not reachable from `python -m bridge`: it measures what a synchronous
+unary path would win over the triton door's grpc.aio one, with the same model code and the same
+conversions, so that `door_sync ÷ door` is the price of the door's event-loop machinery alone.
+
+What it does, per ModelInfer, on one thread of a `grpc.server(ThreadPoolExecutor(N))`:
+protobuf → the bridge form (the door's own `to_bridge_request`, grpc/tensors.py) → the loader's
+`InferRequest` (the worker's own `decode_request`, bridge/codec.py) → `Model.submit` of the real
+loader (model_repository_loader: validation, the model's scheduler, its instance thread, the
+request's statistics, the response cache if configured) → the response encoded on the instance
+thread (the worker's own `encode_bridge_response`) → a raw lock the RPC thread waits on → the
+door's own `to_infer_response`. ServerLive, ServerReady and ModelReady answer true (ModelReady:
+for a loaded model); nothing else is served.
+
+With `--direct`, a request that finds its model's single thread instance idle runs `execute` on
+the RPC thread itself (no hand-off), with the instance's pb_utils context and model folders
+bound there; the instance thread takes over the queue when one built up meanwhile. It reaches
+into DefaultScheduler's and ModelInstance's private state (`_claim`): there is no public form
+of "run here if idle" in the loader. Any other scheduler, an isolated (process) instance or a
+model with more than one instance goes through `submit` as without the flag.
+
+What the real door does per request that this does NOT (so the comparison is fair only with
+this list in mind):
+
+* no Dynamo: no runtime, no discovery, no endpoint, no `Context`, no directory lookup
+  (`TritonService.target`: model/version/readiness checks, decoupled-through-unary refusal,
+  the "exiting" refusal), no route (`LocalRoute`) and its retry on a withdrawn endpoint;
+* no restricted-protocol interceptor (`--grpc-restricted-protocol`), no header forwarding
+  (`--grpc-header-forward-pattern`), no TLS, no connection cap or handshake timeout, no
+  malformed-protobuf marker (gRPC's own deserialization error instead of Triton's text);
+* no system shared memory (`SystemSharedMemory*` RPCs, `holding`, lending regions, writing
+  outputs into them), no CUDA shared memory answers;
+* no tracing (`--trace-*`, `traceparent`, the trace's timestamps), no `service.calls` count a
+  shutdown waits for, no graceful shutdown (SIGTERM stops the server after 0.5 s);
+* no cancellation: a client that cancels or whose deadline passes leaves its request running
+  (the door stops its Dynamo context, the worker cancels `Pending`); no worker backpressure
+  (`_Responses`' bounded queue; a unary call has one response anyway);
+* no off-loop decoding of large or BYTES requests (`decode_request_in_slices`, the bytes
+  decoder thread, `run_deferred`): everything is decoded on the RPC thread, which has no loop
+  to keep free;
+* no ModelStreamInfer, metadata, config, statistics, repository, log or trace RPCs; no HTTP
+  wire, no metrics endpoint (`--metrics-port` is accepted and unused), no hot reload, no
+  retirement/draining of a model generation, no `request_failed` wording of model errors;
+* the statistics the loader itself keeps (queue, compute, counts) ARE kept: they are part of
+  `submit`.
+
+    python -m benchmarks.door_sync --model-repository benchmarks/repository --grpc-port 8001
+    python -m benchmarks.run --workloads fp32_4,add_sub --concurrency 1,32 \
+        --servers triton,door,door_sync,door_sync_direct,floor_aio_hop,floor_sync
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import functools
+import os
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from pathlib import Path
+from typing import Any, NoReturn
+
+import grpc
+from tritonclient.grpc import service_pb2 as pb
+
+from bridge.codec import decode_request, encode_bridge_response
+from bridge.frontends.triton.door_error import DoorError
+from bridge.frontends.triton.grpc.error_status import grpc_status, wire_text
+from bridge.frontends.triton.grpc.tensors import to_bridge_request, to_infer_response
+from bridge.serialized_bytes import BytesLimits
+from model_repository_loader import importer, pb_utils
+from model_repository_loader.config import ConfigOptions
+from model_repository_loader.execution import Pending, fail_batch
+from model_repository_loader.inference import InferRequest
+from model_repository_loader.instance import ModelInstance
+from model_repository_loader.loader import LoadedRepository, load_repository
+from model_repository_loader.model import Model, ModelVersion, ServedModel
+from model_repository_loader.pb_utils.errors import ErrorCode
+from model_repository_loader.scheduling.default import DefaultScheduler
+from model_repository_loader.validation import RequestError, parse_model_version
+
+SERVICE = "inference.GRPCInferenceService"
+MAX_MESSAGE = 2**31 - 1
+_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE),
+    ("grpc.max_send_message_length", MAX_MESSAGE),
+    ("grpc.so_reuseport", 0),
+]
+
+
+class _Answer:
+    """One unary request's answer, handed from the instance thread to the waiting RPC thread.
+
+    A raw lock held from the start and released by the final response is the cheapest wait
+    CPython has (a threading.Event or a Future adds a Condition and its own lock)."""
+
+    __slots__ = ("_encode", "_done", "items")
+
+    def __init__(self, encode: Callable[[pb_utils.InferenceResponse, bool], dict]) -> None:
+        self._encode = encode
+        self._done = threading.Lock()
+        self._done.acquire()
+        self.items: list[dict | pb_utils.TritonError] = []
+
+    def respond(self, response: pb_utils.InferenceResponse | None, final: bool) -> None:
+        """The loader's `Respond`, on the instance thread (or this one, for early errors)."""
+        try:
+            if response is not None:
+                error = response.error()
+                if error is not None:
+                    self.items.append(error)
+                else:
+                    self.items.append(self._encode(response, final))
+        except Exception as exc:  # the wire cannot carry it: fail the call, never hang it
+            self.items.append(pb_utils.TritonError(f"encoding failed: {exc!r}"))
+        finally:
+            if final:
+                self._done.release()
+
+    def wait(self) -> None:
+        self._done.acquire()
+
+
+class DoorSync:
+    """The RPC handlers over a loaded repository (module doc)."""
+
+    def __init__(self, loaded: LoadedRepository, direct: bool) -> None:
+        self.models: dict[str, ServedModel] = loaded.models
+        self.limits = BytesLimits()
+        self.direct = direct
+
+    def model_infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        name = request.model_name
+        model = self.models.get(name)
+        if model is None:
+            message = f"Request for unknown model: '{name}' is not found"
+            _abort(context, ErrorCode.NOT_FOUND, message)
+        try:
+            body = to_bridge_request(
+                request, request.model_version, model.config, None, self.limits
+            )
+            inference = decode_request(body, name, self.limits)
+            inference.model_version = parse_model_version(request.model_version)
+        except DoorError as exc:
+            _abort(context, exc.code, exc.message)
+        except RequestError as exc:
+            _abort(context, ErrorCode(exc.code), exc.message)
+        version = str(inference.model_version) if inference.model_version != -1 else ""
+        if not version:
+            version = str(getattr(getattr(model, "latest", None), "version", ""))
+        answer = _Answer(functools.partial(encode_bridge_response, name, version))
+        if not (self.direct and _submit_direct(model, inference, answer.respond)):
+            model.submit(inference, answer.respond)
+        answer.wait()
+        items = answer.items
+        if len(items) != 1:
+            _abort(context, ErrorCode.INTERNAL, f"expected a single response, got {len(items)}")
+        item = items[0]
+        if isinstance(item, pb_utils.TritonError):
+            _abort(context, ErrorCode(item.code()), item.message())
+        return to_infer_response(request, item)
+
+    def handlers(self) -> dict[str, grpc.RpcMethodHandler]:
+        def live(request: Any, context: Any) -> pb.ServerLiveResponse:
+            return pb.ServerLiveResponse(live=True)
+
+        def ready(request: Any, context: Any) -> pb.ServerReadyResponse:
+            return pb.ServerReadyResponse(ready=True)
+
+        def model_ready(request: Any, context: Any) -> pb.ModelReadyResponse:
+            return pb.ModelReadyResponse(ready=request.name in self.models)
+
+        def unary(fn: Callable[..., Any], request: Any, response: Any) -> grpc.RpcMethodHandler:
+            return grpc.unary_unary_rpc_method_handler(
+                fn,
+                request_deserializer=request.FromString,
+                response_serializer=response.SerializeToString,
+            )
+
+        return {
+            "ServerLive": unary(live, pb.ServerLiveRequest, pb.ServerLiveResponse),
+            "ServerReady": unary(ready, pb.ServerReadyRequest, pb.ServerReadyResponse),
+            "ModelReady": unary(model_ready, pb.ModelReadyRequest, pb.ModelReadyResponse),
+            "ModelInfer": unary(self.model_infer, pb.ModelInferRequest, pb.ModelInferResponse),
+        }
+
+
+def _abort(context: Any, code: ErrorCode, message: str) -> NoReturn:
+    context.abort(grpc_status(code), wire_text(message))
+    raise AssertionError("grpc's abort() raises")
+
+
+# -- --direct: run an idle instance's `execute` on the RPC thread --------------------------------
+
+# The resolved model folders per instance, bound on an RPC thread for lazy imports (as
+# instance.py binds them on the instance thread once).
+_FOLDERS: dict[str, list[str]] = {}
+
+
+def _submit_direct(
+    model: ServedModel, inference: InferRequest, respond: Callable[..., None]
+) -> bool:
+    """`Model.submit`, but run on this thread when the version's one thread instance is idle.
+
+    False (nothing done) where this does not apply: the caller submits as usual."""
+    if not isinstance(model, Model):
+        return False  # an ensemble
+    version = model.latest if inference.model_version == -1 else None
+    if version is None or not _directable(version):
+        return False
+    pending = version.admit(inference, respond, queue=True)
+    if pending is None or pending.closed:  # refused, or a response cache hit: answered
+        return True
+    version.stats.queue_changed(1)
+    scheduler: DefaultScheduler = version._scheduler  # type: ignore[assignment]
+    instance = _claim(scheduler)
+    if instance is None:
+        scheduler.enqueue(pending)  # busy: queued for the instance thread, as submit does
+        return True
+    _run_here(scheduler, instance, pending)
+    # Whatever queued meanwhile goes to the instance thread: this RPC thread answers its own
+    # client now instead of serving the others'.
+    following = scheduler._next_or_idle(instance)
+    if following is not None:
+        instance.post(functools.partial(scheduler._run, instance, following))
+    return True
+
+
+def _directable(version: ModelVersion) -> bool:
+    return (
+        isinstance(version._scheduler, DefaultScheduler)
+        and len(version.instances) == 1
+        and isinstance(version.instances[0], ModelInstance)
+    )
+
+
+def _claim(scheduler: DefaultScheduler) -> ModelInstance | None:
+    """The idle instance, now busy for this thread; None while it is busy (or closed)."""
+    with scheduler._lock:
+        if scheduler._unavailable is not None or not scheduler._idle:
+            return None
+        instance = scheduler._idle.popleft()
+        scheduler._busy += 1
+    assert isinstance(instance, ModelInstance)
+    return instance
+
+
+def _run_here(scheduler: DefaultScheduler, instance: ModelInstance, pending: Pending) -> None:
+    """DefaultScheduler._run's body for one request, on this thread, as the instance."""
+    folders = _FOLDERS.get(instance.name)
+    if folders is None:
+        version_dir = instance.spec.model_file.resolve().parent
+        folders = _FOLDERS[instance.name] = [str(version_dir), str(version_dir.parent)]
+    importer._bound.folders = folders  # the importer's thread-local (bind_model_folders)
+    try:
+        with pb_utils.context.model_context(context=instance._bound_context, counted=False):
+            if pending.is_cancelled():
+                pending.fail_cancelled()
+            else:
+                scheduler._execute(instance, pending)
+    except BaseException as exc:
+        fail_batch(instance.name, [pending], exc)
+    finally:
+        importer._bound.folders = None
+
+
+# -- the process -----------------------------------------------------------------------------------
+
+
+def serve(repository: Path, port: int, workers: int, direct: bool) -> None:
+    loaded = load_repository([repository], ConfigOptions())
+    if loaded.failures:
+        raise SystemExit(f"models failed to load: {loaded.failures}")
+    door = DoorSync(loaded, direct)
+    _name_os_threads()
+    pool = futures.ThreadPoolExecutor(
+        max_workers=workers, initializer=_name_os_thread, initargs=("rpc",)
+    )
+    server = grpc.server(pool, options=_OPTIONS)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE, door.handlers()),)
+    )
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    stop.wait()
+    server.stop(0.5).wait()
+    loaded.close(5.0)
+
+
+def _name_os_thread(name: str) -> None:
+    """This thread's name as the OS sees it (/proc/<pid>/task/<tid>/comm): Python 3.11 leaves
+    every thread "python", and a per-thread CPU count (top -H, /proc) must tell the RPC
+    threads from the instance threads."""
+    libc = ctypes.CDLL(None)
+    libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+
+
+def _name_os_threads() -> None:
+    """The loader's threads (`instance:<name>`, ...) by their Python names."""
+    for thread in threading.enumerate():
+        if thread.native_id is not None and thread is not threading.main_thread():
+            try:
+                Path(f"/proc/self/task/{thread.native_id}/comm").write_text(thread.name[:15])
+            except OSError:
+                pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.door_sync")
+    parser.add_argument("--model-repository", type=Path, required=True)
+    parser.add_argument("--grpc-port", type=int, default=8001)
+    parser.add_argument("--metrics-port", type=int, default=8002)  # accepted, unused
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("FLOOR_WORKERS", "16")))
+    parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="run an idle single thread instance's execute on the RPC thread (module doc)",
+    )
+    args = parser.parse_args(argv)
+    # As the bridge does at start-up (bridge/tuning.py, bridge/server.py).
+    from bridge.tuning import batch_scheduling, keep_large_buffers
+
+    keep_large_buffers()
+    batch_scheduling()
+    serve(args.model_repository, args.grpc_port, args.workers, args.direct)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
