@@ -66,6 +66,7 @@ from typing import Any, NoReturn
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
+from benchmarks.grpc_floor import unary_handlers
 from bridge.codec import decode_request, encode_bridge_response
 from bridge.frontends.triton.door_error import DoorError
 from bridge.frontends.triton.grpc.error_status import grpc_status, wire_text
@@ -164,28 +165,7 @@ class DoorSync:
         return to_infer_response(request, item)
 
     def handlers(self) -> dict[str, grpc.RpcMethodHandler]:
-        def live(request: Any, context: Any) -> pb.ServerLiveResponse:
-            return pb.ServerLiveResponse(live=True)
-
-        def ready(request: Any, context: Any) -> pb.ServerReadyResponse:
-            return pb.ServerReadyResponse(ready=True)
-
-        def model_ready(request: Any, context: Any) -> pb.ModelReadyResponse:
-            return pb.ModelReadyResponse(ready=request.name in self.models)
-
-        def unary(fn: Callable[..., Any], request: Any, response: Any) -> grpc.RpcMethodHandler:
-            return grpc.unary_unary_rpc_method_handler(
-                fn,
-                request_deserializer=request.FromString,
-                response_serializer=response.SerializeToString,
-            )
-
-        return {
-            "ServerLive": unary(live, pb.ServerLiveRequest, pb.ServerLiveResponse),
-            "ServerReady": unary(ready, pb.ServerReadyRequest, pb.ServerReadyResponse),
-            "ModelReady": unary(model_ready, pb.ModelReadyRequest, pb.ModelReadyResponse),
-            "ModelInfer": unary(self.model_infer, pb.ModelInferRequest, pb.ModelInferResponse),
-        }
+        return unary_handlers(self.model_infer, lambda name: name in self.models)
 
 
 def _abort(context: Any, code: ErrorCode, message: str) -> NoReturn:

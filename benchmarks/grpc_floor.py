@@ -79,15 +79,20 @@ class InstanceThread:
             self._work.get()()
 
 
-def _health_handlers() -> dict[str, grpc.RpcMethodHandler]:
+def unary_handlers(
+    infer: Callable[..., Any], model_ready: Callable[[str], bool] = lambda name: True
+) -> dict[str, grpc.RpcMethodHandler]:
+    """The RPCs a lab server answers (synchronous handlers): the health calls the benchmark
+    waits on, and ModelInfer."""
+
     def live(request: Any, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
 
     def ready(request: Any, context: Any) -> pb.ServerReadyResponse:
         return pb.ServerReadyResponse(ready=True)
 
-    def model_ready(request: Any, context: Any) -> pb.ModelReadyResponse:
-        return pb.ModelReadyResponse(ready=True)
+    def ready_model(request: Any, context: Any) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=model_ready(request.name))
 
     def unary(fn: Callable[..., Any], request: Any, response: Any) -> grpc.RpcMethodHandler:
         return grpc.unary_unary_rpc_method_handler(
@@ -99,16 +104,9 @@ def _health_handlers() -> dict[str, grpc.RpcMethodHandler]:
     return {
         "ServerLive": unary(live, pb.ServerLiveRequest, pb.ServerLiveResponse),
         "ServerReady": unary(ready, pb.ServerReadyRequest, pb.ServerReadyResponse),
-        "ModelReady": unary(model_ready, pb.ModelReadyRequest, pb.ModelReadyResponse),
+        "ModelReady": unary(ready_model, pb.ModelReadyRequest, pb.ModelReadyResponse),
+        "ModelInfer": unary(infer, pb.ModelInferRequest, pb.ModelInferResponse),
     }
-
-
-def _infer_handler(infer: Callable[..., Any]) -> grpc.RpcMethodHandler:
-    return grpc.unary_unary_rpc_method_handler(
-        infer,
-        request_deserializer=pb.ModelInferRequest.FromString,
-        response_serializer=pb.ModelInferResponse.SerializeToString,
-    )
 
 
 def _async(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -142,8 +140,11 @@ async def _serve_aio(kind: str, port: int) -> None:
         instance.post(work)
         return await done
 
-    methods = {name: _health_async(h) for name, h in _health_handlers().items()}
-    methods["ModelInfer"] = _infer_handler(infer_inline if kind == "aio" else infer_hop)
+    infer = infer_inline if kind == "aio" else infer_hop
+    methods = {
+        name: handler if name == "ModelInfer" else _health_async(handler)
+        for name, handler in unary_handlers(infer).items()
+    }
     server = grpc.aio.server(options=_OPTIONS)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
     server.add_insecure_port(f"127.0.0.1:{port}")
@@ -176,8 +177,7 @@ def _serve_sync(kind: str, port: int, workers: int) -> None:
         instance.post(lambda: done.set_result(_answer(request)))
         return done.result()
 
-    methods = _health_handlers()
-    methods["ModelInfer"] = _infer_handler(infer_inline if kind == "sync" else infer_hop)
+    methods = unary_handlers(infer_inline if kind == "sync" else infer_hop)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=_OPTIONS)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
     server.add_insecure_port(f"127.0.0.1:{port}")

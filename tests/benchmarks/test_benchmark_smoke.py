@@ -182,11 +182,21 @@ def test_door_preset_measures_issue_13s_table(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(180)
-def test_the_bare_grpc_floors_answer_right(tmp_path: Path) -> None:
-    """Each bare gRPC server of benchmarks/grpc_floor.py answers every request of both
-    workloads correctly (the client checks each answer's bytes), so its figures are a floor of
-    the same work and not of less."""
-    floors = ["floor_aio", "floor_aio_hop", "floor_sync", "floor_sync_hop"]
+@pytest.mark.parametrize(
+    "servers",
+    [
+        # benchmarks/grpc_floor.py: their figures are a floor of the same work, not of less.
+        ["floor_aio", "floor_aio_hop", "floor_sync", "floor_sync_hop"],
+        # benchmarks/door_sync.py (the real loader behind a synchronous gRPC server), with and
+        # without `--direct`: two in flight, so `--direct` both runs a request on its RPC
+        # thread and queues one for the busy instance.
+        ["door_sync", "door_sync_direct"],
+    ],
+    ids=["floors", "door_sync"],
+)
+def test_the_lab_servers_answer_right(tmp_path: Path, servers: list[str]) -> None:
+    """Each lab server answers every request of both workloads correctly (the client checks
+    each answer's bytes)."""
     done = run_benchmark(
         tmp_path,
         "--workloads=fp32_4,add_sub",
@@ -195,7 +205,7 @@ def test_the_bare_grpc_floors_answer_right(tmp_path: Path) -> None:
         "--max-seconds=60",
         "--rounds=1",
         "--warmup=1",
-        f"--servers={','.join(floors)}",
+        f"--servers={','.join(servers)}",
         "--pin=off",
         "--no-plot",
     )
@@ -203,35 +213,7 @@ def test_the_bare_grpc_floors_answer_right(tmp_path: Path) -> None:
     results = json.loads((tmp_path / "results.json").read_text())
     assert [cell["workload"] for cell in results["cells"]] == ["fp32_4", "add_sub"]
     for cell in results["cells"]:
-        for name in floors:
-            result = cell["results"][name]
-            assert result["errors"] == 0, result["first_error"]
-            assert result["requests"] + result["drained"] == 12
-
-
-@pytest.mark.timeout(180)
-def test_the_lab_synchronous_door_answers_right(tmp_path: Path) -> None:
-    """benchmarks/door_sync.py (the real loader behind a synchronous gRPC server), with and
-    without `--direct`, answers every request of both workloads correctly: two in flight, so
-    `--direct` both runs a request on its RPC thread and queues one for the busy instance."""
-    doors = ["door_sync", "door_sync_direct"]
-    done = run_benchmark(
-        tmp_path,
-        "--workloads=fp32_4,add_sub",
-        "--concurrency=2",
-        "--max-requests=12",
-        "--max-seconds=60",
-        "--rounds=1",
-        "--warmup=1",
-        f"--servers={','.join(doors)}",
-        "--pin=off",
-        "--no-plot",
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    results = json.loads((tmp_path / "results.json").read_text())
-    assert [cell["workload"] for cell in results["cells"]] == ["fp32_4", "add_sub"]
-    for cell in results["cells"]:
-        for name in doors:
+        for name in servers:
             result = cell["results"][name]
             assert result["errors"] == 0, result["first_error"]
             assert result["requests"] + result["drained"] == 12
