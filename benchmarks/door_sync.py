@@ -56,7 +56,6 @@ import argparse
 import ctypes
 import functools
 import os
-import signal
 import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
@@ -66,7 +65,7 @@ from typing import Any, NoReturn
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
-from benchmarks.grpc_floor import unary_handlers
+from benchmarks.grpc_floor import serve_sync, unary_handlers
 from bridge.codec import decode_request, encode_bridge_response
 from bridge.frontends.triton.door_error import DoorError
 from bridge.frontends.triton.grpc.error_status import grpc_status, wire_text
@@ -82,14 +81,6 @@ from model_repository_loader.model import Model, ModelVersion, ServedModel
 from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.scheduling.default import DefaultScheduler
 from model_repository_loader.validation import RequestError, parse_model_version
-
-SERVICE = "inference.GRPCInferenceService"
-MAX_MESSAGE = 2**31 - 1
-_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE),
-    ("grpc.max_send_message_length", MAX_MESSAGE),
-    ("grpc.so_reuseport", 0),
-]
 
 
 class _Answer:
@@ -259,17 +250,7 @@ def serve(repository: Path, port: int, workers: int, direct: bool) -> None:
     pool = futures.ThreadPoolExecutor(
         max_workers=workers, initializer=_name_os_thread, initargs=("rpc",)
     )
-    server = grpc.server(pool, options=_OPTIONS)
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(SERVICE, door.handlers()),)
-    )
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    server.start()
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    stop.wait()
-    server.stop(0.5).wait()
+    serve_sync(pool, door.handlers(), port)
     loaded.close(5.0)
 
 

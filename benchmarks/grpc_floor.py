@@ -178,7 +178,14 @@ def _serve_sync(kind: str, port: int, workers: int) -> None:
         return done.result()
 
     methods = unary_handlers(infer_inline if kind == "sync" else infer_hop)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=_OPTIONS)
+    serve_sync(futures.ThreadPoolExecutor(max_workers=workers), methods, port)
+
+
+def serve_sync(
+    pool: futures.ThreadPoolExecutor, methods: dict[str, grpc.RpcMethodHandler], port: int
+) -> None:
+    """A synchronous grpc.server with `methods` on 127.0.0.1:`port`, until SIGINT or SIGTERM."""
+    server = grpc.server(pool, options=_OPTIONS)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
