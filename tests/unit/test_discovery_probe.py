@@ -6,7 +6,9 @@ back on the same address, as the e2e outage tests need."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import time
 from pathlib import Path
 
 from bridge.roles.discovery import etcd_answers, scheme_of
@@ -24,6 +26,24 @@ def probe(endpoint: str) -> bool:
     return asyncio.run(any_answers())
 
 
+def wait_stopped(pid: int, timeout: float = 10.0) -> None:
+    """Until every thread of `pid` is stopped: a SIGSTOP is delivered asynchronously, and on a
+    busy machine a thread of etcd may still answer one request after kill() returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                stat = Path(f"/proc/{pid}/task/{task}/stat").read_text()
+            except FileNotFoundError:  # a thread that ended meanwhile
+                continue
+            states.append(stat[stat.rindex(")") + 2])
+        if all(state in "tT" for state in states):
+            return
+        assert time.monotonic() < deadline, f"etcd's threads not stopped: {states}"
+        time.sleep(0.01)
+
+
 def test_probe_follows_etcd_up_frozen_down_and_back(tmp_path: Path) -> None:
     require_service("etcd")
     etcd = EtcdServer(tmp_path / "etcd").start()
@@ -33,6 +53,7 @@ def test_probe_follows_etcd_up_frozen_down_and_back(tmp_path: Path) -> None:
         assert etcd.process is not None
         etcd.process.send_signal(signal.SIGSTOP)
         try:
+            wait_stopped(etcd.process.pid)
             assert not probe(endpoint)  # accepts (the kernel's backlog), answers nothing
         finally:
             etcd.process.send_signal(signal.SIGCONT)
