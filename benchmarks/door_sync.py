@@ -13,12 +13,8 @@ thread (the worker's own `encode_bridge_response`) → a raw lock the RPC thread
 door's own `to_infer_response`. ServerLive, ServerReady and ModelReady answer true (ModelReady:
 for a loaded model); nothing else is served.
 
-With `--direct`, a request that finds its model's single thread instance idle runs `execute` on
-the RPC thread itself (no hand-off), with the instance's pb_utils context and model folders
-bound there; the instance thread takes over the queue when one built up meanwhile. It reaches
-into DefaultScheduler's and ModelInstance's private state (`_claim`): there is no public form
-of "run here if idle" in the loader. Any other scheduler, an isolated (process) instance or a
-model with more than one instance goes through `submit` as without the flag.
+An earlier `--direct` variant ran an idle instance's `execute` on the RPC thread itself; it
+saved no CPU (docs/benchmarks.md, "Issue 27, items 1, 2 and 5") and was removed.
 
 What the real door does per request that this does NOT (so the comparison is fair only with
 this list in mind):
@@ -47,13 +43,12 @@ this list in mind):
 
     python -m benchmarks.door_sync --model-repository benchmarks/repository --grpc-port 8001
     python -m benchmarks.run --workloads fp32_4,add_sub --concurrency 1,32 \
-        --servers triton,door,door_sync,door_sync_direct,floor_aio_hop,floor_sync
+        --servers triton,door,door_sync,floor_aio_hop,floor_sync
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import functools
 import os
 import threading
@@ -71,15 +66,11 @@ from bridge.frontends.triton.door_error import DoorError
 from bridge.frontends.triton.grpc.error_status import grpc_status, wire_text
 from bridge.frontends.triton.grpc.tensors import to_bridge_request, to_infer_response
 from bridge.serialized_bytes import BytesLimits
-from model_repository_loader import importer, pb_utils
+from model_repository_loader import pb_utils
 from model_repository_loader.config import ConfigOptions
-from model_repository_loader.execution import Pending, fail_batch
-from model_repository_loader.inference import InferRequest
-from model_repository_loader.instance import ModelInstance
 from model_repository_loader.loader import LoadedRepository, load_repository
-from model_repository_loader.model import Model, ModelVersion, ServedModel
+from model_repository_loader.model import ServedModel
 from model_repository_loader.pb_utils.errors import ErrorCode
-from model_repository_loader.scheduling.default import DefaultScheduler
 from model_repository_loader.validation import RequestError, parse_model_version
 
 
@@ -119,10 +110,9 @@ class _Answer:
 class DoorSync:
     """The RPC handlers over a loaded repository (module doc)."""
 
-    def __init__(self, loaded: LoadedRepository, direct: bool) -> None:
+    def __init__(self, loaded: LoadedRepository) -> None:
         self.models: dict[str, ServedModel] = loaded.models
         self.limits = BytesLimits()
-        self.direct = direct
 
     def model_infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         name = request.model_name
@@ -144,8 +134,7 @@ class DoorSync:
         if not version:
             version = str(getattr(getattr(model, "latest", None), "version", ""))
         answer = _Answer(functools.partial(encode_bridge_response, name, version))
-        if not (self.direct and _submit_direct(model, inference, answer.respond)):
-            model.submit(inference, answer.respond)
+        model.submit(inference, answer.respond)
         answer.wait()
         items = answer.items
         if len(items) != 1:
@@ -164,88 +153,14 @@ def _abort(context: Any, code: ErrorCode, message: str) -> NoReturn:
     raise AssertionError("grpc's abort() raises")
 
 
-# -- --direct: run an idle instance's `execute` on the RPC thread --------------------------------
-
-# The resolved model folders per instance, bound on an RPC thread for lazy imports (as
-# instance.py binds them on the instance thread once).
-_FOLDERS: dict[str, list[str]] = {}
-
-
-def _submit_direct(
-    model: ServedModel, inference: InferRequest, respond: Callable[..., None]
-) -> bool:
-    """`Model.submit`, but run on this thread when the version's one thread instance is idle.
-
-    False (nothing done) where this does not apply: the caller submits as usual."""
-    if not isinstance(model, Model):
-        return False  # an ensemble
-    version = model.latest if inference.model_version == -1 else None
-    if version is None or not _directable(version):
-        return False
-    pending = version.admit(inference, respond, queue=True)
-    if pending is None or pending.closed:  # refused, or a response cache hit: answered
-        return True
-    version.stats.queue_changed(1)
-    scheduler: DefaultScheduler = version._scheduler  # type: ignore[assignment]
-    instance = _claim(scheduler)
-    if instance is None:
-        scheduler.enqueue(pending)  # busy: queued for the instance thread, as submit does
-        return True
-    _run_here(scheduler, instance, pending)
-    # Whatever queued meanwhile goes to the instance thread: this RPC thread answers its own
-    # client now instead of serving the others'.
-    following = scheduler._next_or_idle(instance)
-    if following is not None:
-        instance.post(functools.partial(scheduler._run, instance, following))
-    return True
-
-
-def _directable(version: ModelVersion) -> bool:
-    return (
-        isinstance(version._scheduler, DefaultScheduler)
-        and len(version.instances) == 1
-        and isinstance(version.instances[0], ModelInstance)
-    )
-
-
-def _claim(scheduler: DefaultScheduler) -> ModelInstance | None:
-    """The idle instance, now busy for this thread; None while it is busy (or closed)."""
-    with scheduler._lock:
-        if scheduler._unavailable is not None or not scheduler._idle:
-            return None
-        instance = scheduler._idle.popleft()
-        scheduler._busy += 1
-    assert isinstance(instance, ModelInstance)
-    return instance
-
-
-def _run_here(scheduler: DefaultScheduler, instance: ModelInstance, pending: Pending) -> None:
-    """DefaultScheduler._run's body for one request, on this thread, as the instance."""
-    folders = _FOLDERS.get(instance.name)
-    if folders is None:
-        version_dir = instance.spec.model_file.resolve().parent
-        folders = _FOLDERS[instance.name] = [str(version_dir), str(version_dir.parent)]
-    importer._bound.folders = folders  # the importer's thread-local (bind_model_folders)
-    try:
-        with pb_utils.context.model_context(context=instance._bound_context, counted=False):
-            if pending.is_cancelled():
-                pending.fail_cancelled()
-            else:
-                scheduler._execute(instance, pending)
-    except BaseException as exc:
-        fail_batch(instance.name, [pending], exc)
-    finally:
-        importer._bound.folders = None
-
-
 # -- the process -----------------------------------------------------------------------------------
 
 
-def serve(repository: Path, port: int, workers: int, direct: bool) -> None:
+def serve(repository: Path, port: int, workers: int) -> None:
     loaded = load_repository([repository], ConfigOptions())
     if loaded.failures:
         raise SystemExit(f"models failed to load: {loaded.failures}")
-    door = DoorSync(loaded, direct)
+    door = DoorSync(loaded)
     _name_os_threads()
     pool = futures.ThreadPoolExecutor(
         max_workers=workers, initializer=_name_os_thread, initargs=("rpc",)
@@ -254,22 +169,22 @@ def serve(repository: Path, port: int, workers: int, direct: bool) -> None:
     loaded.close(5.0)
 
 
-def _name_os_thread(name: str) -> None:
-    """This thread's name as the OS sees it (/proc/<pid>/task/<tid>/comm): Python 3.11 leaves
-    every thread "python", and a per-thread CPU count (top -H, /proc) must tell the RPC
-    threads from the instance threads."""
-    libc = ctypes.CDLL(None)
-    libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+def _name_os_thread(name: str, native_id: int | None = None) -> None:
+    """A thread's name as the OS sees it (/proc/<pid>/task/<tid>/comm; this thread's by
+    default): Python 3.11 leaves every thread "python", and a per-thread CPU count (top -H,
+    /proc) must tell the RPC threads from the instance threads."""
+    tid = threading.get_native_id() if native_id is None else native_id
+    try:
+        Path(f"/proc/self/task/{tid}/comm").write_text(name[:15])
+    except OSError:
+        pass
 
 
 def _name_os_threads() -> None:
     """The loader's threads (`instance:<name>`, ...) by their Python names."""
     for thread in threading.enumerate():
         if thread.native_id is not None and thread is not threading.main_thread():
-            try:
-                Path(f"/proc/self/task/{thread.native_id}/comm").write_text(thread.name[:15])
-            except OSError:
-                pass
+            _name_os_thread(thread.name, thread.native_id)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -278,18 +193,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)  # accepted, unused
     parser.add_argument("--workers", type=int, default=int(os.environ.get("FLOOR_WORKERS", "16")))
-    parser.add_argument(
-        "--direct",
-        action="store_true",
-        help="run an idle single thread instance's execute on the RPC thread (module doc)",
-    )
     args = parser.parse_args(argv)
     # As the bridge does at start-up (bridge/tuning.py, bridge/server.py).
     from bridge.tuning import batch_scheduling, keep_large_buffers
 
     keep_large_buffers()
     batch_scheduling()
-    serve(args.model_repository, args.grpc_port, args.workers, args.direct)
+    serve(args.model_repository, args.grpc_port, args.workers)
     return 0
 
 

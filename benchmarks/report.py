@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .servers import FLOORS, SYNC_DOORS
+from .servers import FLOORS
 from .spread import format_spread, number, paired, spread
 
 NA = "n/a"
@@ -21,9 +21,9 @@ RATIOS: tuple[tuple[str, str], ...] = (
     ("door", "triton"),
     ("door_split", "triton"),
     *((floor, "triton") for floor in FLOORS),
-    *((door, "triton") for door in SYNC_DOORS),
+    ("door_sync", "triton"),
     # The lab's synchronous door against the real one: what the event-loop machinery costs.
-    *((door, "door") for door in SYNC_DOORS),
+    ("door_sync", "door"),
 )
 _FIGURES = (("p50_ms", "turn_p50_ms"), ("p99_ms", "turn_p99_ms"), ("rps", "turn_rps"))
 
@@ -194,12 +194,19 @@ DOOR_TARGETS: tuple[tuple[str, int, str, dict[str, tuple[str, float]]], ...] = (
 _FIGURE_LABEL = {"p50_ms": "p50", "rps": "throughput"}
 
 
+def _round_ratio(cell: dict[str, Any], server: str, figure: str) -> dict[str, Any] | None:
+    """The spread over rounds of `server` ÷ Triton's `figure` in `cell`, if measured."""
+    rounds = cell["ratios"].get(f"{server}/triton", {}).get("rounds", {})
+    ratio: dict[str, Any] | None = rounds.get(figure)
+    return ratio
+
+
 def _door_cell(
     cell: dict[str, Any] | None, server: str, figure: str, target: tuple[str, float]
 ) -> str:
     if cell is None:
         return NA
-    ratio = cell["ratios"].get(f"{server}/triton", {}).get("rounds", {}).get(figure)
+    ratio = _round_ratio(cell, server, figure)
     if ratio is None:
         return NA
     comparison, bound = target
@@ -237,7 +244,7 @@ def format_against_triton(cells: Sequence[dict[str, Any]], servers: Sequence[str
         figure = "p50_ms" if cell["concurrency"] == 1 else "rps"
         row = [f"{cell['workload']}, c={cell['concurrency']} {_FIGURE_LABEL[figure]}"]
         for server in others:
-            ratio = cell["ratios"].get(f"{server}/triton", {}).get("rounds", {}).get(figure)
+            ratio = _round_ratio(cell, server, figure)
             row.append(format_spread(ratio) if ratio else NA)
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)

@@ -39,7 +39,6 @@ from .servers import (
     DEFAULT_SERVERS,
     FLOORS,
     SERVER_NAMES,
-    SYNC_DOORS,
     Target,
     make_targets,
     start_targets,
@@ -103,7 +102,7 @@ PRESETS: dict[str, tuple[tuple[str, int, tuple[str, ...]], ...]] = {
     # Issue 27 item 5: the door beside the lab's synchronous door (door_sync.py) and bare gRPC
     # servers (grpc_floor.py), each ÷ Triton.
     "floors": tuple(
-        (workload, concurrency, ("triton", "door", *SYNC_DOORS, *FLOORS))
+        (workload, concurrency, ("triton", "door", "door_sync", *FLOORS))
         for workload, concurrency in (
             ("fp32_4", 1),
             ("fp32_100k", 1),

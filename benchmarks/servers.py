@@ -12,7 +12,7 @@
   process, over file discovery and the tcp request plane (issue 13's second column).
 * floor_aio, floor_aio_hop, floor_sync, floor_sync_hop: `python -m benchmarks.grpc_floor`, bare
   gRPC servers that answer ModelInfer with numpy alone (grpc_floor.py says what each kind is).
-* door_sync, door_sync_direct: `python -m benchmarks.door_sync` (`--direct`), a LAB server: the
+* door_sync: `python -m benchmarks.door_sync`, a LAB server: the
   door's unary conversions and the real loader on a synchronous grpc.server (door_sync.py says
   what it leaves out).
 
@@ -37,7 +37,6 @@ from tests.harness.oracle import TritonOracle, oracle_unavailable_reason
 from tests.harness.roles import Frontend
 
 FLOORS: tuple[str, ...] = ("floor_aio", "floor_aio_hop", "floor_sync", "floor_sync_hop")
-SYNC_DOORS: tuple[str, ...] = ("door_sync", "door_sync_direct")
 SERVER_NAMES: tuple[str, ...] = (
     "triton",
     "bridge",
@@ -46,7 +45,7 @@ SERVER_NAMES: tuple[str, ...] = (
     "door",
     "door_split",
     *FLOORS,
-    *SYNC_DOORS,
+    "door_sync",
 )
 # Started when --servers is not given: door_split (two more processes) only on request.
 DEFAULT_SERVERS: tuple[str, ...] = ("triton", "bridge", "bridge2", "echo", "door")
@@ -159,11 +158,8 @@ def _create(name: str, repository: Path, log_path: Path) -> _Server:
         return FloorServer(
             repository, "--kind", kind, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT
         )
-    if name in SYNC_DOORS:
-        direct = ("--direct",) if name == "door_sync_direct" else ()
-        return SyncDoorServer(
-            repository, *direct, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT
-        )
+    if name == "door_sync":
+        return SyncDoorServer(repository, log_path=log_path, startup_timeout=_STARTUP_TIMEOUT)
     raise ValueError(f"unknown server '{name}'; known: {', '.join(SERVER_NAMES)}")
 
 
