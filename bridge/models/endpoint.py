@@ -34,7 +34,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from model_repository_loader.errors import failed_requests_text
 from model_repository_loader.inference import respond_may_wait
-from model_repository_loader.model import ServedModel
+from model_repository_loader.model import Cancellable, ServedModel
 from model_repository_loader.pb_utils import InferenceResponse, TritonError
 from model_repository_loader.tracing import RequestTrace
 from model_repository_loader.validation import (
@@ -294,31 +294,22 @@ class ModelWorker:
         except Exception as exc:  # best effort: the model card is already gone
             log.debug("'%s': withdrawing generation %d: %s", self.name, self.generation, exc)
 
-    async def generate(self, request: dict[str, Any], context: Any) -> AsyncIterator[dict]:
-        """Answer one request: every response the model sends, in order, as it is sent.
+    async def _admit(
+        self, request: dict[str, Any], bridge: bool, answers: _Responses | _Collected
+    ) -> tuple[TritonError | None, Cancellable | None, ServedModel | None, RequestTrace | None]:
+        """Decode `request`, choose the model that answers it and submit it, its responses going
+        to `answers` (whose `encode` is set here for the bridge form).
 
-        The worker cannot tell ModelStreamInfer from ModelInfer (the request is the same), so
-        every response carries `triton_final_response` as Triton sets it on streams, and a
-        decoupled model's flag-only FINAL becomes an empty response when the client asked for
-        one. When the client goes away (cancel, deadline, disconnect) the request is cancelled
-        for the model and its later responses are dropped.
-
-        A request in the bridge form (`"bridge_form": 1`, codec.py) selects its version with
-        `model_version` and gets raw outputs, `final` on every answer, every flag-only FINAL,
-        and its errors as items (the stream goes on after an error that is not final).
+        Returns (refused, pending, model, trace): `refused` is Triton's error for a request no
+        model took (undecodable, or the model is gone); `pending` is None when the model
+        answered at once (its checks refused the request). The request
+        counts as in flight here until `_request_done`, unless it was refused or another
+        generation's model took it (not this generation's drain).
         """
         loop = asyncio.get_running_loop()
-        bridge = wants_bridge_form(request)
-        # Triton sends the empty final response only for decoupled models [V].
-        empty_final = self._decoupled and wants_empty_final_response(request)
-        responses = _Responses(loop, self.name)
-        request_id = request.get("id") or ""
         self.in_flight += 1
         self.last_arrival = loop.time()
-        refused: TritonError | None = None
         trace: RequestTrace | None = None
-        pending = None
-        model: ServedModel | None = None
         try:
             try:
                 # A request from a door on this host: its large inputs are in shared memory.
@@ -340,39 +331,59 @@ class ModelWorker:
                         trace = RequestTrace("TENSORS" in request["trace"]["level"])
                         inference.trace = trace
             except RequestError as exc:
-                refused = TritonError(exc.message, exc.code)
-            else:
-                # Chosen after the decode (which may have yielded): never a model retired
-                # meanwhile, nor this generation's own once it is draining.
-                model = self._serving_model() or (None if self.draining else self.model)
-                if model is None:
-                    # Unloaded (or being unloaded) while the request was on its way: answer
-                    # now, as Triton does (NOT_FOUND with this text [V]).
-                    message = no_available_versions_error(self.name)
-                    refused = TritonError(message, TritonError.NOT_FOUND)
-                else:
-                    if bridge:
-                        version = _answering_version(model, inference.model_version)
-                        responses.encode = functools.partial(
-                            encode_bridge_response,
-                            self.name,
-                            version,
-                            place=placer.place if placer is not None else None,
-                            sinks=output_sinks(request),
-                        )
-                    pending = model.submit(inference, responses.respond)
-                    if model is not self.model:
-                        self._request_done()  # not this generation's model: not its drain
+                self._request_done()
+                return TritonError(exc.message, exc.code), None, None, None
+            # Chosen after the decode (which may have yielded): never a model retired
+            # meanwhile, nor this generation's own once it is draining.
+            model = self._serving_model() or (None if self.draining else self.model)
+            if model is None:
+                # Unloaded (or being unloaded) while the request was on its way: answer now,
+                # as Triton does (NOT_FOUND with this text [V]).
+                self._request_done()
+                message = no_available_versions_error(self.name)
+                return TritonError(message, TritonError.NOT_FOUND), None, None, None
+            if bridge:
+                version = _answering_version(model, inference.model_version)
+                answers.encode = functools.partial(
+                    encode_bridge_response,
+                    self.name,
+                    version,
+                    place=placer.place if placer is not None else None,
+                    sinks=output_sinks(request),
+                )
+            pending = model.submit(inference, answers.respond)
         except BaseException:
             self._request_done()
             raise
+        if model is not self.model:
+            self._request_done()  # not this generation's model: not its drain
+        return None, pending, model, trace
+
+    async def generate(self, request: dict[str, Any], context: Any) -> AsyncIterator[dict]:
+        """Answer one request: every response the model sends, in order, as it is sent.
+
+        The worker cannot tell ModelStreamInfer from ModelInfer (the request is the same), so
+        every response carries `triton_final_response` as Triton sets it on streams, and a
+        decoupled model's flag-only FINAL becomes an empty response when the client asked for
+        one. When the client goes away (cancel, deadline, disconnect) the request is cancelled
+        for the model and its later responses are dropped.
+
+        A request in the bridge form (`"bridge_form": 1`, codec.py) selects its version with
+        `model_version` and gets raw outputs, `final` on every answer, every flag-only FINAL,
+        and its errors as items (the stream goes on after an error that is not final).
+        """
+        loop = asyncio.get_running_loop()
+        bridge = wants_bridge_form(request)
+        # Triton sends the empty final response only for decoupled models [V].
+        empty_final = self._decoupled and wants_empty_final_response(request)
+        responses = _Responses(loop, self.name)
+        refused, pending, model, trace = await self._admit(request, bridge, responses)
         if refused is not None:
-            self._request_done()
-            failure = request_failed(self.name, request_id, refused)
             if not bridge:
-                raise failure
+                raise request_failed(self.name, request.get("id") or "", refused)
             yield bridge_error(refused, final=True, rejected=True)
             return
+        request_id = request.get("id") or ""
         mine = model is self.model
         # In the bridge form, an error answered while submitting means the request checks
         # refused it: the caller (BLS) words those differently.
@@ -386,20 +397,12 @@ class ModelWorker:
                 item, final = await responses.next()
                 if item is _GONE:
                     return
-                out: dict | None = None
-                if isinstance(item, TritonError):
-                    failure = request_failed(self.name, request_id, item)
-                    if not bridge:
-                        # Dynamo ends the request at an error, even one the model sent
-                        # mid-stream (stream_error_ends_request): the model is told by
-                        # cancellation below.
-                        finished = final
-                        raise failure
-                    out = bridge_error(item, final, rejected)
-                elif item is not None:
-                    out = item
-                elif final and (empty_final or bridge):
-                    out = responses.encode(None, True)
+                if isinstance(item, TritonError) and not bridge:
+                    # Dynamo ends the request at an error, even one the model sent mid-stream
+                    # (stream_error_ends_request): the model is told by cancellation below.
+                    finished = final
+                    raise request_failed(self.name, request_id, item)
+                out = _item(item, final, rejected, responses.encode, empty_final or bridge)
                 if final and trace is not None:
                     out = await _with_trace(out, trace)
                 if out is not None:
@@ -416,6 +419,51 @@ class ModelWorker:
             if mine:
                 self._request_done()
 
+    async def answer(self, request: dict[str, Any], context: Any = None) -> list[dict]:
+        """Every item generate() would yield for a bridge-form request, at once: a unary call
+        from this process's own door (routes.py LocalRoute). Without a stream's machinery:
+        the model's thread keeps the responses and wakes the loop once, with the final one.
+
+        The request is cancelled for the model when the caller's task is cancelled, or when
+        `context` is stopped (then nothing is answered: []). A request that is not decoupled
+        gets one response and perhaps a flag-only FINAL, so nothing here needs a bound (a
+        decoupled model is never asked through a unary call: the door refuses it first).
+        """
+        loop = asyncio.get_running_loop()
+        collected = _Collected(loop, self.name)
+        refused, pending, model, trace = await self._admit(request, True, collected)
+        if refused is not None:
+            return [bridge_error(refused, final=True, rejected=True)]
+        mine = model is self.model
+        watching = context is not None and pending is not None
+        if watching:
+            self._cancellations.watch(loop, collected, context)
+        finished = False
+        try:
+            await collected.done
+            if collected.gone:
+                return []
+            rejected = pending is None  # the request checks refused it (module codec.py)
+            out = [
+                answer
+                for item, final in collected.items
+                if (answer := _item(item, final, rejected, collected.encode, True)) is not None
+            ]
+            if trace is not None and out:
+                last = await _with_trace(out[-1], trace)
+                assert last is not None
+                out[-1] = last
+            finished = True
+            return out
+        finally:
+            if watching:
+                self._cancellations.unwatch(collected)
+            if not finished and pending is not None:
+                pending.cancel()
+            collected.close()
+            if mine:
+                self._request_done()
+
     def _request_done(self) -> None:
         self.in_flight -= 1
         if self.in_flight == 0 and self._idle is not None:
@@ -425,6 +473,46 @@ class ModelWorker:
 
 # Put in a request's responses when the client is gone.
 _GONE: Any = object()
+
+
+def _item(
+    item: dict | TritonError | None,
+    final: bool,
+    rejected: bool,
+    encode: Callable[[InferenceResponse | None, bool], dict],
+    flag_final: bool,
+) -> dict | None:
+    """A response as its caller gets it: an encoded response as it is, an error as an error
+    item (`rejected`: the request checks refused it), a flag-only FINAL (None) as an empty
+    final answer when `flag_final` (the bridge form, or a client that asked for it)."""
+    if isinstance(item, TritonError):
+        return bridge_error(item, final, rejected)
+    if item is not None:
+        return item
+    if final and flag_final:
+        return encode(None, True)
+    return None
+
+
+def _encoded(
+    encode: Callable[[InferenceResponse | None, bool], dict],
+    response: InferenceResponse | None,
+    final: bool,
+    name: str,
+) -> dict | TritonError | None:
+    """On the model's thread: `response` encoded for its caller, its error, or None for a
+    flag-only FINAL. A response the wire cannot carry fails the request with a clear text:
+    nothing of the bridge's raises into the model's thread."""
+    if response is None:
+        return None
+    if response.has_error():
+        return response.error()
+    try:
+        return encode(response, final)
+    except Exception as exc:
+        log.exception("'%s': a response could not be encoded", name)
+        what = f"the response could not be encoded: {exc!r}"
+        return TritonError(failed_requests_text(name, what), TritonError.INTERNAL)
 
 
 async def _with_trace(item: dict | None, trace: RequestTrace) -> dict | None:
@@ -536,19 +624,7 @@ class _Responses:
         if self.gone:
             return
         # Encode here, so the event loop only hands the dict over.
-        if response is None:
-            item: dict | TritonError | None = None
-        elif response.has_error():
-            item = response.error()
-        else:
-            try:
-                item = self.encode(response, final)
-            except Exception as exc:
-                # The wire cannot carry this response: the request fails with a clear text, and
-                # nothing of the bridge's raises into the model's thread.
-                log.exception("'%s': a response could not be encoded", self._name)
-                what = f"the response could not be encoded: {exc!r}"
-                item = TritonError(failed_requests_text(self._name, what), TritonError.INTERNAL)
+        item = _encoded(self.encode, response, final, self._name)
         if final:
             self._ended = True
             if self._senders_waiting:
@@ -625,6 +701,50 @@ class _Responses:
         return item
 
 
+class _Collected:
+    """One unary request's responses (ModelWorker.answer), kept as the model's thread gives
+    them and handed to the event loop once: `done` is set with the final one."""
+
+    __slots__ = ("_loop", "_loop_thread", "_name", "done", "encode", "items", "gone")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, name: str) -> None:
+        self._loop = loop
+        self._loop_thread = threading.get_ident()  # built on the loop (answer)
+        self._name = name
+        self.done: asyncio.Future[None] = loop.create_future()
+        # Set by ModelWorker._admit for the bridge form, as _Responses.encode.
+        self.encode: Callable[[InferenceResponse | None, bool], dict] = functools.partial(
+            _standard_response, name
+        )
+        self.items: list[tuple[dict | TritonError | None, bool]] = []
+        self.gone = False  # nobody waits any more: drop what the model sends
+
+    def respond(self, response: InferenceResponse | None, final: bool) -> None:
+        """The loader's `Respond`: on the model's thread (or the loop, for early errors)."""
+        if self.gone:
+            return
+        self.items.append((_encoded(self.encode, response, final, self._name), final))
+        if final:
+            if threading.get_ident() == self._loop_thread:
+                self._settle()
+            else:
+                self._loop.call_soon_threadsafe(self._settle)
+
+    def _settle(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def client_gone(self) -> None:
+        """On the loop: the client cancelled, timed out or disconnected."""
+        self.gone = True
+        self._settle()
+
+    def close(self) -> None:
+        """On the loop: later responses are dropped, and the output sinks let go of."""
+        self.gone = True
+        self.encode = functools.partial(_standard_response, self._name)
+
+
 class _CancellationPoller:
     """Tells a request's `_Responses` when Dynamo says its client is gone.
 
@@ -638,15 +758,17 @@ class _CancellationPoller:
     POLL_SECONDS = 0.01
 
     def __init__(self) -> None:
-        self._watched: dict[_Responses, Any] = {}
+        self._watched: dict[_Responses | _Collected, Any] = {}
         self._timer: asyncio.TimerHandle | None = None
 
-    def watch(self, loop: asyncio.AbstractEventLoop, responses: _Responses, context: Any) -> None:
+    def watch(
+        self, loop: asyncio.AbstractEventLoop, responses: _Responses | _Collected, context: Any
+    ) -> None:
         self._watched[responses] = context
         if self._timer is None:
             self._timer = loop.call_later(self.POLL_SECONDS, self._poll, loop)
 
-    def unwatch(self, responses: _Responses) -> None:
+    def unwatch(self, responses: _Responses | _Collected) -> None:
         self._watched.pop(responses, None)
 
     def _poll(self, loop: asyncio.AbstractEventLoop) -> None:

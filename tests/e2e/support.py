@@ -147,3 +147,55 @@ def warmup_repository(destination: Path, *models: str) -> Path:
         (destination / model / "1").mkdir(exist_ok=True)
         shutil.copyfile(source / "probe_model.py", destination / model / "1" / "model.py")
     return destination
+
+
+# A model whose execute waits (at most 20 s) until its request is cancelled, and says which
+# happened: files `started`, then `cancelled` or `not-cancelled`, in the folder of its input.
+_CANCELLATION_GATE_MODEL = """import os
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            folder = pb_utils.get_input_tensor_by_name(request, "DIR").as_numpy()[0].decode()
+            open(os.path.join(folder, "started"), "w").close()
+            deadline = time.monotonic() + 20
+            while not request.is_cancelled() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            seen = "cancelled" if request.is_cancelled() else "not-cancelled"
+            open(os.path.join(folder, seen), "w").close()
+            error = pb_utils.TritonError("stopped", pb_utils.TritonError.CANCELLED)
+            responses.append(pb_utils.InferenceResponse(error=error))
+        return responses
+"""
+_CANCELLATION_GATE_CONFIG = """backend: "python"
+max_batch_size: 0
+input [ { name: "DIR" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+def cancellation_gate(tmp_path: Path) -> tuple[Path, Path]:
+    """A repository with the model `gate` (above) and the folder to send it as its input DIR."""
+    repository = tmp_path / "repository"
+    (repository / "gate" / "1").mkdir(parents=True)
+    (repository / "gate" / "config.pbtxt").write_text(_CANCELLATION_GATE_CONFIG)
+    (repository / "gate" / "1" / "model.py").write_text(_CANCELLATION_GATE_MODEL)
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    return repository, gates
+
+
+def wait_for_file(folder: Path, names: tuple[str, ...], timeout: float = 60.0) -> str:
+    """The first of `names` to appear in `folder`; AssertionError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name in names:
+            if (folder / name).exists():
+                return name
+        time.sleep(0.02)
+    raise AssertionError(f"none of {names} appeared in {folder}")

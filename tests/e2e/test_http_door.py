@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from tests.e2e.support import cancellation_gate, wait_for_file
 from tests.harness import BridgeServer
 from tests.harness.ports import LOCALHOST, free_port
 
@@ -240,55 +241,10 @@ def test_stops_cleanly_after_serving_http(bridge_server, dtypes: Path):
     assert "Started server process" not in server.log_text  # uvicorn's lines stay out
 
 
-GATE_MODEL = """import os
-import time
-
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            folder = pb_utils.get_input_tensor_by_name(request, "DIR").as_numpy()[0].decode()
-            open(os.path.join(folder, "started"), "w").close()
-            deadline = time.monotonic() + 20
-            while not request.is_cancelled() and time.monotonic() < deadline:
-                time.sleep(0.01)
-            seen = "cancelled" if request.is_cancelled() else "not-cancelled"
-            open(os.path.join(folder, seen), "w").close()
-            error = pb_utils.TritonError("stopped", pb_utils.TritonError.CANCELLED)
-            responses.append(pb_utils.InferenceResponse(error=error))
-        return responses
-"""
-GATE_CONFIG = """backend: "python"
-max_batch_size: 0
-input [ { name: "DIR" data_type: TYPE_STRING dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-"""
-
-
-def _wait_for_file(folder: Path, names: tuple[str, ...], timeout: float = 60.0) -> str:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for name in names:
-            if (folder / name).exists():
-                return name
-        time.sleep(0.02)
-    raise AssertionError(f"none of {names} appeared in {folder}")
-
-
 def test_a_client_that_goes_away_cancels_its_request(bridge_server, tmp_path: Path):
     """The client closes its connection while the model runs: the request is cancelled, and
     the model sees `is_cancelled()` (it would otherwise run on for 20 s)."""
-    repository = tmp_path / "repository"
-    (repository / "gate" / "1").mkdir(parents=True)
-    (repository / "gate" / "config.pbtxt").write_text(GATE_CONFIG)
-    (repository / "gate" / "1" / "model.py").write_text(GATE_MODEL)
-    gates = tmp_path / "gates"
-    gates.mkdir()
+    repository, gates = cancellation_gate(tmp_path)
     server = bridge_server(repository, *DOOR)
     server.wait_model_ready("gate")
     body = json.dumps(
@@ -300,8 +256,8 @@ def test_a_client_that_goes_away_cancels_its_request(bridge_server, tmp_path: Pa
             % len(body)
             + body
         )
-        _wait_for_file(gates, ("started",))
-    assert _wait_for_file(gates, ("cancelled", "not-cancelled")) == "cancelled"
+        wait_for_file(gates, ("started",))
+    assert wait_for_file(gates, ("cancelled", "not-cancelled")) == "cancelled"
 
 
 def test_inputs_and_outputs_in_system_shared_memory(door: BridgeServer):

@@ -28,7 +28,15 @@ from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.reload_support import ask_marked, copy_models, set_line
-from tests.e2e.support import SERVING, WAIT_S, Gate, fp32_input, wait_until
+from tests.e2e.support import (
+    SERVING,
+    WAIT_S,
+    Gate,
+    cancellation_gate,
+    fp32_input,
+    wait_for_file,
+    wait_until,
+)
 from tests.e2e.test_roles import http_text
 from tests.harness import BridgeServer, free_port
 from tests.harness.roles import SYSTEM_PORTS, Frontend, Worker
@@ -184,6 +192,34 @@ def test_requests_on_one_stream_run_concurrently(shared_bridge_server, tmp_path)
         "a",
         "b",
     ]
+
+
+def test_a_unary_call_that_ends_early_cancels_its_request(bridge_server, tmp_path):
+    """ModelInfer to this process's own worker (the unary path without a stream,
+    ModelWorker.answer): a client's deadline, and a call it cancels, reach the model as
+    `is_cancelled()` (it would otherwise run on for 20 s and write `not-cancelled`)."""
+    repository, gates = cancellation_gate(tmp_path)
+    server = bridge_server(repository, *DOOR)
+    server.wait_model_ready("gate")
+
+    def request(folder: Path) -> pb.ModelInferRequest:
+        folder.mkdir()
+        message = pb.ModelInferRequest(model_name="gate")
+        message.inputs.add(name="DIR", datatype="BYTES", shape=[1])
+        message.inputs[0].contents.bytes_contents.append(str(folder).encode())
+        return message
+
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as failure:
+            stub.ModelInfer(request(gates / "deadline"), timeout=2.0)
+        assert failure.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert wait_for_file(gates / "deadline", ("cancelled", "not-cancelled")) == "cancelled"
+
+        call = stub.ModelInfer.future(request(gates / "cancel"))
+        wait_for_file(gates / "cancel", ("started",))
+        call.cancel()
+        assert wait_for_file(gates / "cancel", ("cancelled", "not-cancelled")) == "cancelled"
 
 
 # -- address and TLS -----------------------------------------------------------------------------

@@ -6,7 +6,8 @@ and including the final one (docs/worker_protocol.md §2):
 
 * `LocalRoute`: the endpoint is served by a `ModelWorker` of this very process (the embedded
   default, `--role all`). Its `generate` is called directly: no msgpack transcode of the
-  tensors, no socket, no second copy of the request. The worker polls the same `Context` for
+  tensors, no socket, no second copy of the request; a unary call takes `answer`, which
+  skips the stream's machinery. The worker polls the same `Context` for
   cancellation as it polls the request plane's, so stopping it behaves alike. The models stay
   registered with Dynamo: other frontends still reach them over the request plane.
 * `RequestPlaneRoute`: another bridge worker's endpoint, through Dynamo's request plane
@@ -124,6 +125,11 @@ class LocalRoute:
     def generate(self, body: dict, context: Context) -> AsyncIterator[dict]:
         # The handler ends right after its final item (a bridge-form request): no wrapper.
         return self.worker.generate(body, context)
+
+    async def answer(self, body: dict, context: Context) -> list[dict]:
+        """What `generate` gives, at once: a unary call's cheaper path (ModelWorker.answer)."""
+        answers: list[dict] = await self.worker.answer(body, context)
+        return answers
 
 
 # The request plane's texts for a request a stopping replica never took (measured on 1.6.1).

@@ -41,6 +41,7 @@ from ...cluster.index import EndpointWithdrawn
 from ...cluster.protocol import BATCH_KINDS, INFER_KINDS, StatsRow, load_request, unload_request
 from ...serialized_bytes import BytesLimits
 from ...tracing.config import TraceConfig
+from ...tracing.request import WireTrace
 from .directory import Directory, ModelEntry
 from .door_error import DoorError
 from .log_trace_settings import LogSettings, TraceSettings
@@ -383,6 +384,35 @@ class TritonService:
                 self.directory.forget(target.endpoint)
                 target = await self._moved(target)
 
+    async def answers(
+        self, target: Target, body: dict, context: Context, trace: WireTrace | None = None
+    ) -> list[dict]:
+        """A unary request's answers (gRPC ModelInfer, HTTP infer), its flag-only FINAL left
+        out: one, unless the model misbehaved (`single_answer`). The worker's part of `trace`
+        is kept. The caller stops `context` (or cancels) when its client goes away.
+
+        To this process's own worker the request goes without a stream (LocalRoute.answer):
+        no response queue, no generator per layer, one wake-up of the loop."""
+        route = await self.directory.route(target.endpoint, target.entry)
+        if isinstance(route, LocalRoute):
+            try:
+                items = await route.answer(body, context)
+            except DoorError:
+                raise
+            except Exception as exc:  # as items() words a failure of the worker
+                raise DoorError(ErrorCode.UNAVAILABLE, str(exc)) from None
+        else:
+            items = [item async for item in self.items(target, body, context)]
+        answers = []
+        for item in items:
+            if trace is not None:
+                trace.took(item)
+            if not item.get("empty"):  # a flag-only FINAL: a unary call has nothing to show
+                answers.append(item)
+        if trace is not None:
+            trace.stamp("INFER_RESPONSE_COMPLETE")
+        return answers
+
     async def _moved(self, target: Target) -> Target:
         """`target` as a fresh index has it now, or Triton's answer when the model has gone."""
         name = target.entry.name
@@ -394,6 +424,13 @@ class TritonService:
     def close(self) -> None:
         self.shm.close()
         self.trace.close()
+
+
+def single_answer(answers: list[dict]) -> dict:
+    """The one answer of a unary request, or INTERNAL when the model gave more or none."""
+    if len(answers) != 1:
+        raise DoorError(ErrorCode.INTERNAL, f"expected a single response, got {len(answers)}")
+    return answers[0]
 
 
 def _add(target: Any, pair: tuple[int, int] | None) -> None:

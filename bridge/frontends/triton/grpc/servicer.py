@@ -29,7 +29,7 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from ....tracing.request import WireTrace
 from ..door_error import DoorError
 from ..header_forward import HeaderForwarding, forward_into
-from ..service import TritonService
+from ..service import TritonService, single_answer
 from ..tensor_checks import run_deferred
 from .error_status import grpc_status, wire_text
 from .tensors import region_names, to_bridge_request, to_infer_response, wants_empty_final
@@ -258,23 +258,12 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self._forward_headers(body, context)
         if trace is not None and target.entry.bridge_form:
             body["trace"] = trace.request_form()
-        answers: list[dict] = []
         dynamo_context = Context()
         try:
-            async for item in service.items(target, body, dynamo_context):
-                if trace is not None:
-                    trace.took(item)
-                if item.get("empty"):
-                    continue  # a flag-only FINAL: a unary call has nothing to show for it
-                answers.append(item)
+            answer = single_answer(await service.answers(target, body, dynamo_context, trace))
         except asyncio.CancelledError:
             dynamo_context.stop_generating()
             raise
-        if trace is not None:
-            trace.stamp("INFER_RESPONSE_COMPLETE")
-        if len(answers) != 1:
-            raise DoorError(ErrorCode.INTERNAL, f"expected a single response, got {len(answers)}")
-        answer = answers[0]
         if "error" in answer:
             raise DoorError.from_item(answer["error"])
         return to_infer_response(request, answer, shm=service.shm)

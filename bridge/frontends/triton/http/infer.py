@@ -32,7 +32,7 @@ from ....serialized_bytes import BytesLimits
 from ....tracing.request import WireTrace
 from ..door_error import DoorError
 from ..header_forward import forward_into
-from ..service import Target
+from ..service import Target, single_answer
 from ..shm import SharedMemory
 from ..tensor_checks import run_deferred
 from .error_status import error_response
@@ -210,24 +210,16 @@ async def _answer(
     if trace is not None and target.entry.bridge_form:
         bridge["trace"] = trace.request_form()
         trace.request_id = str(bridge.get("id") or "")
-    answers: list[dict] = []
     context = Context()
     watcher = asyncio.ensure_future(_watch_disconnect(request, context))
     try:
-        async for item in service.items(target, bridge, context):
-            if trace is not None:
-                trace.took(item)
-            if item.get("empty"):
-                continue  # a flag-only FINAL: a unary call has nothing to show for it
-            answers.append(item)
+        answers = await service.answers(target, bridge, context, trace)
     finally:
         watcher.cancel()
-    if trace is not None:
-        trace.stamp("INFER_RESPONSE_COMPLETE")
-    if len(answers) != 1:
-        error = DoorError(ErrorCode.INTERNAL, f"expected a single response, got {len(answers)}")
-        return error_response(error, "text/plain")
-    answer = answers[0]
+    try:
+        answer = single_answer(answers)
+    except DoorError as exc:
+        return error_response(exc, "text/plain")
     if "error" in answer:
         # Triton labels a request check's refusal JSON, and what failed past it (the model, a
         # version lookup) text/plain [V].
