@@ -377,13 +377,14 @@ class ModelWorker:
         # Triton sends the empty final response only for decoupled models [V].
         empty_final = self._decoupled and wants_empty_final_response(request)
         responses = _Responses(loop, self.name)
+        request_id = request.get("id") or ""
         refused, pending, model, trace = await self._admit(request, bridge, responses)
         if refused is not None:
+            failure = request_failed(self.name, request_id, refused)  # logs its one line
             if not bridge:
-                raise request_failed(self.name, request.get("id") or "", refused)
+                raise failure
             yield bridge_error(refused, final=True, rejected=True)
             return
-        request_id = request.get("id") or ""
         mine = model is self.model
         # In the bridge form, an error answered while submitting means the request checks
         # refused it: the caller (BLS) words those differently.
@@ -397,11 +398,14 @@ class ModelWorker:
                 item, final = await responses.next()
                 if item is _GONE:
                     return
-                if isinstance(item, TritonError) and not bridge:
-                    # Dynamo ends the request at an error, even one the model sent mid-stream
-                    # (stream_error_ends_request): the model is told by cancellation below.
-                    finished = final
-                    raise request_failed(self.name, request_id, item)
+                if isinstance(item, TritonError):
+                    failure = request_failed(self.name, request_id, item)  # logs its one line
+                    if not bridge:
+                        # Dynamo ends the request at an error, even one the model sent
+                        # mid-stream (stream_error_ends_request): the model is told by
+                        # cancellation below.
+                        finished = final
+                        raise failure
                 out = _item(item, final, rejected, responses.encode, empty_final or bridge)
                 if final and trace is not None:
                     out = await _with_trace(out, trace)
@@ -431,8 +435,10 @@ class ModelWorker:
         """
         loop = asyncio.get_running_loop()
         collected = _Collected(loop, self.name)
+        request_id = request.get("id") or ""
         refused, pending, model, trace = await self._admit(request, True, collected)
         if refused is not None:
+            request_failed(self.name, request_id, refused)  # logs its one line
             return [bridge_error(refused, final=True, rejected=True)]
         mine = model is self.model
         watching = context is not None and pending is not None
@@ -443,12 +449,14 @@ class ModelWorker:
             await collected.done
             if collected.gone:
                 return []
-            rejected = pending is None  # the request checks refused it (module codec.py)
-            out = [
-                answer
-                for item, final in collected.items
-                if (answer := _item(item, final, rejected, collected.encode, True)) is not None
-            ]
+            rejected = pending is None  # the request checks refused it
+            out = []
+            for item, final in collected.items:
+                if isinstance(item, TritonError):
+                    request_failed(self.name, request_id, item)  # logs its one line
+                answer = _item(item, final, rejected, collected.encode, True)
+                if answer is not None:
+                    out.append(answer)
             if trace is not None and out:
                 last = await _with_trace(out[-1], trace)
                 assert last is not None

@@ -264,22 +264,27 @@ class Directory:
 
     def serves_locally(self, endpoint: str) -> bool:
         """This process's own worker serves `endpoint`: a request may lend it buffers."""
+        return self.local_route(endpoint) is not None
+
+    def local_route(self, endpoint: str) -> LocalRoute | None:
+        """The route to `endpoint` when this process's own worker serves it, else None
+        (asks nothing of Dynamo, so it cannot fail)."""
         route = self._routes.get(endpoint)
-        if route is not None:
-            return isinstance(route, LocalRoute)
-        return self._local_worker(endpoint) is not None
+        if route is None:
+            worker = self._local_worker(endpoint)
+            if worker is None:
+                return None
+            route = self._routes[endpoint] = LocalRoute(worker)
+        return route if isinstance(route, LocalRoute) else None
 
     async def route(self, endpoint: str, entry: ModelEntry) -> Route:
         """How to reach `endpoint` of `entry`'s model: in-process when this process's own
         worker serves it (the embedded default), over the request plane in the bridge form to
         other bridge workers, in Dynamo's standard form to any other worker. Made once per
         endpoint and kept."""
-        route = self._routes.get(endpoint)
+        route: Route | None = self._routes.get(endpoint) or self.local_route(endpoint)
         if route is None:
-            worker = self._local_worker(endpoint)
-            if worker is not None:
-                route = LocalRoute(worker)
-            elif entry.bridge_form:
+            if entry.bridge_form:
                 route = RequestPlaneRoute(await self.client(endpoint), self._shm)
             else:
                 route = StandardFormRoute(await self.client(endpoint), entry.name)

@@ -393,8 +393,8 @@ class TritonService:
 
         To this process's own worker the request goes without a stream (LocalRoute.answer):
         no response queue, no generator per layer, one wake-up of the loop."""
-        route = await self.directory.route(target.endpoint, target.entry)
-        if isinstance(route, LocalRoute):
+        route = self.directory.local_route(target.endpoint)
+        if route is not None:
             try:
                 items = await route.answer(body, context)
             except DoorError:
