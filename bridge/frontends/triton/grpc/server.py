@@ -19,9 +19,10 @@ within HANDSHAKE_TIMEOUT_S, not gRPC's 120 s, so connections that send nothing d
 places under the cap for long.
 
 The method table is built from the service descriptor in tritonclient's generated module, with
-one change: a request that is not a valid protobuf deserializes to a marker, so the RPC answers
+two changes: a request that is not a valid protobuf deserializes to a marker, so the RPC answers
 Triton's INTERNAL "Unable to parse request" (and a stream carries it in-band and goes on)
-instead of gRPC's own failure.
+instead of gRPC's own failure; and an inference request's tensor bytes are read without the
+parser's copies, and large answers' without the serializer's (wire.py).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from ....restrictions import Restriction
 from ..header_forward import HeaderForwarding
 from ..service import TritonService
 from .restrictions import RestrictedProtocols
-from .servicer import MALFORMED, TritonServicer
+from .servicer import TritonServicer
+from .wire import MALFORMED, read_infer_request, write_infer_response, write_stream_response
 
 log = logging.getLogger("dynamo_bridge")
 
@@ -86,6 +88,12 @@ def _tolerant(message: Any) -> Callable[[bytes], Any]:
     return parse
 
 
+_WRITERS: dict[type, Callable[[Any], bytes]] = {
+    pb.ModelInferResponse: write_infer_response,
+    pb.ModelStreamInferResponse: write_stream_response,
+}
+
+
 def _handlers(servicer: TritonServicer) -> grpc.GenericRpcHandler:
     kinds = {
         (False, False): grpc.unary_unary_rpc_method_handler,
@@ -96,10 +104,11 @@ def _handlers(servicer: TritonServicer) -> grpc.GenericRpcHandler:
         make = kinds[(method.client_streaming, method.server_streaming)]
         request = getattr(pb, method.input_type.name)
         response = getattr(pb, method.output_type.name)
+        # ModelInfer and ModelStreamInfer: their tensor bytes are copied as little as possible.
+        read = read_infer_request if request is pb.ModelInferRequest else _tolerant(request)
+        write = _WRITERS.get(response, response.SerializeToString)
         methods[method.name] = make(
-            getattr(servicer, method.name),
-            request_deserializer=_tolerant(request),
-            response_serializer=response.SerializeToString,
+            getattr(servicer, method.name), request_deserializer=read, response_serializer=write
         )
     return grpc.method_handlers_generic_handler(SERVICE, methods)
 

@@ -17,7 +17,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 from dynamo.runtime import Context
@@ -30,20 +30,18 @@ from ....tracing.request import WireTrace
 from ..door_error import DoorError
 from ..header_forward import HeaderForwarding, forward_into
 from ..service import TritonService, single_answer
+from ..shm import SharedMemory
 from ..tensor_checks import run_deferred
 from .error_status import grpc_status, wire_text
 from .tensors import region_names, to_bridge_request, to_infer_response, wants_empty_final
+from .wire import MALFORMED, InferRequest, InferResponse, framed
 
 log = logging.getLogger(__name__)
 
 UNPARSABLE = "Unable to parse request"
-
-
-class Malformed:
-    """What a request that is not a valid protobuf deserializes to (server.py)."""
-
-
-MALFORMED = Malformed()
+# What ModelInfer answers, and what a ModelStreamInfer call sends (wire.py writes them).
+Answer: TypeAlias = pb.ModelInferResponse | InferResponse
+StreamAnswer: TypeAlias = pb.ModelStreamInferResponse | InferResponse
 
 
 class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -213,28 +211,26 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     # -- inference ------------------------------------------------------------------------------
 
-    async def ModelInfer(self, request: Any, context: Any) -> pb.ModelInferResponse:
+    async def ModelInfer(self, request: Any, context: Any) -> Answer:
         with self.service.calls:  # a shutdown waits for it
             if not self.service.trace.active:  # tracing off: nothing more per request
                 infer = functools.partial(self._model_infer_traced, context=context)
                 return await _answer(context, infer, request)
 
-            async def traced(r: pb.ModelInferRequest) -> pb.ModelInferResponse:
+            async def traced(r: InferRequest) -> Answer:
                 return await self._model_infer(r, context)
 
             return await _answer(context, traced, request)
 
-    async def _model_infer(
-        self, request: pb.ModelInferRequest, context: Any
-    ) -> pb.ModelInferResponse:
-        trace = self.service.trace.start(request.model_name, "GRPC", _traceparent(context))
+    async def _model_infer(self, request: InferRequest, context: Any) -> Answer:
+        trace = self.service.trace.start(request.message.model_name, "GRPC", _traceparent(context))
         if trace is None:
             return await self._model_infer_traced(request, context, None)
         # The handler runs once the message is read: the wait and the read are not ours to
         # see, so both stamps are the handler's start.
         trace.stamp("GRPC_WAITREAD_START")
         trace.stamp("GRPC_WAITREAD_END")
-        trace.request_id = request.id
+        trace.request_id = request.message.id
         try:
             response = await self._model_infer_traced(request, context, trace)
             trace.stamp("GRPC_SEND_START")
@@ -243,18 +239,20 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             trace.finish("GRPC_SEND_END")
 
     async def _model_infer_traced(
-        self, request: pb.ModelInferRequest, context: Any, trace: WireTrace | None = None
-    ) -> pb.ModelInferResponse:
+        self, received: InferRequest, context: Any, trace: WireTrace | None = None
+    ) -> Answer:
         service = self.service
+        request = received.message
         target = await service.target(request.model_name, request.model_version, stream=False)
         with service.shm.holding(region_names(request) if service.shm.regions else ()):
-            return await self._model_infer_at(target, request, context, trace)
+            return await self._model_infer_at(target, received, context, trace)
 
     async def _model_infer_at(
-        self, target: Any, request: pb.ModelInferRequest, context: Any, trace: WireTrace | None
-    ) -> pb.ModelInferResponse:
+        self, target: Any, received: InferRequest, context: Any, trace: WireTrace | None
+    ) -> Answer:
         service = self.service
-        body = await _converted(service, request, target)
+        request = received.message
+        body = await _converted(service, received, target)
         self._forward_headers(body, context)
         if trace is not None and target.entry.bridge_form:
             body["trace"] = trace.request_form()
@@ -266,11 +264,11 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise
         if "error" in answer:
             raise DoorError.from_item(answer["error"])
-        return to_infer_response(request, answer, shm=service.shm)
+        return _response(request, answer, shm=service.shm)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Any], context: Any
-    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+    ) -> AsyncIterator[pb.ModelStreamInferResponse | InferResponse]:
         """Each request of the stream runs on its own as it arrives; their responses share the
         stream in the order they are produced (each request's own in order).
 
@@ -314,15 +312,16 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             metadata = context.invocation_metadata() or ()
             forward_into(body, self.forwarding.parameters((m.key, m.value) for m in metadata))
 
-    async def _stream_request(self, request: Any, out: _Outbox, context: Any = None) -> None:
+    async def _stream_request(self, received: Any, out: _Outbox, context: Any = None) -> None:
         service = self.service
         dynamo_context = Context()
         try:
-            if request is MALFORMED:
+            if received is MALFORMED:
                 raise DoorError(ErrorCode.INTERNAL, UNPARSABLE)
+            request = received.message
             target = await service.target(request.model_name, request.model_version, stream=True)
             with service.shm.holding(region_names(request) if service.shm.regions else ()):
-                await self._stream_request_at(target, request, out, context, dynamo_context)
+                await self._stream_request_at(target, received, out, context, dynamo_context)
         except DoorError as exc:
             await out.fail(exc)
         except asyncio.CancelledError:
@@ -333,10 +332,16 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             await out.fail(DoorError(ErrorCode.INTERNAL, f"internal error: {exc}"))
 
     async def _stream_request_at(
-        self, target: Any, request: Any, out: _Outbox, context: Any, dynamo_context: Context
+        self,
+        target: Any,
+        received: InferRequest,
+        out: _Outbox,
+        context: Any,
+        dynamo_context: Context,
     ) -> None:
         service = self.service
-        body = await _converted(service, request, target)
+        request = received.message
+        body = await _converted(service, received, target)
         self._forward_headers(body, context)
         decoupled = target.decoupled
         # Triton sends the empty final response only for decoupled models [V].
@@ -349,16 +354,12 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             answered = answered or not item.get("empty")
             if "error" in item:
                 await out.fail(DoorError.from_item(item["error"]))
-            elif item.get("empty"):
-                if empty_final:
-                    await out.put(
-                        pb.ModelStreamInferResponse(
-                            infer_response=to_infer_response(request, item, final, service.shm)
-                        )
-                    )
-            else:
-                response = to_infer_response(request, item, final, service.shm)
-                await out.put(pb.ModelStreamInferResponse(infer_response=response))
+            elif empty_final or not item.get("empty"):
+                response = _response(request, item, final, service.shm)
+                if isinstance(response, pb.ModelInferResponse):
+                    await out.put(pb.ModelStreamInferResponse(infer_response=response))
+                else:  # written as the stream response's infer_response (wire.py)
+                    await out.put(response)
 
 
 def _wants_grpc_errors(context: Any) -> bool:
@@ -384,12 +385,12 @@ class _Outbox:
     """
 
     def __init__(self, errors_end_stream: bool = False) -> None:
-        self._answers: asyncio.Queue[pb.ModelStreamInferResponse | DoorError | None]
+        self._answers: asyncio.Queue[StreamAnswer | DoorError | None]
         self._answers = asyncio.Queue()
         self._room = asyncio.Semaphore(STREAM_ANSWERS_AHEAD)
         self.errors_end_stream = errors_end_stream
 
-    async def put(self, answer: pb.ModelStreamInferResponse | DoorError) -> None:
+    async def put(self, answer: StreamAnswer | DoorError) -> None:
         await self._room.acquire()
         self._answers.put_nowait(answer)
 
@@ -403,12 +404,23 @@ class _Outbox:
         """No answer follows (never waits: the end is not counted)."""
         self._answers.put_nowait(None)
 
-    async def get(self) -> pb.ModelStreamInferResponse | DoorError | None:
+    async def get(self) -> StreamAnswer | DoorError | None:
         """The next answer, or None at the end."""
         answer = await self._answers.get()
         if answer is not None:
             self._room.release()
         return answer
+
+
+def _response(
+    request: pb.ModelInferRequest,
+    item: dict,
+    final: bool | None = None,
+    shm: SharedMemory | None = None,
+) -> Answer:
+    """A worker's answer item as the door sends it (wire.py: large raw contents outside)."""
+    raw: list[bytes] = []
+    return framed(to_infer_response(request, item, final, shm, raw), raw)
 
 
 def _setting(value: pb.LogSettingsRequest.SettingValue) -> bool | int | str | None:
@@ -427,17 +439,18 @@ async def _answer(context: Any, handler: Callable[[Any], Awaitable[Any]], reques
         await context.abort(grpc_status(exc.code), wire_text(exc.message))
 
 
-async def _converted(service: TritonService, request: pb.ModelInferRequest, target: Any) -> dict:
+async def _converted(service: TritonService, received: InferRequest, target: Any) -> dict:
     """The request in the bridge form; large BYTES inputs are checked off the event loop."""
     deferred: list[Callable[[], None]] = []
     body = to_bridge_request(
-        request,
+        received.message,
         target.version,
         target.entry.config,
         service.shm,
         service.bytes_limits,
         deferred,
         service.lends(target),
+        received.raw,
     )
     await run_deferred(deferred)
     return body

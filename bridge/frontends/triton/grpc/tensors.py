@@ -16,7 +16,7 @@ and the differential suite check them).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -139,6 +139,7 @@ def to_bridge_request(
     limits: BytesLimits | None = None,
     deferred: list[Callable[[], None]] | None = None,
     lend: bool = False,
+    raw_contents: Sequence[bytes | memoryview] | None = None,
 ) -> dict[str, Any]:
     """A ModelInferRequest → the bridge form a bridge worker answers in (worker_protocol.md §2).
 
@@ -147,13 +148,14 @@ def to_bridge_request(
     checks of large BYTES inputs are left there for the caller to run off the event loop
     (tensor_checks.run_deferred).
     `config` (the model's, when known) only names the datatype an unknown datatype should be.
-    Inputs placed in a registered shared memory region (shm.py) are read from it; they take no
-    entry of `raw_input_contents`. With `lend` (the worker is in this process), regions that
-    may be mapped are lent instead: inputs as mappings, outputs as writers the worker writes
-    them with (shm.py).
+    `raw_contents`: the request's raw input contents as received (wire.py), when not the
+    message's own. Inputs placed in a registered shared memory region (shm.py) are read from
+    it; they take no entry of `raw_input_contents`. With `lend` (the worker is in this
+    process), regions that may be mapped are lent instead: inputs as mappings, outputs as
+    writers the worker writes them with (shm.py).
     """
     # Each protobuf field read builds a Python object: read every one once (a per-request cost).
-    raw = request.raw_input_contents
+    raw = request.raw_input_contents if raw_contents is None else raw_contents
     raw_count = len(raw)
     model = request.model_name
     request_id = request.id
@@ -181,6 +183,8 @@ def to_bridge_request(
                 )
             data = raw[index]
             index += 1
+            if datatype == "BYTES" and isinstance(data, memoryview):
+                data = data.tobytes()  # read as bytes by the checks and the worker alike
         else:
             data = _typed_contents(request, tensor)
         check_tensor(model, request_id, name, datatype, shape, data, config, budget, deferred)
@@ -222,12 +226,14 @@ def to_infer_response(
     item: dict[str, Any],
     final: bool | None = None,
     shm: SharedMemory | None = None,
+    raw_out: list[bytes] | None = None,
 ) -> pb.ModelInferResponse:
     """A bridge-form response item → ModelInferResponse.
 
     `final` is None for a unary answer (Triton puts no `triton_final_response` there), else the
     value of that parameter on a streamed response. An output the request placed in a shared
     memory region is written there, and its `raw_output_contents` entry is empty (Triton's way).
+    With `raw_out`, the raw output contents go there instead of into the message (wire.py).
     """
     placed = {}
     if shm is not None:
@@ -238,7 +244,7 @@ def to_infer_response(
     response = pb.ModelInferResponse(model_name=request.model_name, id=request.id)
     if not item.get("empty"):  # Triton's empty final response names no version [V]
         response.model_version = str(item.get("model_version", ""))
-    raw = response.raw_output_contents
+    raw = response.raw_output_contents if raw_out is None else raw_out
     for tensor in item.get("tensors", ()):
         metadata = tensor["metadata"]
         output = response.outputs.add()
