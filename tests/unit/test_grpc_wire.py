@@ -12,6 +12,7 @@ from tritonclient.grpc import service_pb2 as pb
 from bridge.frontends.triton.grpc.tensors import to_bridge_request
 from bridge.frontends.triton.grpc.wire import (
     MALFORMED,
+    MAX_FIELDS,
     SPLIT_BYTES,
     InferRequest,
     InferResponse,
@@ -131,6 +132,20 @@ def test_refuses_exactly_what_the_parser_refuses() -> None:
             assert received is MALFORMED, len(case)
         else:
             _assert_read_as_the_parser_reads(received, case)
+
+
+def test_a_message_of_many_fields_is_parsed_whole() -> None:
+    """The walk takes at most MAX_FIELDS steps of Python: a large message of more fields (here
+    tiny `id` fields, the last of which wins) goes to the parser whole, and reads the same."""
+    request = _request([SPLIT_BYTES])
+    filler = b"".join(pb.ModelInferRequest(id=f"{n}").SerializeToString() for n in range(9))
+    for fields in (MAX_FIELDS // 2, MAX_FIELDS * 2):
+        data = request.SerializeToString() + filler * (fields // 9)
+        received = read_infer_request(data)
+        _assert_read_as_the_parser_reads(received, data)
+        assert isinstance(received, InferRequest)
+        split = not received.message.raw_input_contents
+        assert split == (fields < MAX_FIELDS), fields
 
 
 def test_split_contents_reach_the_bridge_form_as_received() -> None:

@@ -268,7 +268,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Any], context: Any
-    ) -> AsyncIterator[pb.ModelStreamInferResponse | InferResponse]:
+    ) -> AsyncIterator[StreamAnswer]:
         """Each request of the stream runs on its own as it arrives; their responses share the
         stream in the order they are produced (each request's own in order).
 

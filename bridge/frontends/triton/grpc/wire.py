@@ -29,6 +29,10 @@ from tritonclient.grpc import service_pb2 as pb
 
 # Smaller messages are parsed and built whole (their raw contents, if any, are small too).
 SPLIT_BYTES = 64 * 1024
+# The walk is Python on the event loop: a message of more top-level fields than this (a real
+# request has a few per input, output and parameter) is parsed whole instead, so a message of
+# millions of tiny fields costs the loop what the parser costs, not a Python step per field.
+MAX_FIELDS = 1024
 _LENGTH_DELIMITED = 2
 
 
@@ -78,13 +82,17 @@ def _varint(data: bytes, position: int) -> tuple[int, int]:
 
 
 def _split(data: bytes) -> tuple[bytes, list[memoryview]]:
-    """The message's bytes without its field 7 entries, and those entries' contents."""
+    """The message's bytes without its raw input contents, and those contents."""
     view = memoryview(data)
     rest: list[memoryview] = []
     raw: list[memoryview] = []
     position = 0
     end = len(data)
+    fields = 0
     while position < end:
+        fields += 1
+        if fields > MAX_FIELDS:
+            raise _NotSplit
         start = position
         key, position = _varint(data, position)
         field, kind = key >> 3, key & 7
