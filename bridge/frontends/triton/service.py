@@ -397,8 +397,6 @@ class TritonService:
         if route is not None:
             try:
                 items = await route.answer(body, context)
-            except DoorError:
-                raise
             except Exception as exc:  # as items() words a failure of the worker
                 raise DoorError(ErrorCode.UNAVAILABLE, str(exc)) from None
         else:

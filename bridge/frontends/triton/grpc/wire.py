@@ -81,8 +81,8 @@ def _varint(data: bytes, position: int) -> tuple[int, int]:
         shift += 7
 
 
-def _split(data: bytes) -> tuple[bytes, list[memoryview]]:
-    """The message's bytes without its raw input contents, and those contents."""
+def _split(data: bytes) -> tuple[list[memoryview], list[memoryview]]:
+    """The message's other fields (views, in order) and its raw input contents (views)."""
     view = memoryview(data)
     rest: list[memoryview] = []
     raw: list[memoryview] = []
@@ -118,7 +118,7 @@ def _split(data: bytes) -> tuple[bytes, list[memoryview]]:
         if field == RAW_INPUT_CONTENTS:
             raise _NotSplit  # raw contents that are not bytes: the parser's to refuse
         rest.append(view[start:position])
-    return b"".join(rest), raw
+    return rest, raw
 
 
 def read_infer_request(data: bytes) -> InferRequest | Malformed:
@@ -130,8 +130,9 @@ def read_infer_request(data: bytes) -> InferRequest | Malformed:
             except _NotSplit:
                 pass
             else:
-                if raw:
-                    return InferRequest(pb.ModelInferRequest.FromString(rest), raw)
+                if raw:  # else the whole message is parsed below: nothing joined for it
+                    message = pb.ModelInferRequest.FromString(b"".join(rest))
+                    return InferRequest(message, raw)
         message = pb.ModelInferRequest.FromString(data)
     except DecodeError:
         return MALFORMED
