@@ -99,7 +99,7 @@ class TritonDoorRole:
                 await http.wait()
         finally:
             if self.shm is not None:
-                self.shm.sweeper.stop()
+                self.shm.close()
             if self.service is not None:
                 self.service.close()
 

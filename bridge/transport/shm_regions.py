@@ -14,21 +14,24 @@ its control endpoint's index answer; the door compares it with its own. `DYN_BRI
 replaces it (a test can make a worker look remote), and `none` turns the shared memory form off
 for the process (it then neither offers nor accepts it).
 
-**Names.** `dynbridge-<pid ns>-<door pid>-<token>-<i|o><k>`: every region belongs to one
-request of one door process (its pid, and a token unique in that process), whoever made it
-(the door makes the inputs' region `i`, the worker each answer's outputs' region `o<k>`). A
-name from the request plane is checked against that pattern and opened as one entry of
-/dev/shm, never as a path (ARCHITECTURE.md's security rules).
+**Names.** `dynbridge-<pid ns>-<door pid>-<token>-<i|o|p><k>`: every region belongs to one
+door process (its pid, and a token unique in that process), whoever made it: a request's own
+regions (the door makes the inputs' region `i`, the worker each answer's outputs' region `o<k>`)
+or one of the door's pooled regions `p`, reused from request to request (shm_pool.py says who
+may touch one when). A name from the request plane is checked against that pattern and opened
+as one entry of /dev/shm, never as a path (ARCHITECTURE.md's security rules).
 
-**Lifetime.** A name lives no longer than its request:
+**Lifetime.** A request's own name lives no longer than its request (a pooled one, no longer
+than its door; shm_pool.py):
 - the door unlinks the inputs' region when the request ends however it ends, and each answer's
   region as soon as it has read it; a request that did not end with its final answer (an
   error, a cancellation, the worker gone) also unlinks every `o` region left with its token;
 - a worker that makes a region after the door gave up on the request (it had not seen the
   cancellation yet) leaves a name nobody reads: the door's periodic sweep unlinks its own
   names whose token is no longer in flight;
-- a door that dies (SIGKILL) leaves its names to every bridge process on the host: each sweeps
-  at start-up and every SWEEP_S, unlinking the names whose door pid no longer runs.
+- a door that dies (SIGKILL) leaves its names, pooled ones too, to every bridge process on the
+  host: each sweeps at start-up and every SWEEP_S, unlinking the names whose door pid no longer
+  runs.
 Unlinking frees the name at once and the memory once no process maps it any more: a worker
 whose model still holds an input view keeps it valid.
 
@@ -42,6 +45,7 @@ span must lie inside it.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import mmap
 import os
@@ -61,14 +65,22 @@ SWEEP_S = 5.0
 SWEEP_ENV = "DYN_BRIDGE_SHM_SWEEP_S"
 # Tensors are placed at offsets of this alignment: numpy views of any dtype are aligned.
 ALIGN = 64
+# A pooled region's first bytes: its generation (little-endian u64), the rest unused, so that
+# tensors after it stay aligned.
+HEADER = ALIGN
+POOLED = "p"
 
-_NAME = re.compile(r"dynbridge-(\d+)-(\d+)-(\d+)-([io])(\d*)")
+_NAME = re.compile(r"dynbridge-(\d+)-(\d+)-(\d+)-([iop])(\d*)")
 _CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 class RegionError(Exception):
     """A region that cannot be used as the message says; `str()` says why."""
+
+
+class StaleRegion(RegionError):
+    """A pooled region the door has given to another request (or is rewriting for one)."""
 
 
 def _pid_namespace() -> int:
@@ -108,7 +120,7 @@ def request_prefix(token: int) -> str:
 
 
 def parse(name: str) -> tuple[int, int, int, str] | None:
-    """(pid namespace, door pid, token, kind 'i'|'o') of one of our names, else None."""
+    """(pid namespace, door pid, token, kind 'i'|'o'|'p') of one of our names, else None."""
     match = _NAME.fullmatch(name)
     if match is None:
         return None
@@ -144,13 +156,15 @@ def write(fd: int, data: memoryview, offset: int) -> None:
         offset += written
 
 
-def open_sized(name: str, size: int) -> int:
-    """`name`, opened read-only, after checking it is a region of exactly `size` bytes."""
+def open_sized(name: str, size: int, writable: bool = False) -> int:
+    """`name`, opened read-only (or read-write), after checking it is a region of exactly
+    `size` bytes."""
     if parse(name) is None:
         raise RegionError(f"'{name}' is not a bridge shared memory region")
     directory = _directory()
+    flags = _OPEN | os.O_RDWR if writable else _OPEN  # (O_RDONLY is 0)
     try:
-        fd = os.open(name, _OPEN, dir_fd=directory)
+        fd = os.open(name, flags, dir_fd=directory)
     except FileNotFoundError:
         raise RegionError(f"shared memory region '{name}' does not exist") from None
     except OSError as exc:
@@ -164,6 +178,19 @@ def open_sized(name: str, size: int) -> int:
             f"shared memory region '{name}' holds {found.st_size} bytes, the message says {size}"
         )
     return fd
+
+
+def hold(fd: int, name: str, generation: object) -> None:
+    """Take a shared lock on pooled region `name` (open as `fd`) without waiting, and check it
+    still holds `generation`: RegionError if the door is rewriting it or has given it to
+    another request. The lock lasts while `fd`, or a mapping made from it, stays open."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise StaleRegion(f"shared memory region '{name}' is being reused") from None
+    found = int.from_bytes(os.pread(fd, 8, 0), "little")
+    if type(generation) is not int or found != generation:
+        raise StaleRegion(f"shared memory region '{name}' belongs to another request now")
 
 
 def map_private(fd: int, size: int) -> mmap.mmap:
@@ -217,8 +244,8 @@ def _running(pid: int) -> bool:
 
 def sweep(in_flight: Callable[[], Iterable[int]] | None = None) -> int:
     """Unlink the regions of this pid namespace whose door no longer runs, and, given
-    `in_flight` (a door's requests still going), this process's own whose token is not in it;
-    how many."""
+    `in_flight` (a door's requests still going and its pooled regions), this process's own
+    whose token is not in it; how many."""
     me, namespace = os.getpid(), pid_namespace()
     mine: set[int] | None = None
     removed = 0
@@ -241,10 +268,16 @@ def sweep(in_flight: Callable[[], Iterable[int]] | None = None) -> int:
 
 
 class Sweeper:
-    """Sweeps at start and every SWEEP_S while started (one per process that uses regions)."""
+    """Sweeps at start and every SWEEP_S while started (one per process that uses regions);
+    `also` runs after each sweep (the door's pool lets its idle regions go)."""
 
-    def __init__(self, in_flight: Callable[[], Iterable[int]] | None = None) -> None:
+    def __init__(
+        self,
+        in_flight: Callable[[], Iterable[int]] | None = None,
+        also: Callable[[], object] | None = None,
+    ) -> None:
         self._in_flight = in_flight
+        self._also = also
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -261,6 +294,8 @@ class Sweeper:
         while True:
             try:
                 removed = sweep(self._in_flight)
+                if self._also is not None:
+                    self._also()
                 if removed:
                     log.info("freed %d shared memory regions of requests that are over", removed)
             except Exception as exc:  # keep sweeping; the next round may succeed

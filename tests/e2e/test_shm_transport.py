@@ -1,7 +1,9 @@
 """Tensors between a triton door (`--role frontend`) and a worker (`--role worker`) on one host
 go through shared memory, not the request plane (bridge/transport/); a worker on another host
-keeps the bytes form. The regions live no longer than their request: they are gone after a
-success, a model error, a client's cancellation, and a SIGKILL of either side.
+keeps the bytes form. A request's own regions live no longer than the request: they are gone
+after a success, a model error, a client's cancellation, and a SIGKILL of either side. The door's
+pooled regions are reused from request to request (a dead worker's hold on one ends with it),
+and live no longer than the door.
 
 The probe model says which form reached it: VIEW is 1 when its input is a view of a mapped
 region (the shared memory form, no copy), 0 when the bytes came inline. Real processes, real
@@ -124,9 +126,14 @@ def _large(first: float = 1.0) -> np.ndarray:
     return values
 
 
-def _regions(door_pid: int) -> list[str]:
-    """The regions of the door's requests now in /dev/shm."""
-    return [n for n in shm_regions.names() if (p := shm_regions.parse(n)) and p[1] == door_pid]
+def _regions(door_pid: int, kinds: str = "io") -> list[str]:
+    """The door's regions now in /dev/shm, of `kinds`: its requests' own (`i`, `o`), its pool's
+    (`p`)."""
+    return [
+        n
+        for n in shm_regions.names()
+        if (p := shm_regions.parse(n)) and p[1] == door_pid and p[3] in kinds
+    ]
 
 
 def _wait(condition, what: str, timeout: float = 30.0) -> None:
@@ -169,6 +176,13 @@ def test_requests_through_shared_memory_free_their_regions(
     np.testing.assert_array_equal(output, [2, 4, 6, 8])
     assert view == 0
     _wait(lambda: not _regions(door), "the regions of finished requests to go", timeout=5)
+    # The pool's regions are reused: more requests of the same sizes make none.
+    pooled = set(_regions(door, "p"))
+    assert pooled
+    for first in (5.0, 6.0, 7.0):
+        output, view = _infer(client, _large(first))
+        np.testing.assert_array_equal(output, _large(first) * 2)
+    assert set(_regions(door, "p")) == pooled
 
     # A model error.
     with pytest.raises(InferenceServerException, match="probe failure"):
@@ -182,7 +196,7 @@ def test_requests_through_shared_memory_free_their_regions(
         "probe", _input(_large(-2.0)), lambda result, error: errors.put(error)
     )
     _wait(lambda: (flags / "started").exists(), "the model to start")
-    assert [n for n in _regions(door) if n.endswith("-i")], _regions(door)
+    assert _regions(door, "iop")
     call.cancel()
     error = errors.get(timeout=30)
     assert error is not None and "ancel" in str(error), error
@@ -190,6 +204,10 @@ def test_requests_through_shared_memory_free_their_regions(
     _wait(lambda: not _regions(door), "the regions of a cancelled request to go", timeout=5)
     output, view = _infer(client, _large())  # still served
     assert view == 1
+
+    # The door stops: its pool goes with it.
+    frontend.stop()
+    assert not _regions(door, "iop")
 
 
 def test_regions_of_a_crashed_side_are_swept(cluster: Cluster, tmp_path: Path, flags: Path) -> None:
@@ -208,23 +226,29 @@ def test_regions_of_a_crashed_side_are_swept(cluster: Cluster, tmp_path: Path, f
     client = frontend.client()
     door = frontend.pid
 
-    # The worker is SIGKILLed while it holds a request: the door frees the request's regions.
+    # The worker is SIGKILLed while it holds a request (and maps its pooled input region):
+    # the door frees the request's own regions, and the kernel the worker's hold on the pool's.
     client.async_infer("probe", _input(_large(-3.0)), lambda *a: None)
     _wait(lambda: (flags / "started").exists(), "the model to start")
-    assert _regions(door)
+    pooled = set(_regions(door, "p"))
+    assert pooled
     worker.kill()
     _wait(lambda: not _regions(door), "the door to free a dead worker's request", timeout=10)
 
-    # A new worker; then the door is SIGKILLed while a request is in flight: the worker's
-    # sweep frees the dead door's regions (the model's view of its input stays valid).
+    # A new worker, served from the same pooled regions; then the door is SIGKILLed while a
+    # request is in flight: the worker's sweep frees the dead door's regions, pooled ones too
+    # (the model's view of its input stays valid).
     (flags / "started").unlink()
     replacement = cluster.worker(repository, env=sweep, name="worker2").start()
     _wait(lambda: _probe_ok(client), "the door to reach the new worker", timeout=60)
+    assert set(_regions(door, "p")) == pooled
     client.async_infer("probe", _input(_large(-3.0)), lambda *a: None)
     _wait(lambda: (flags / "started").exists(), "the model to start")
-    assert _regions(door)
+    assert _regions(door, "iop")
     frontend.kill()
-    _wait(lambda: not _regions(door), "the worker to sweep a dead door's regions", timeout=10)
+    _wait(
+        lambda: not _regions(door, "iop"), "the worker to sweep a dead door's regions", timeout=10
+    )
     (flags / "gate").touch()  # the model finishes with a dead client: the worker goes on
     assert replacement.process is not None and replacement.process.poll() is None
 
@@ -248,7 +272,7 @@ def test_a_worker_on_another_host_gets_the_bytes(
     output, view = _infer(frontend.client(), values)
     np.testing.assert_array_equal(output, values * 2)
     assert view == 0
-    assert not _regions(frontend.pid)
+    assert not _regions(frontend.pid, "iop")
 
 
 def test_shared_memory_with_etcd_and_the_nats_request_plane(tmp_path: Path, flags: Path) -> None:
@@ -274,5 +298,6 @@ def test_shared_memory_with_etcd_and_the_nats_request_plane(tmp_path: Path, flag
             np.testing.assert_array_equal(output, values * 2)
             assert view == 1
             _wait(lambda: not _regions(frontend.pid), "the request's regions to go", timeout=5)
+            assert _regions(frontend.pid, "p")  # the pool's, for the next request
         finally:
             cluster.stop()

@@ -182,14 +182,16 @@ class RequestPlaneRoute:
     """A model endpoint reached over Dynamo's request plane; with `shm`, an instance on the
     door's host gets the tensors through shared memory (bridge/transport/shm_exchange.py)."""
 
-    __slots__ = ("instances", "shm")
+    __slots__ = ("instances", "shm", "answer_bytes")
 
     def __init__(self, client: Any, shm: ShmDoor | None = None) -> None:
         self.instances = Instances(client)
         self.shm = shm
+        # The size of the last answer (0: inline; None: none yet): what the next request offers.
+        self.answer_bytes: int | None = None
 
     async def generate(self, body: dict, context: Context) -> AsyncIterator[dict]:
-        exchange = self.shm.exchange() if self.shm is not None else None
+        exchange = self.shm.exchange(self.answer_bytes) if self.shm is not None else None
         shape = exchange.request_for if exchange is not None else None
 
         def start() -> Awaitable[Any]:
@@ -216,6 +218,8 @@ class RequestPlaneRoute:
         finally:
             if exchange is not None:
                 exchange.close(answered)
+                if exchange.answer_bytes is not None:
+                    self.answer_bytes = exchange.answer_bytes
 
 
 class StandardFormRoute:
