@@ -178,8 +178,15 @@ class Exchange:
         )
         if large < OFF_LOOP_BYTES or not any(map(self._door.same_host, instance_ids)):
             return
+        writing = asyncio.ensure_future(asyncio.to_thread(self._place_inputs, body))
         try:
-            self._sent = await asyncio.to_thread(self._place_inputs, body)
+            self._sent = await asyncio.shield(writing)
+        except asyncio.CancelledError:
+            # The request is over: let the thread finish with its regions before `close`
+            # gives the pooled ones back (another request could take one mid-write).
+            await asyncio.wait([writing])
+            writing.exception()  # retrieved: a failed write is the request's no more
+            raise
         except OSError as exc:  # /dev/shm full or refused: the bytes form still works
             log.warning("inputs sent inline: %s", exc)
             self._close_inputs()

@@ -6,6 +6,7 @@ tests/e2e/test_shm_transport.py's."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import mmap
 import os
 import subprocess
@@ -371,3 +372,28 @@ def test_a_model_whose_answers_come_inline_is_offered_no_region(pooling: ShmDoor
         ]
     )
     later.close(answered=True)
+
+
+def test_a_request_cancelled_while_its_inputs_are_written_waits_for_the_writer(
+    pooling: ShmDoor,
+) -> None:
+    large = np.arange(4 * OFF_LOOP_BYTES // 4, dtype=np.float32)  # written on a thread
+    exchange = pooling.exchange()
+    assert exchange is not None
+
+    async def cancelled() -> None:
+        task = asyncio.ensure_future(exchange.prepare({"tensors": [_tensor("A", large)]}, [WORKER]))
+        await asyncio.sleep(0.001)  # the thread has begun writing
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancelled())
+    assert _mine("p")
+    for name in _mine("p"):  # the writer is done with them: the door no longer holds one
+        fd = os.open(os.path.join(shm_regions.SHM_DIRECTORY, name), os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+    exchange.close(answered=False)
