@@ -184,6 +184,20 @@ def test_requests_through_shared_memory_free_their_regions(
         np.testing.assert_array_equal(output, _large(first) * 2)
     assert set(_regions(door, "p")) == pooled
 
+    # Many at once, of three sizes (the pool fills up, offers of the wrong size): every answer
+    # is its own request's.
+    answers: queue.Queue = queue.Queue()
+    sent = {k: np.arange(LARGE // 4 * (1 + k % 3), dtype=np.float32) + k for k in range(12)}
+    for k, values in sent.items():
+        client.async_infer(
+            "probe", _input(values), lambda result, error, k=k: answers.put((k, result, error))
+        )
+    for _ in sent:
+        k, result, error = answers.get(timeout=60)
+        assert error is None, error
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), sent[k] * 2)
+    _wait(lambda: not _regions(door), "the regions of finished requests to go", timeout=5)
+
     # A model error.
     with pytest.raises(InferenceServerException, match="probe failure"):
         _infer(client, _large(-1.0))
