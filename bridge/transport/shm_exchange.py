@@ -94,7 +94,7 @@ class ShmDoor:
         self._names = shm_regions.request_prefix(0)[: -len("0-")]  # this process's part
         self._in_flight: set[int] = set()  # tokens of the requests not closed yet
         self.pool = RegionPool(self._names, lambda: next(self._tokens), max(0, pool_bytes))
-        self.sweeper = Sweeper(lambda: [*self._in_flight, *self.pool.tokens()], also=self.pool.trim)
+        self.sweeper = Sweeper(self.kept, also=self.pool.trim)
 
     def same_host(self, instance_id: int) -> bool:
         return (

@@ -182,7 +182,7 @@ def open_sized(name: str, size: int, writable: bool = False) -> int:
 
 def hold(fd: int, name: str, generation: object) -> None:
     """Take a shared lock on pooled region `name` (open as `fd`) without waiting, and check it
-    still holds `generation`: RegionError if the door is rewriting it or has given it to
+    still holds `generation`: StaleRegion if the door is rewriting it or has given it to
     another request. The lock lasts while `fd`, or a mapping made from it, stays open."""
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
