@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
+from tests.e2e.metrics_support import scrape, value
 from tests.e2e.support import (
     REPOSITORIES,
     SERVING,
@@ -24,6 +25,8 @@ from tests.e2e.support import (
 # Every instance of the models in e2e_serving that leave a marker in finalize(), named as Triton
 # names instances: `<model>_0` for the default group, `<model>_0_<k>` for `count: 2`.
 FINALIZED = {"echo_0.finalized", "pool_0_0.finalized", "pool_0_1.finalized"}
+
+PENDING = "nv_inference_pending_request_count"
 
 # `hang` waits in execute, with no bound, for a gate file these tests never write.
 LIFECYCLE = REPOSITORIES / "lifecycle"
@@ -77,6 +80,12 @@ def test_in_flight_requests_finish(bridge_server, markers, tmp_path, signum) -> 
         for i, tag in enumerate(tags)
     ]
     wait_until(lambda: sum(map(gate.started, tags)) == 2, "both instances to be busy")
+    # The third is queued in the server, not still on its way (a request arriving after the
+    # signal is refused, as Triton refuses it).
+    wait_until(
+        lambda: value(scrape(server.metrics_port), PENDING, model="pool", version="1") == 1,
+        "the third request to wait in the queue",
+    )
 
     server.process.send_signal(signum)
     wait_until(lambda: shutdown_started(client), "the server to begin shutting down")

@@ -25,6 +25,42 @@ def _kill_group(pgid: int) -> None:
         pass  # nothing left in the group
 
 
+def _listening_inodes(port: int) -> set[str]:
+    """The socket inodes listening on TCP `port` (IPv4 or IPv6), from /proc/net."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            # local address "ADDR:PORT" in hex; state 0A is LISTEN
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                inodes.add(fields[9])
+    return inodes
+
+
+def group_listens_on(pgid: int, port: int) -> bool:
+    """Does a process of group `pgid` hold the socket listening on `port`? (A port picked as
+    free can be taken by another test's server before ours binds it: that server would answer
+    our health checks.)"""
+    wanted = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+    if not wanted:
+        return False
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.getpgid(int(pid)) != pgid:
+                continue
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                    return True
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return False
+
+
 def stop_process_group(process: subprocess.Popen, timeout: float) -> int:
     """SIGTERM the server, SIGKILL its whole group after `timeout` s; returns the exit code.
 
@@ -142,10 +178,13 @@ class ServerProcess:
         def answers() -> bool:
             try:
                 if self.wait_for == "live":
-                    return bool(client.is_server_live())
-                return bool(client.is_server_ready())
+                    up = bool(client.is_server_live())
+                else:
+                    up = bool(client.is_server_ready())
             except Exception:  # not listening yet
                 return False
+            assert self.process is not None  # and the server answering is ours:
+            return up and group_listens_on(self.process.pid, self.grpc_port)
 
         try:
             self._wait_until(answers, self.wait_for, poll=0.1)
