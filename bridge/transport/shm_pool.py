@@ -120,6 +120,8 @@ class RegionPool:
 
     def _make(self, needed: int) -> Pooled | None:
         size = _region_size(needed)
+        if size > self.limit:
+            return None  # not even with every free one dropped
         while self._total + size > self.limit:
             if not self._free:
                 return None
