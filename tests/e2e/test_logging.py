@@ -20,6 +20,7 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.support import SERVING, fp32_input, line_of, wait_until
+from tests.harness.sockets import listening_addresses
 
 CHATTY = SERVING / "chatty" / "1" / "model.py"
 
@@ -164,29 +165,6 @@ def test_no_colour_when_the_log_is_not_a_terminal(verbose) -> None:
     verbose.client().infer("echo", [fp32_input([1.0])], request_id="colourless")
     lines_since(verbose, start, "route request completed")
     assert "\x1b[" not in verbose.log_text
-
-
-# An IPv6 socket listening on an IPv4-mapped address (grpc binds 127.0.0.1 so): ::ffff:a.b.c.d
-_V4_MAPPED = "0000000000000000FFFF0000"
-
-
-def listening_addresses(port: int) -> set[str]:
-    """Local addresses listening on `port`, from /proc/net/tcp and tcp6 (what `ss -ltn`
-    reads); IPv4 ones, IPv4-mapped IPv6 ones included, as a.b.c.d."""
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for row in Path(table).read_text().splitlines()[1:]:
-            local, state = row.split()[1], row.split()[3]
-            address, hex_port = local.split(":")
-            if state != "0A" or int(hex_port, 16) != port:  # 0A: LISTEN
-                continue
-            if len(address) == 32:
-                if not address.startswith(_V4_MAPPED):
-                    found.add(f"ipv6 {address}")
-                    continue
-                address = address[24:]
-            found.add(".".join(str(b) for b in reversed(bytes.fromhex(address))))
-    return found
 
 
 def test_startup_lines_tell_the_bind_address(quiet) -> None:

@@ -40,6 +40,7 @@ from tests.e2e.support import (
 from tests.e2e.test_roles import http_text
 from tests.harness import BridgeServer, free_port
 from tests.harness.roles import SYSTEM_PORTS, Frontend, Worker
+from tests.harness.sockets import listening_addresses
 
 DOOR = ("--frontend", "triton")
 T = pb.ModelInferRequest.InferInputTensor
@@ -223,29 +224,6 @@ def test_a_unary_call_that_ends_early_cancels_its_request(bridge_server, tmp_pat
 
 
 # -- address and TLS -----------------------------------------------------------------------------
-
-
-def _address(hex_address: str) -> str:
-    if len(hex_address) == 32:  # /proc/net/tcp6: IPv4-mapped, any, or another IPv6 address
-        if hex_address.startswith("0000000000000000FFFF0000"):
-            hex_address = hex_address[24:]
-        elif set(hex_address) == {"0"}:
-            return "::"
-        else:
-            return hex_address
-    return ".".join(str(b) for b in reversed(bytes.fromhex(hex_address)))
-
-
-def listening_addresses(port: int) -> set[str]:
-    """Local addresses of the TCP sockets listening on `port` (/proc/net/tcp and tcp6)."""
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            address, hex_port = fields[1].split(":")
-            if fields[3] == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
-                found.add(_address(address))
-    return found
 
 
 def test_binds_loopback_by_default(dtypes: BridgeServer):

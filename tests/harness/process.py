@@ -14,6 +14,7 @@ from typing import Literal, TypeVar
 import tritonclient.grpc as grpcclient
 
 from .ports import LOCALHOST
+from .sockets import listening
 
 _Server = TypeVar("_Server", bound="ServerProcess")
 
@@ -25,28 +26,11 @@ def _kill_group(pgid: int) -> None:
         pass  # nothing left in the group
 
 
-def _listening_inodes(port: int) -> set[str]:
-    """The socket inodes listening on TCP `port` (IPv4 or IPv6), from /proc/net."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            # local address "ADDR:PORT" in hex; state 0A is LISTEN
-            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
-                inodes.add(fields[9])
-    return inodes
-
-
 def group_listens_on(pgid: int, port: int) -> bool:
     """Does a process of group `pgid` hold the socket listening on `port`? (A port picked as
     free can be taken by another test's server before ours binds it: that server would answer
     our health checks.)"""
-    wanted = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+    wanted = {f"socket:[{inode}]" for _, inode in listening(port)}
     if not wanted:
         return False
     for pid in filter(str.isdigit, os.listdir("/proc")):
