@@ -79,6 +79,7 @@ class TritonDoorRole:
             ready=self.ready,
             bytes_limits=self.options.bytes_limits,
             trace=self.options.trace,
+            bridge_made=self.shm.made,
         )
         self.grpc = GrpcServer(self.service, self.door_options)
         if self.options.http is not None:

@@ -42,7 +42,16 @@ from model_repository_loader.validation import RequestError
 from ..codec import TO_DYNAMO, encode_raw_tensor, raw_array, raw_contents
 from . import shm_regions
 from .shm_pool import POOL_BYTES, POOL_ENV, Pooled, RegionPool
-from .shm_regions import ALIGN, HEADER, POOLED, RegionError, StaleRegion, Sweeper, host_id
+from .shm_regions import (
+    ALIGN,
+    HEADER,
+    POOLED,
+    Identity,
+    RegionError,
+    StaleRegion,
+    Sweeper,
+    host_id,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +102,9 @@ class ShmDoor:
         self._tokens = itertools.count(1)
         self._names = shm_regions.request_prefix(0)[: -len("0-")]  # this process's part
         self._in_flight: set[int] = set()  # tokens of the requests not closed yet
+        # The objects of the inputs' own regions of requests in flight (`made`); a set, so
+        # that a thread writing a request's inputs and the loop asking never race.
+        self._input_objects: set[Identity] = set()
         self.pool = RegionPool(self._names, lambda: next(self._tokens), max(0, pool_bytes))
         self.sweeper = Sweeper(self.kept, also=self.pool.trim)
 
@@ -112,6 +124,12 @@ class ShmDoor:
         token = next(self._tokens)
         self._in_flight.add(token)
         return Exchange(self, token, f"{self._names}{token}-", answer_bytes)
+
+    def made(self, identity: Identity) -> bool:
+        """Is `identity` (st_dev, st_ino) the object of a region this door made and still uses
+        (its pool's, its requests' inputs')? A client of the door must not register one under
+        a name of its own (a hard link): it would read and write other clients' tensors."""
+        return identity in self._input_objects or self.pool.holds(identity)
 
     def kept(self) -> list[int]:
         """The tokens of this door's regions its sweep must keep: its requests in flight, and
@@ -145,7 +163,8 @@ class Exchange:
         self.token = token
         self.prefix = prefix  # shm_regions.request_prefix(token)
         self._sent: dict | None = None  # the request in the shared memory form, made once
-        self._inputs: str | None = None  # the inputs' own region, when one was made
+        # the inputs' own region and its object, when one was made
+        self._inputs: tuple[str, Identity] | None = None
         self._pooled: list[Pooled] = []  # the pooled regions this request took
         self._reply: Pooled | None = None  # the pooled region offered for an answer
         self._expected = expected  # ShmDoor.exchange's `answer_bytes`
@@ -243,7 +262,9 @@ class Exchange:
         else:
             name = self.prefix + "i"
             fd, base, entries = shm_regions.create(name, size), 0, {"region": name, "size": size}
-            self._inputs = name
+            made = shm_regions.identity(os.fstat(fd))
+            self._door._input_objects.add(made)
+            self._inputs = (name, made)
         try:
             for index, data, offset in placed:
                 shm_regions.write(fd, data, base + offset)
@@ -342,7 +363,9 @@ class Exchange:
 
     def _close_inputs(self) -> None:
         if self._inputs is not None:
-            shm_regions.unlink(self._inputs)
+            name, made = self._inputs
+            shm_regions.unlink(name)
+            self._door._input_objects.discard(made)
             self._inputs = None
 
     def close(self, answered: bool) -> None:

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import shm_regions
-from .shm_regions import POOLED
+from .shm_regions import POOLED, Identity
 
 POOL_BYTES = 128 << 20
 POOL_ENV = "DYN_BRIDGE_SHM_POOL_BYTES"
@@ -55,6 +55,7 @@ class Pooled:
     token: int
     fd: int
     size: int
+    identity: Identity  # (a client must not register it under another name: shm.py)
     generation: int = 0
     idle_since: float = 0.0
 
@@ -131,7 +132,7 @@ class RegionPool:
         fd = shm_regions.create(name, size)
         fcntl.flock(fd, fcntl.LOCK_EX)  # new: nobody else has it open
         self._total += size
-        return Pooled(name, token, fd, size)
+        return Pooled(name, token, fd, size, shm_regions.identity(os.fstat(fd)))
 
     def _drop(self, region: Pooled) -> None:
         os.close(region.fd)
@@ -152,6 +153,11 @@ class RegionPool:
         """The tokens of every region of the pool (the door's sweep keeps them)."""
         with self._lock:
             return [r.token for r in (*self._free, *self._taken)]
+
+    def holds(self, identity: Identity) -> bool:
+        """Is `identity` the object of one of the pool's regions?"""
+        with self._lock:
+            return any(r.identity == identity for r in (*self._free, *self._taken))
 
     def trim(self, idle_s: float = IDLE_S) -> int:
         """Unlink the free regions unused for `idle_s`; how many."""

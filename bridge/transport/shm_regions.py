@@ -75,6 +75,14 @@ _CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
+# What names one object whatever its names (hard links): (st_dev, st_ino).
+Identity = tuple[int, int]
+
+
+def identity(found: os.stat_result) -> Identity:
+    return found.st_dev, found.st_ino
+
+
 class RegionError(Exception):
     """A region that cannot be used as the message says; `str()` says why."""
 

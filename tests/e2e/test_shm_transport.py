@@ -9,6 +9,9 @@ The probe model says which form reached it: VIEW is 1 when its input is a view o
 region (the shared memory form, no copy), 0 when the bytes came inline. Real processes, real
 Dynamo runtime (file discovery, tcp), real tritonclient.
 
+No client of the door can register the door's own regions through Triton's system shared
+memory API (issue 38, finding 1): not by their names, nor by a second name of their objects.
+
 Each mechanism is proven on its own: the door's periodic sweep is set to an hour
 (DYN_BRIDGE_SHM_SWEEP_S) where a request's own clean-up must free its regions; the crash
 tests set it to a second where a sweep must.
@@ -26,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from bridge.transport import shm_regions
@@ -222,6 +226,56 @@ def test_requests_through_shared_memory_free_their_regions(
     # The door stops: its pool goes with it.
     frontend.stop()
     assert not _regions(door, "iop")
+
+
+def test_no_client_registers_the_door_s_own_regions(
+    cluster: Cluster, tmp_path: Path, flags: Path
+) -> None:
+    repository = _repository(tmp_path, flags)
+    worker = cluster.worker(repository)
+    frontend = cluster.frontend("--frontend", "triton")
+    start_all([worker, frontend])
+    frontend.wait_model_ready("probe", timeout=60)
+    door = frontend.pid
+
+    # Another client's request is in flight: its input in one of the door's pooled regions,
+    # another offered for its answer, while the model waits for the gate.
+    answers: queue.Queue = queue.Queue()
+    values = _large(-3.0)
+    frontend.client().async_infer(
+        "probe", _input(values), lambda result, error: answers.put((result, error))
+    )
+    _wait(lambda: (flags / "started").exists(), "the model to start")
+    pooled = _regions(door, "p")
+    assert pooled
+
+    # From the same user as the door, on both wires: by name, and by a name of the caller's own
+    # for the same object (a hard link only a local user of the server's uid can make).
+    grpc = frontend.client()
+    http = httpclient.InferenceServerClient(frontend.http_url)
+    links = []
+    try:
+        for name in pooled:
+            links.append(link := f"bridge_test_link_{os.getpid()}_{len(links)}")
+            os.link(f"{shm_regions.SHM_DIRECTORY}/{name}", f"{shm_regions.SHM_DIRECTORY}/{link}")
+            for key, why in (
+                (name, "contains the reserved prefix 'dynbridge-'"),
+                ("/" + name, "contains the reserved prefix 'dynbridge-'"),
+                ("/" + link, "names a shared memory region of the server"),
+            ):
+                for client in (grpc, http):
+                    with pytest.raises(InferenceServerException, match=why):
+                        client.register_system_shared_memory("stolen", key, 128)
+        assert not grpc.get_system_shared_memory_status().regions
+        assert not http.get_system_shared_memory_status()
+    finally:
+        for link in links:
+            os.unlink(f"{shm_regions.SHM_DIRECTORY}/{link}")
+        (flags / "gate").touch()
+    # The other client's answer is its own, untouched.
+    result, error = answers.get(timeout=60)
+    assert error is None, error
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), values * 2)
 
 
 def test_regions_of_a_crashed_side_are_swept(cluster: Cluster, tmp_path: Path, flags: Path) -> None:

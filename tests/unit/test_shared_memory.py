@@ -6,6 +6,10 @@ the file named is untouched. A region on an object its client truncated after re
 an INVALID_ARG, never SIGBUS (finding 8). Texts are Triton's: 2.51's [V] for what its
 shm_open refuses, src/common.cc `ValidateSharedMemoryKey` (≥ 2.61) for the all-slash key and
 the reserved prefix.
+
+The bridge's own regions (issue 38, finding 1) are never a client's: their prefix is refused as
+Triton's reserved one, and so is a hard link to a region the door made (its pool's, a request's
+inputs'), for as long as the door uses that region.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ import pytest
 
 from bridge.frontends.triton.door_error import DoorError
 from bridge.frontends.triton.shm import LEND_MIN_BYTES, RESERVED_PREFIX, SharedMemory
+from bridge.transport import shm_regions
+from bridge.transport.shm_exchange import ShmDoor
+from bridge.transport.shm_pool import POOL_BYTES
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 SHM = Path("/dev/shm")
@@ -130,6 +137,87 @@ def test_triton_s_reserved_prefix_is_refused_even_when_the_object_exists(memory,
         f"cannot register shared memory region 'mine' with key '{key}' as the key contains the "
         "reserved prefix 'triton_python_backend_shm_region_'",
     )
+
+
+def reserved(name: str, key: str, prefix: str) -> tuple[ErrorCode, str]:
+    return (
+        ErrorCode.INVALID_ARG,
+        f"cannot register shared memory region '{name}' with key '{key}' as the key contains the "
+        f"reserved prefix '{prefix}'",
+    )
+
+
+@pytest.mark.parametrize("kind", ["i", "o0", "p"])
+@pytest.mark.parametrize("slashes", ["", "/"])
+def test_the_bridge_s_own_region_names_are_refused(memory, made, kind, slashes):
+    # A real region of this process's kind `kind`, as a door and its workers name them.
+    name = f"{shm_regions.request_prefix(10**9 + len(slashes))}{kind}"
+    os.close(shm_regions.create(name, 8192))
+    made.append(SHM / name)
+    key = slashes + name
+    assert refusal(memory, key, "theirs") == reserved("theirs", key, shm_regions.PREFIX)
+    # The prefix alone, whatever follows it: refused before any object is looked for.
+    assert refusal(memory, "/dynbridge-x") == reserved("r", "/dynbridge-x", "dynbridge-")
+
+
+def hard_link(made: list[Path], name: str) -> str:
+    """A second name in /dev/shm for the object `name` (what a local user of the server's uid
+    could make); its key."""
+    link = SHM / f"bridge_test_link_{uuid.uuid4().hex}"
+    os.link(SHM / name, link)
+    made.append(link)
+    return "/" + link.name
+
+
+def refused_as_the_server_s(memory: SharedMemory, key: str) -> None:
+    assert refusal(memory, key, "theirs") == (
+        ErrorCode.INVALID_ARG,
+        f"cannot register shared memory region 'theirs' with key '{key}' as the key names a "
+        "shared memory region of the server",
+    )
+
+
+@pytest.fixture
+def door() -> Iterator[ShmDoor]:
+    made = ShmDoor(threshold=1024, pool_bytes=POOL_BYTES)
+    yield made
+    made.close()
+
+
+def test_a_hard_link_to_a_pooled_region_is_refused_while_the_pool_has_it(door, made):
+    memory = SharedMemory(bridge_made=door.made)
+    try:
+        region = door.pool.take(4096)
+        assert region is not None
+        region.unlock()
+        key = hard_link(made, region.name)
+        refused_as_the_server_s(memory, key)
+        door.pool.give_back(region)
+        refused_as_the_server_s(memory, key)  # free, but still the pool's
+        door.pool.close()  # the region is dropped: the object left is the link's alone
+        memory.register("theirs", key, 0, 64)
+    finally:
+        memory.close()
+
+
+def test_a_hard_link_to_a_request_s_inputs_is_refused_while_the_request_lasts(made):
+    door = ShmDoor(threshold=1024, pool_bytes=0)  # no pool: the request makes its own region
+    door.hosts[7] = door.host
+    memory = SharedMemory(bridge_made=door.made)
+    try:
+        exchange = door.exchange()
+        assert exchange is not None
+        secret = {"metadata": {"name": "A"}, "data": {"data_type": "Bytes", "values": SECRET * 64}}
+        sent = exchange.request_for(7, {"bridge_form": 1, "tensors": [secret]})
+        name = sent["shm"]["region"]
+        made.append(SHM / name)
+        key = hard_link(made, name)
+        refused_as_the_server_s(memory, key)
+        exchange.close(answered=True)
+        memory.register("theirs", key, 0, 64)  # the request is over: no longer the door's
+    finally:
+        memory.close()
+        door.close()
 
 
 def test_a_bad_key_is_refused_before_a_taken_name(memory, made):

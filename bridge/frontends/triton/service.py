@@ -42,12 +42,13 @@ from ...cluster.protocol import BATCH_KINDS, INFER_KINDS, StatsRow, load_request
 from ...serialized_bytes import BytesLimits
 from ...tracing.config import TraceConfig
 from ...tracing.request import WireTrace
+from ...transport.shm_regions import Identity
 from .directory import Directory, ModelEntry
 from .door_error import DoorError
 from .log_trace_settings import LogSettings, TraceSettings
 from .model_cards import FOREIGN_VERSION
 from .routes import LocalRoute
-from .shm import SharedMemory
+from .shm import SharedMemory, made_by_nobody
 
 SERVER_NAME = "triton"
 SERVER_VERSION = "2.51.0"  # the Triton release whose behaviour the door follows
@@ -193,12 +194,15 @@ class TritonService:
         ready: Callable[[], bool] = lambda: True,
         bytes_limits: BytesLimits | None = None,
         trace: TraceConfig | None = None,
+        bridge_made: Callable[[Identity], bool] = made_by_nobody,
     ) -> None:
         self.directory = directory
         # What one request's BYTES inputs may cost once decoded: the wires check it first.
         self.bytes_limits = bytes_limits or BytesLimits()
         self._ready = ready  # the composition root's own readiness (starting, stopping)
-        self.shm = SharedMemory()
+        # Clients' system shared memory; never one of the door's own regions (`bridge_made`:
+        # the door's ShmDoor.made, shm.py).
+        self.shm = SharedMemory(bridge_made=bridge_made)
         self.logging = LogSettings(directory)
         self.trace = TraceSettings(directory, trace)
         self.exiting = False  # shutdown began: answer as Triton does while it exits

@@ -17,6 +17,14 @@ shared memory region". Keys that Triton ≥ 2.61 refuses before opening (`Valida
 in its src/common.cc: only slashes, or its python backend's reserved prefix) get its
 INVALID_ARG texts; the 2.5x oracle still opened those.
 
+The bridge's own regions are the bridge's as Triton's stub regions are Triton's (issue 38): the
+door's pooled regions carry one client's inputs after another's, and a request's own regions
+its inputs and answers, so a client that registered one would read and write other clients'
+tensors. Their prefix (`dynbridge-`, bridge/transport/shm_regions.py) is refused as Triton's
+reserved prefix is, with its text; and an object that is one of the door's own regions under
+another name (a hard link: only a local user of the server's uid can make one) is refused
+once opened, by its (st_dev, st_ino) (`bridge_made`, the door's ShmDoor.made).
+
 The object's size may change after registration (a client may truncate it). Triton maps the
 region and a truncated object then kills it with SIGBUS [V: the oracle dies on the next input
 read]. The door maps no object a foreign uid owns: it keeps the object's descriptor and copies
@@ -63,11 +71,13 @@ import mmap
 import os
 import stat
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
+from ...transport import shm_regions
+from ...transport.shm_regions import Identity
 from .door_error import DoorError
 
 REGION = "shared_memory_region"
@@ -79,6 +89,8 @@ SHM_DIRECTORY = "/dev/shm"
 # Triton's kTritonSharedMemoryRegionPrefix (src/common.h, refused since 2.60): its python
 # backend's own regions, which a client must not map.
 RESERVED_PREFIX = "triton_python_backend_shm_region_"
+# Refused alike: the prefix of the regions between the bridge's door and its workers.
+RESERVED_PREFIXES = (RESERVED_PREFIX, shm_regions.PREFIX)
 NAME_MAX = 255  # Linux's, in bytes: a longer name is ENAMETOOLONG for shm_open too
 # Spans lent to the door's own worker from this size on; smaller ones are copied, which costs
 # less than a mapping's system calls and page faults (measured on 2 vCPUs: a 256 KiB span cost
@@ -101,7 +113,7 @@ class SharedObject:
     """
 
     fd: int
-    identity: tuple[int, int]  # (st_dev, st_ino)
+    identity: Identity
     regions: int = 0
 
 
@@ -125,12 +137,13 @@ def validate_key(name: str, key: str) -> None:
             ErrorCode.INVALID_ARG,
             f"cannot register shared memory region '{name}' - invalid shm key '{key}'",
         )
-    if stripped.startswith(RESERVED_PREFIX):
-        raise DoorError(
-            ErrorCode.INVALID_ARG,
-            f"cannot register shared memory region '{name}' with key '{key}' as the key "
-            f"contains the reserved prefix '{RESERVED_PREFIX}'",
-        )
+    for prefix in RESERVED_PREFIXES:
+        if stripped.startswith(prefix):
+            raise DoorError(
+                ErrorCode.INVALID_ARG,
+                f"cannot register shared memory region '{name}' with key '{key}' as the key "
+                f"contains the reserved prefix '{prefix}'",
+            )
 
 
 def object_name(key: str) -> bytes | None:
@@ -180,13 +193,24 @@ def open_object(key: str, directory: str = SHM_DIRECTORY) -> int:
         os.close(directory_fd)
 
 
+def made_by_nobody(identity: Identity) -> bool:
+    """No region is the door's own (a door with no regions of its own, and tests)."""
+    return False
+
+
 class SharedMemory:
     """The system shared memory regions registered with this door."""
 
-    def __init__(self, directory: str = SHM_DIRECTORY) -> None:
+    def __init__(
+        self,
+        directory: str = SHM_DIRECTORY,
+        bridge_made: Callable[[Identity], bool] = made_by_nobody,
+    ) -> None:
         self.regions: dict[str, Region] = {}
         self.directory = directory
-        self._objects: dict[tuple[int, int], SharedObject] = {}
+        # Is an object one of the door's own regions (module doc)? The door's ShmDoor.made.
+        self._bridge_made = bridge_made
+        self._objects: dict[Identity, SharedObject] = {}
         # A descriptor is closed under this lock and used under it: an HTTP request parsed off
         # the loop (a large body) reads its regions on a thread, and a descriptor closed and
         # reused meanwhile would read another file.
@@ -205,6 +229,13 @@ class SharedMemory:
         failed = f"failed to register shared memory region '{name}': "
         try:
             found = os.fstat(fd)
+            identity = shm_regions.identity(found)
+            if self._bridge_made(identity):
+                raise DoorError(
+                    ErrorCode.INVALID_ARG,
+                    f"cannot register shared memory region '{name}' with key '{key}' as the "
+                    "key names a shared memory region of the server",
+                )
             # Triton's checks [V]: the region lies within the object; then its mmap refuses
             # (EINVAL) an offset that is no multiple of the page size, and an empty region.
             if offset + byte_size > found.st_size:
@@ -217,7 +248,6 @@ class SharedMemory:
         except BaseException:
             os.close(fd)
             raise
-        identity = (found.st_dev, found.st_ino)
         shared = self._objects.get(identity)
         if shared is None:
             shared = self._objects[identity] = SharedObject(fd, identity)
