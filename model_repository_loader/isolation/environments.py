@@ -29,16 +29,22 @@ it is put on the environment's path through a folder holding nothing else (`load
 so the environment's own packages are the ones the model sees.
 
 The cache: `DYN_BRIDGE_ENVIRONMENT_CACHE`, else `$XDG_CACHE_HOME/dynamo-bridge/environments`,
-else `~/.cache/dynamo-bridge/environments`.
+else `~/.cache/dynamo-bridge/environments`. What it holds is run as the server's user, so it
+must be the server's alone (issue 38, finding 2): made 0700 by that user if missing, and
+refused (the model is not loaded; the error names the folder and why) when it, or any folder
+on its path, lets another user change what it holds (`private_folder`, which `loader_path()`'s
+folder in /tmp passes too). Its `<sha>.lock` is opened inside it, never through a symlink.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import io
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tarfile
 import tempfile
@@ -143,9 +149,8 @@ def content_key(archive: Path) -> str:
 
 
 def _unpacked(archive: Path) -> Path:
-    cache = cache_root()
+    cache = private_folder(cache_root())
     try:
-        cache.mkdir(parents=True, exist_ok=True)
         key = content_key(archive)
     except OSError as exc:
         raise ModelLoadError(
@@ -154,7 +159,7 @@ def _unpacked(archive: Path) -> Path:
     target = cache / key
     if target.is_dir():
         return target  # complete: only a finished unpack is renamed to this name
-    with open(cache / f"{key}.lock", "w") as lock_file:
+    with _lock_file(cache, key) as lock_file:
         # Another process (or load) unpacking the same content finishes first; we then reuse it.
         fcntl.flock(lock_file, fcntl.LOCK_EX)
         if target.is_dir():
@@ -176,6 +181,28 @@ def _unpacked(archive: Path) -> Path:
             shutil.rmtree(partial, ignore_errors=True)
             raise
     return target
+
+
+def _lock_file(cache: Path, key: str) -> io.FileIO:
+    """`<cache>/<key>.lock`, opened relative to the cache's own descriptor and never through a
+    symlink: a link put there must not make us create or truncate a file elsewhere."""
+    name = f"{key}.lock"
+    try:
+        folder = os.open(cache, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fd = os.open(
+                name,
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=folder,
+            )
+        finally:
+            os.close(folder)
+    except OSError as exc:
+        raise ModelLoadError(
+            f"Internal: cannot open the lock '{cache / name}' of the environment cache: {exc}"
+        ) from None
+    return io.FileIO(fd, "r+")
 
 
 def _conda_unpack(folder: Path, archive: Path) -> None:
@@ -246,6 +273,129 @@ def _check(environment: ExecutionEnvironment, named: Path) -> None:
         )
 
 
+def _not_trusted_owner(info: os.stat_result) -> str | None:
+    """Why an entry on the path to a private folder is another user's (None: root's or ours)."""
+    if info.st_uid in (0, os.geteuid()):
+        return None
+    return f"is owned by uid {info.st_uid}, neither this user ({os.geteuid()}) nor root"
+
+
+def _why_not_above(info: os.stat_result) -> str | None:
+    """Why a folder on the path to a private one lets another user replace what lies below it
+    (None: it does not). Root's folders and ours are trusted; one that others may write into
+    only if it is sticky (/tmp): they can then add entries but not rename or remove ours."""
+    why = _not_trusted_owner(info)
+    if why is None and info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+        why = f"is writable by other users (mode {stat.filemode(info.st_mode)})"
+    return why
+
+
+def _why_not_private(info: os.stat_result) -> str | None:
+    """Why a folder is not this user's alone to change (None: it is)."""
+    if info.st_uid != os.geteuid():
+        return f"is owned by uid {info.st_uid}, not by this user ({os.geteuid()})"
+    if info.st_mode & 0o022:
+        return f"is writable by other users (mode {stat.filemode(info.st_mode)})"
+    return None
+
+
+class _Untrusted(Exception):
+    """An entry on the path to a private folder that another user controls: (path, why)."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(path, why)
+        self.path = path
+        self.why = why
+
+
+# Linux's limit on symlinks followed in one path (MAXSYMLINKS).
+_MAX_LINKS = 40
+
+
+def _resolved(folder: Path) -> Path:
+    """`folder`'s real path, as the kernel resolves it, refusing (_Untrusted) a symlink met on
+    the way that another user owns: in a sticky folder such as /tmp its owner may replace it
+    at any time, and point our folder wherever they like. Missing components stay as named."""
+    path = Path("/")
+    pending = list(Path(os.getcwd(), folder).parts[1:])
+    links = 0
+    while pending:
+        name = pending.pop(0)
+        if name == "..":
+            path = path.parent  # `path` is real: its parent is the kernel's ".."
+            continue
+        candidate = path / name
+        try:
+            info = candidate.lstat()
+        except FileNotFoundError:
+            path = candidate
+            continue
+        if not stat.S_ISLNK(info.st_mode):
+            path = candidate
+            continue
+        why = _not_trusted_owner(info)
+        if why is not None:
+            raise _Untrusted(candidate, f"(a symbolic link) {why}")
+        links += 1
+        if links > _MAX_LINKS:
+            raise _Untrusted(candidate, "leads through too many symbolic links")
+        target = Path(os.readlink(candidate))
+        if target.is_absolute():
+            path = Path("/")
+        pending[:0] = target.parts[1:] if target.is_absolute() else target.parts
+    return path
+
+
+def _folder_info(path: Path) -> os.stat_result:
+    """lstat of the folder `path`, made 0700 first when missing."""
+    try:
+        return _a_folder(path, path.lstat())
+    except FileNotFoundError:
+        pass
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass  # made meanwhile (another load): checked as any other
+    return _a_folder(path, path.lstat())
+
+
+def _a_folder(path: Path, info: os.stat_result) -> os.stat_result:
+    if not stat.S_ISDIR(info.st_mode):
+        raise NotADirectoryError(f"'{path}' is not a folder")
+    return info
+
+
+def _checked(real: Path) -> None:
+    """Every folder of `real` (no symlink in it) made if missing and checked, from the root
+    down: nothing is made inside a folder that failed."""
+    for path in (*reversed(real.parents), real):
+        info = _folder_info(path)
+        why = _why_not_private(info) if path == real else _why_not_above(info)
+        if why is not None:
+            raise _Untrusted(path, why)
+
+
+def private_folder(folder: Path) -> Path:
+    """`folder` as its real path (the one to use from then on), made 0700 by this user if
+    missing (its missing parents too), after checking that no other user can change what it
+    holds: it must be ours and writable by us alone; every folder above it root's or ours
+    and writable by nobody else unless sticky; every symlink on the way root's or ours.
+    Otherwise ModelLoadError naming the folder, the path at fault and why: what such a folder
+    holds decides what our processes run (a `bin/python3` planted in an environment cache, a
+    package link in /tmp)."""
+    try:
+        real = _resolved(folder)
+        _checked(real)
+    except _Untrusted as untrusted:
+        raise ModelLoadError(
+            f"Internal: '{folder}' is not a private folder of this user: '{untrusted.path}' "
+            f"{untrusted.why}; fix or remove it"
+        ) from None
+    except OSError as exc:
+        raise ModelLoadError(f"Internal: cannot use the folder '{folder}': {exc}") from None
+    return real
+
+
 _loader_path_lock = threading.Lock()
 
 
@@ -254,16 +404,11 @@ def loader_path() -> Path:
     environment imports the loader from it, and nothing else of the server's."""
     package = Path(__file__).resolve().parents[1]
     tag = hashlib.sha256(str(package).encode()).hexdigest()[:12]
-    folder = Path(tempfile.gettempdir()) / f"dynamo-bridge-loader-{os.getuid()}-{tag}"
-    link = folder / package.name
+    named = Path(tempfile.gettempdir()) / f"dynamo-bridge-loader-{os.getuid()}-{tag}"
     with _loader_path_lock:
-        folder.mkdir(mode=0o700, exist_ok=True)
         # A folder in /tmp that another user made first would decide what our instances import.
-        info = folder.lstat()
-        if info.st_uid != os.getuid() or info.st_mode & 0o022 or folder.is_symlink():
-            raise ModelLoadError(
-                f"Internal: {folder} is not a private folder of this user; remove it"
-            )
+        folder = private_folder(named)
+        link = folder / package.name
         if link.is_symlink() and link.resolve() == package:
             return folder
         temporary = folder / f".{package.name}.{os.getpid()}"
