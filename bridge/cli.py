@@ -25,6 +25,13 @@ from typing import TYPE_CHECKING
 import uvloop
 
 from model_repository_loader.config import ConfigOptions
+from model_repository_loader.gpu import cuda
+from model_repository_loader.gpu.devices import (
+    MIN_COMPUTE_CAPABILITY,
+    GpuDevice,
+    supported_gpu_ids,
+    visible_devices,
+)
 from model_repository_loader.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
 from model_repository_loader.scheduling.rate_limiter import ResourceLimit, parse_resource_limit
 
@@ -318,6 +325,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve the metrics port (default true)",
     )
     p.add_argument(
+        "--allow-gpu-metrics",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="BOOL",
+        help="serve Triton's GPU metrics (nv_gpu_*, nv_energy_consumption) of the GPUs this "
+        "process's models may use, read from NVML (default true; none on a host without GPUs)",
+    )
+    p.add_argument(
         "--metrics-address",
         default="127.0.0.1",
         metavar="ADDRESS",
@@ -388,6 +405,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="where model instances run unless a config sets BRIDGE_INSTANCE_KIND: auto (a "
         "process per instance when a group has count > 1, else a thread), thread or process",
+    )
+    p.add_argument(
+        "--min-supported-compute-capability",
+        type=float,
+        default=MIN_COMPUTE_CAPABILITY,
+        metavar="VERSION",
+        help="as tritonserver: GPUs below this CUDA compute capability are not used "
+        f"(default {MIN_COMPUTE_CAPABILITY})",
     )
     p.add_argument(
         "--rate-limit",
@@ -638,6 +663,25 @@ def _env_value(action: argparse.Action, text: str) -> object:
     return value
 
 
+def found_gpus() -> tuple[GpuDevice, ...]:
+    """The GPUs this process's models may use, each named once in the log."""
+    devices = tuple(visible_devices())
+    for device in devices:
+        log.info(
+            "GPU %d: %s, compute capability %.1f (%s)",
+            device.index,
+            device.name,
+            device.compute_capability,
+            device.uuid,
+        )
+    if devices and not cuda.bindings_installed():
+        log.warning(
+            "GPUs found, but not NVIDIA's cuda-bindings: models run, and GPU tensors in "
+            "pb_utils fail (pip install 'dynamo-bridge[gpu]')"
+        )
+    return devices
+
+
 def parse_cache_config(settings: Sequence[str], byte_size: int | None) -> int:
     """The response cache's size in bytes from `--cache-config` / `--response-cache-byte-size`
     (0: no cache). Raises ValueError naming what cannot be served."""
@@ -846,6 +890,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ", ".join(others),
             )
     door = resolve_door(parser, args, topology.namespace)
+    gpus = found_gpus() if topology.role != "frontend" else ()
     http_limits = resolve_http_limits(parser, args)
     max_input_size = resolve_max_input_size(parser, args)
     options = ServerOptions(
@@ -861,6 +906,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             else (0 if topology.role == "worker" else METRICS_PORT)
         ),
         allow_metrics=args.allow_metrics,
+        allow_gpu_metrics=args.allow_gpu_metrics,
+        gpus=gpus,
         exit_on_lease_loss=args.exit_on_lease_loss,
         metrics_address=args.metrics_address,
         metrics_config=metrics_config,
@@ -886,6 +933,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             model_config_name=args.model_config_name,
             instance_kind=args.instance_kind,
+            gpu_ids=supported_gpu_ids(gpus, args.min_supported_compute_capability),
+            min_compute_capability=args.min_supported_compute_capability,
         ),
     )
     try:

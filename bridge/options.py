@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from model_repository_loader.config import ConfigOptions
+from model_repository_loader.gpu.devices import GpuDevice
 from model_repository_loader.scheduling.rate_limiter import ResourceLimit
 
 from .frontends.triton.http.connections import ConnectionLimits
@@ -71,6 +72,10 @@ class ServerOptions:
     grpc_port: int = 8001
     metrics_port: int = 8002
     allow_metrics: bool = True
+    # `--allow-gpu-metrics`: the `nv_gpu_*` families of `gpus` on the metrics port.
+    allow_gpu_metrics: bool = True
+    # The GPUs this process's models may use (gpu/devices.py; none for --role frontend).
+    gpus: tuple[GpuDevice, ...] = ()
     # A lost etcd lease: exit 1 (a supervisor restarts) rather than re-execute this process
     # once etcd answers (bridge/roles/discovery.py).
     exit_on_lease_loss: bool = False

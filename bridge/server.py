@@ -42,6 +42,7 @@ from .cluster.index import ClusterIndex
 from .control import ControlPort
 from .frontends.triton.http.server import HttpConfigError
 from .logs import dynamo_noise
+from .metrics.gpu import GpuMetrics
 from .metrics.server import MetricsServer
 from .models.endpoint import ModelWorker
 from .options import ServerOptions, StartupError
@@ -211,10 +212,13 @@ async def _listen(
     metrics_server: MetricsServer | None = None
     if options.allow_metrics:
         ready = worker.ready if worker is not None else frontend.ready  # type: ignore[union-attr]
+        sources = [_worker_metrics(worker)] if worker is not None else []
+        if worker is not None and options.allow_gpu_metrics and options.gpus:
+            sources.append(GpuMetrics(options.gpus).render)  # the GPUs this worker's models use
         metrics_server = MetricsServer(
             options.metrics_address,
             options.metrics_port,
-            [_worker_metrics(worker)] if worker is not None else [],
+            sources,
             frontend.http_port if frontend is not None else None,
             ready=lambda: ready() and not stop.is_set(),
             limits=options.http_limits,

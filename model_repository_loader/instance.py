@@ -32,6 +32,7 @@ from . import pb_utils
 from .deadlines import remaining
 from .errors import ModelLoadError, format_python_error
 from .execution import Pending, run_execute
+from .gpu import cuda
 from .importer import ModelImportError, bind_model_folders, import_model_module
 
 log = logging.getLogger(__name__)
@@ -217,6 +218,7 @@ class ModelInstance:
 
     def _run_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         asyncio.set_event_loop(loop)
+        cuda.use_instance_device(self.spec.kind, self.spec.device_id)
         bind_model_folders(self.spec.model_file)
         with pb_utils.context.model_context(context=self._bound_context):
             try:
@@ -268,6 +270,7 @@ class ModelInstance:
         return outcome.get("value")
 
     def _run(self) -> None:
+        cuda.use_instance_device(self.spec.kind, self.spec.device_id)
         bind_model_folders(self.spec.model_file)
         bound = pb_utils.context.ModelContext(
             self.spec.model_name, self.name, str(self.spec.model_file.parent), self.services

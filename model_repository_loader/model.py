@@ -96,6 +96,9 @@ class ModelVersion:
         self.model_file = model_file
         self.decoupled = config.model_transaction_policy.decoupled
         self.validator = RequestValidator(config)
+        # FORCE_CPU_ONLY_INPUT_TENSORS: inputs that arrive on a GPU (BLS, ensembles) are
+        # copied to the host before `execute` unless the model says "no".
+        self._cpu_inputs_only = cpu_only_input_tensors(config)
         self.all_outputs = frozenset(o.name for o in config.output)
         # Applied to every response on its way out (requested outputs, output reshape).
         self._shape = ResponseShape(config)
@@ -305,6 +308,8 @@ class ModelVersion:
         """What `execute` sees; `Pending` gives it its response sender and cancellation."""
         params = request.parameters
         inputs = self.validator.apply_input_reshape(request.inputs)
+        if self._cpu_inputs_only and any(t._device is not None for t in inputs):
+            inputs = [t._on_host() for t in inputs]
         if params:
             sequence_id = params.get("sequence_id", 0)
             # An int or a string, as the wire allows (bridge/codec.py refuses other types).
@@ -533,6 +538,20 @@ def _custom_parameters_json(params: Mapping[str, ParameterValue]) -> str:
     }
     # Triton's text is compact and keeps non-ASCII characters as they are [V].
     return json.dumps(custom, separators=(",", ":"), ensure_ascii=False) if custom else "{}"
+
+
+def cpu_only_input_tensors(config: mc.ModelConfig) -> bool:
+    """The model's FORCE_CPU_ONLY_INPUT_TENSORS ("yes", the default, or "no"), as Triton reads
+    it: exactly those two words; anything else fails the load (UNSUPPORTED in Triton)."""
+    parameter = config.parameters.get("FORCE_CPU_ONLY_INPUT_TENSORS")
+    if parameter is None:
+        return True
+    value = parameter.string_value
+    if value not in ("yes", "no"):
+        raise ModelLoadError(
+            f"Unsupported: Incorrect value for FORCE_CPU_ONLY_INPUT_TENSORS: {value}'"
+        )
+    return value == "yes"
 
 
 _KIND_NAMES = {

@@ -176,7 +176,7 @@ def request_digest(inputs: Iterable[pb_utils.Tensor], requested: Iterable[str]) 
     name) and the outputs it asked for. Model and version are the key's owner."""
     digest = hashlib.blake2b(digest_size=16)
     for tensor in sorted(inputs, key=lambda t: t._name):
-        digest.update(repr((tensor._name, tensor._datatype, tensor._array.shape)).encode())
+        digest.update(repr((tensor._name, tensor._datatype, tensor._dims())).encode())
         _update_with_data(digest, tensor)
     digest.update(repr(sorted(requested)).encode())
     return digest.digest()

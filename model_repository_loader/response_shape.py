@@ -55,13 +55,11 @@ class ResponseShape:
         dims = self._reshapes.get(tensor.name())
         if dims is None:
             return tensor
-        array = tensor._array
-        batch = list(array.shape[:1]) if self._batching else []
+        batch = list(tensor._dims()[:1]) if self._batching else []
         try:
-            reshaped = array.reshape(batch + dims)
+            return tensor._reshaped(batch + dims)
         except ValueError:
             return tensor  # Triton passes through what it cannot reshape
-        return pb_utils.Tensor._from_wire(tensor.name(), reshaped, tensor._datatype)
 
 
 def split_rows(

@@ -358,9 +358,8 @@ class RequestValidator:
             if dims_and_reshape is None:
                 out.append(tensor)
                 continue
-            array = tensor._array
-            shape = reshaped_input_shape(*dims_and_reshape, array.shape, self.batching)
-            out.append(Tensor._from_wire(tensor._name, array.reshape(shape), tensor._datatype))
+            shape = reshaped_input_shape(*dims_and_reshape, tensor._dims(), self.batching)
+            out.append(tensor._reshaped(shape))
         return out
 
     def model_shape(self, name: str, shape: Sequence[int]) -> list[int]:
@@ -419,7 +418,7 @@ class RequestValidator:
                 raise self._unknown_input(name)
             if spec.is_shape_tensor:
                 continue
-            shape = by_name[name]._array.shape
+            shape = by_name[name]._dims()
             if not shape:
                 raise RequestError(
                     f"{self._prefix(request_id)}input '{name}' has no shape but model requires "
@@ -441,7 +440,7 @@ class RequestValidator:
                 f"{self._prefix(request_id)}inference input '{spec.name}' data-type is "
                 f"'{tensor._datatype}', but model '{self.model_name}' expects '{spec.datatype}'"
             )
-        shape = tensor._array.shape
+        shape = tensor._dims()
         batched = self.batching and not spec.is_shape_tensor
         dims = shape[1:] if batched else shape
         if not spec.matches(dims):

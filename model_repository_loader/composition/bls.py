@@ -134,7 +134,7 @@ class BlsExecutor:
             blocked.start(submit, lend)
             blocked.wait()
         response = responses[-1] if responses else pb_utils.InferenceResponse._create([])
-        return _as_bls_response(response, name, rejected=not validated[0])
+        return _as_bls_response(response, name, request, rejected=not validated[0])
 
     def stream(self, request: pb_utils.InferenceRequest) -> pb_utils.ResponseIterator:
         """`exec(decoupled=True)`: an iterator the callee's responses are put into as they come.
@@ -164,7 +164,7 @@ class BlsExecutor:
         def respond(response: pb_utils.InferenceResponse | None, final: bool) -> None:
             if response is not None:
                 rejected = submitting[0] == threading.get_ident()
-                response = _as_bls_response(response, name, rejected=rejected)
+                response = _as_bls_response(response, name, request, rejected=rejected)
             iterator._put(response, final)
 
         pending = model.submit(to_infer_request(request), respond)
@@ -203,7 +203,7 @@ class BlsExecutor:
             _answer_failed_call(lambda r, f: respond(r, f, False), name, exc)
         done.wait()
         response = responses[-1] if responses else pb_utils.InferenceResponse._create([])
-        return _as_bls_response(response, name, rejected=rejected[0])
+        return _as_bls_response(response, name, request, rejected=rejected[0])
 
     def _stream_remote(
         self, remote: RemoteModels, request: pb_utils.InferenceRequest
@@ -228,7 +228,7 @@ class BlsExecutor:
             if response is None and rejected:  # gone since find(): nobody serves it
                 response = _error(error_prefix(name) + not_ready_text(name))
             elif response is not None:
-                response = _as_bls_response(response, name, rejected=rejected)
+                response = _as_bls_response(response, name, request, rejected=rejected)
             iterator._put(response, final)
 
         try:
@@ -320,9 +320,15 @@ def _error(message: str, code: int = BLS_ERROR_CODE) -> pb_utils.InferenceRespon
 
 
 def _as_bls_response(
-    response: pb_utils.InferenceResponse, model_name: str, *, rejected: bool
+    response: pb_utils.InferenceResponse,
+    model_name: str,
+    request: pb_utils.InferenceRequest,
+    *,
+    rejected: bool,
 ) -> pb_utils.InferenceResponse:
-    """Triton's form of a BLS error: prefixed when the callee never ran; code INTERNAL.
+    """The response as the caller of `request` gets it: its outputs where the request's
+    `preferred_memory` asks, or Triton's form of a BLS error: prefixed when the callee never
+    ran; code INTERNAL.
 
     Except CANCELLED: `ResponseIterator.cancel()` comes from the Triton releases that hand the
     callee's code back (25.05+ [S]), and a caller that cancels checks for CANCELLED
@@ -331,7 +337,7 @@ def _as_bls_response(
     """
     error = response.error()
     if error is None:
-        return response_handed_over(response)
+        return response_handed_over(response, request._preferred_memory)
     message = error.message()
     if rejected:
         message = error_prefix(model_name) + message

@@ -19,6 +19,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 # Module import (not names): repository imports config.errors, so names may not exist yet here.
 from .. import repository
 from ..errors import format_python_error
+from ..gpu.devices import MIN_COMPUTE_CAPABILITY
 from ..pb_utils.errors import ErrorCode
 from .auto_complete import apply_auto_complete
 from .errors import ConfigError
@@ -46,8 +47,11 @@ class ConfigOptions:
         `--strict-model-config=true`): config.pbtxt is then required, tensors are validated at
         repository poll, and `auto_complete_config` is not called.
     model_config_name: `--model-config-name`; reads `<model>/configs/<name>.pbtxt` if present.
-    gpu_ids: GPUs this host offers. Empty (a CPU-only host): default instance groups are
-        KIND_CPU and a KIND_GPU group fails to load, as in Triton.
+    gpu_ids: GPUs this host offers (`gpu/devices.py`, CUDA ordinals whose compute capability
+        is at least `min_compute_capability`). Empty (a CPU-only host): default instance groups
+        are KIND_CPU and a KIND_GPU group fails to load, as in Triton.
+    min_compute_capability: `--min-supported-compute-capability`, named in the load error of
+        a group that asks for an unsupported GPU.
     gpu_fallback_to_cpu: not in Triton; with no GPUs, run KIND_GPU groups as KIND_CPU (with a
         warning) so repositories written for GPU hosts load on CPU-only ones.
     instance_kind: not in Triton; `--instance-kind`: "auto", "thread" or "process", the default
@@ -57,6 +61,7 @@ class ConfigOptions:
     auto_complete: bool = True
     model_config_name: str = ""
     gpu_ids: tuple[int, ...] = ()
+    min_compute_capability: float = MIN_COMPUTE_CAPABILITY
     gpu_fallback_to_cpu: bool = False
     instance_kind: str = "auto"
 
@@ -131,7 +136,7 @@ def finalize_config(
     if options.gpu_fallback_to_cpu and not options.gpu_ids:
         _fall_back_to_cpu(final)
     normalize_instance_groups(final, options.gpu_ids)
-    validate_instance_groups(final, options.gpu_ids)
+    validate_instance_groups(final, options.gpu_ids, options.min_compute_capability)
 
     if final.backend == PYTHON_BACKEND:
         path = repository.model_file(source, version, final)

@@ -10,12 +10,12 @@ from collections.abc import Sequence
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from ..gpu.devices import MIN_COMPUTE_CAPABILITY
 from ..pb_utils.errors import ErrorCode
 from .errors import ConfigError, Stage
 from .normalize import ENSEMBLE_PLATFORM
 
 WILDCARD_DIM = -1
-MIN_COMPUTE_CAPABILITY = 6.0
 TENSORRT_PLATFORM = "tensorrt_plan"
 
 _Group = mc.ModelInstanceGroup

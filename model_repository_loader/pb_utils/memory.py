@@ -28,7 +28,8 @@ _SIGNATURE = (
 class PreferredMemory:
     """`PreferredMemory(preferred_memory_type, preferred_device_id=0)` for BLS requests.
 
-    Outputs here always live in CPU memory; the preference is kept so callers can read it.
+    The callee's outputs are moved to the host or to that GPU before the caller sees them
+    (composition/tensors.py); BYTES outputs always stay on the host.
     """
 
     __slots__ = ("preferred_memory_type", "preferred_device_id")

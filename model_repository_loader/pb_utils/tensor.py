@@ -5,6 +5,11 @@ the array show through, as in Triton [V]). BYTES tensors keep the array the mode
 array of anything, or an `S` array); the `bytes` elements that go on the wire are produced on
 demand by `_wire_array()`, which is where the per-element work happens. BF16 tensors hold the raw
 16-bit patterns in a uint16 array and are only reachable through DLPack, as in Triton.
+
+A tensor made from GPU memory (`from_dlpack` of a CUDA tensor, a BLS or ensemble input that
+stayed on the GPU) holds a `gpu.DeviceArray` instead and is not `is_cpu()`; `to_dlpack()` hands
+the same memory on. Its bytes are copied to the host once, the first time something needs them
+as an array (`_array`: the wires, the response cache); the tensor stays a GPU tensor.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..gpu.device_array import DeviceArray
 from . import dlpack
 from .constants import DATATYPE_CODES, NUMPY_TO_DATATYPE
 from .errors import TritonModelException, pybind_type_error
@@ -25,13 +31,25 @@ _OBJECT = np.dtype(np.object_)
 class Tensor:
     """`Tensor(name, array)`: both arguments positional, as pybind exposes them."""
 
-    __slots__ = ("_name", "_array", "_datatype", "__weakref__")
+    __slots__ = ("_name", "_host", "_device", "_datatype", "__weakref__")
 
     _name: str
-    # The stored array: what `as_numpy()` returns; uint16 bit patterns for BF16.
-    _array: np.ndarray
+    # The stored array: what `as_numpy()` returns; uint16 bit patterns for BF16. For a GPU
+    # tensor, None until its bytes are first needed on the host (then a copy).
+    _host: np.ndarray | None
+    # The GPU memory of a GPU tensor; None for a CPU tensor.
+    _device: DeviceArray | None
     # KServe datatype name: "FP32", "BYTES", "BF16", ...
     _datatype: str
+
+    @property
+    def _array(self) -> np.ndarray:
+        """The tensor as a host array (for a GPU tensor, its host copy, made once)."""
+        host = self._host
+        if host is None:
+            assert self._device is not None
+            host = self._host = self._device.to_host()
+        return host
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if len(args) != 2 or kwargs:
@@ -54,7 +72,8 @@ class Tensor:
         if not array.flags.c_contiguous:
             array = np.ascontiguousarray(array)
         self._name = name
-        self._array = array
+        self._host = array
+        self._device = None
         self._datatype = datatype
 
     @classmethod
@@ -68,9 +87,44 @@ class Tensor:
         """
         tensor = cls.__new__(cls)
         tensor._name = name
-        tensor._array = array
+        tensor._host = array
+        tensor._device = None
         tensor._datatype = datatype
         return tensor
+
+    @classmethod
+    def _from_device(cls, name: str, array: DeviceArray, datatype: str) -> Tensor:
+        """A GPU tensor over `array` as-is (no checks, no copy)."""
+        tensor = cls.__new__(cls)
+        tensor._name = name
+        tensor._host = None
+        tensor._device = array
+        tensor._datatype = datatype
+        return tensor
+
+    def _renamed(self, name: str) -> Tensor:
+        """The same memory under another name (host or GPU, no copy)."""
+        if self._device is not None:
+            return Tensor._from_device(name, self._device, self._datatype)
+        return Tensor._from_wire(name, self._array, self._datatype)
+
+    def _reshaped(self, shape: list[int]) -> Tensor:
+        """The same memory under another shape (ValueError when the sizes differ)."""
+        if self._device is not None:
+            return Tensor._from_device(self._name, self._device.reshape(shape), self._datatype)
+        return Tensor._from_wire(self._name, self._array.reshape(shape), self._datatype)
+
+    def _on_host(self) -> Tensor:
+        """This tensor if it is on the host, else a host copy of it (a CPU tensor)."""
+        if self._device is None:
+            return self
+        host = self._host if self._host is not None else self._device.to_host()
+        return Tensor._from_wire(self._name, host, self._datatype)
+
+    def _dims(self) -> tuple[int, ...]:
+        """The shape, without copying a GPU tensor to the host."""
+        device = self._device
+        return device.shape if device is not None else self._array.shape
 
     def _wire_array(self) -> np.ndarray:
         """The array in its transport form; for BYTES an object array of `bytes`.
@@ -97,6 +151,8 @@ class Tensor:
         return self._name
 
     def as_numpy(self) -> np.ndarray:
+        if self._device is not None:
+            raise TritonModelException("Tensor is stored in GPU and cannot be converted to NumPy.")
         if self._datatype == "BF16":
             raise TritonModelException(
                 "Tensor dtype is BF16 and cannot be converted to NumPy. "
@@ -105,7 +161,7 @@ class Tensor:
         return self._array
 
     def shape(self) -> list[int]:
-        return list(self._array.shape)
+        return list(self._dims())
 
     def triton_dtype(self) -> int:
         """The TRITONSERVER_DataType code (BOOL=1 ... BYTES=13, BF16=14).
@@ -116,11 +172,13 @@ class Tensor:
         return DATATYPE_CODES[self._datatype]
 
     def is_cpu(self) -> bool:
-        return True
+        return self._device is None
 
     def to_dlpack(self) -> Any:
         if self._datatype == "BYTES":
             raise TritonModelException("DLPack does not have support for string tensors.")
+        if self._device is not None:
+            return dlpack.export_device(self._device, self._datatype)
         return dlpack.export_array(self._array, self._datatype)
 
     def __dlpack__(
@@ -132,12 +190,18 @@ class Tensor:
         copy: bool | None = None,
     ) -> Any:
         # `max_version` & co. come from newer consumers (Triton only takes `stream`); they get a
-        # versioned capsule, which keeps the data writable on their side.
+        # versioned capsule, which keeps the data writable on their side. GPU memory: as in
+        # Triton, no work is pending on it (it was synchronised when it came in), so `stream`
+        # needs no wait, and a legacy capsule is what every consumer takes.
         if self._datatype == "BYTES":
             raise TritonModelException("DLPack does not have support for string tensors.")
+        if self._device is not None:
+            return dlpack.export_device(self._device, self._datatype)
         return dlpack.export_array(self._array, self._datatype, max_version)
 
     def __dlpack_device__(self) -> tuple[int, int]:
+        if self._device is not None:
+            return (dlpack.CUDA, self._device.device)
         return dlpack.CPU_DEVICE
 
     @staticmethod
@@ -153,7 +217,10 @@ class Tensor:
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
         array, datatype = dlpack.import_capsule(dlpack.to_capsule(obj))
+        if isinstance(array, DeviceArray):
+            return Tensor._from_device(name, array, datatype)
         return Tensor._from_wire(name, array, datatype)
 
     def __repr__(self) -> str:
-        return f"<Tensor {self._name!r} {self._datatype} {list(self._array.shape)}>"
+        where = "" if self._device is None else f" cuda:{self._device.device}"
+        return f"<Tensor {self._name!r} {self._datatype}{where} {list(self._dims())}>"
