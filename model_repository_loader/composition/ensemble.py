@@ -12,7 +12,8 @@
 - a step's error ends the request with `in ensemble '<name>', <the step's error>` and the
   step's code [V];
 - a decoupled step streams: each of its responses runs the steps after it again, and every
-  time all requested outputs have new values they go out as one response of the ensemble.
+  time all requested outputs have new values they go out as one response of the ensemble; the
+  one made when no step is left in flight carries FINAL, else FINAL goes alone (as Triton's).
 
 Composing models are looked up by name when a step runs, in the loaded repository (hot reload
 replaces entries of that dict in place), then among the models other processes serve when a
@@ -186,7 +187,6 @@ class EnsembleRun:
         self._fired: set[int] = set()
         self._in_flight: dict[int, Any] = {}  # submit id -> what Model.submit returned
         self._next_id = 0
-        self._sent = 0
         self._closed = False
         self._cancelled = False
         # Triton's ensemble responses carry the request's sequence fields as parameters [V].
@@ -291,44 +291,69 @@ class EnsembleRun:
             if self._closed:
                 return
             if response is not None:
-                changed = set()
-                for tensor in response.output_tensors():
-                    target = step.output_map.get(tensor.name())
-                    if target is None:
-                        continue
-                    self._tensors[target] = handed_over(tensor, target)
-                    changed.add(target)
-                    if target in self._requested:
-                        self._fresh.add(target)
-                ready = self._ready_steps(changed)
-                if self.ensemble.decoupled and self._requested <= self._fresh:
-                    outgoing = self._outputs()
-                    self._fresh.clear()
-                    self._sent += 1
-            if final:
-                self._in_flight.pop(submit_id, None)
+                outgoing, ready = self._consume(step, response)
+            # The last step's final response: nothing can run any more (steps it made ready
+            # are in flight already), so whatever it made is the run's last response.
+            last = final and self._in_flight.keys() == {submit_id}
+            if last:
+                del self._in_flight[submit_id]
+        if last:
+            self._finish(outgoing)
+            return
         if outgoing is not None:
             if self.request.trace is not None:
                 self.request.trace.responded(outgoing)
             self._respond(outgoing, False)
         self._submit_all(ready)
         if final:
+            # Only once `outgoing` is sent: the run's final response must never overtake it.
+            with self._lock:
+                self._in_flight.pop(submit_id, None)
             self._maybe_finish()
+
+    def _consume(
+        self, step: Any, response: pb_utils.InferenceResponse
+    ) -> tuple[pb_utils.InferenceResponse | None, list[tuple[int, Any, list[pb_utils.Tensor]]]]:
+        """Take a step's outputs (under the lock): a decoupled ensemble's next response once
+        every requested output has a new value, and the steps now ready (marked in flight)."""
+        changed = set()
+        for tensor in response.output_tensors():
+            target = step.output_map.get(tensor.name())
+            if target is None:
+                continue
+            self._tensors[target] = handed_over(tensor, target)
+            changed.add(target)
+            if target in self._requested:
+                self._fresh.add(target)
+        outgoing = None
+        if self.ensemble.decoupled and self._requested <= self._fresh:
+            outgoing = self._outputs()
+            self._fresh.clear()
+        return outgoing, self._ready_steps(changed)
 
     def _maybe_finish(self) -> None:
         with self._lock:
             if self._closed or self._in_flight:
                 return
+        self._finish(None)
+
+    def _finish(self, last: pb_utils.InferenceResponse | None) -> None:
+        """End the run, no step being in flight. A decoupled ensemble sends `last` (the
+        response the last step's final answer made, if it made one) with the FINAL flag, as
+        Triton does; with none, the FINAL flag goes alone [core EnsembleContext::FinishEnsemble].
+        """
+        if self.ensemble.decoupled:
+            self._close(last)
+            return
+        with self._lock:
             missing = [o.name for o in self.ensemble.config.output if o.name not in self._tensors]
-        if missing and not self.ensemble.decoupled:
+        if missing:
             rid = self.request.request_id or "<id_unknown>"
             message = (
                 f"in ensemble '{self.ensemble.name}', [request id: {rid}] unexpected deadlock, "
                 "at least one output is not set while no more ensemble steps can be made"
             )
             self._close(_error(message, pb_utils.TritonError.INVALID_ARG))
-        elif self.ensemble.decoupled:
-            self._close(None)
         else:
             with self._lock:
                 response = self._outputs()

@@ -1,4 +1,5 @@
-"""Ensembles in-process (tests/repositories/composition): loading, dataflow, errors, streaming.
+"""Ensembles in-process (tests/repositories/composition, ensemble_stream): loading, dataflow,
+errors, streaming.
 
 Expected values and texts are Triton 2.51's for the same repository
 (tests/repositories/composition/README.md).
@@ -21,6 +22,7 @@ from model_repository_loader.loader import LoadedRepository, load_repository
 from model_repository_loader.repository import scan
 
 REPO = Path(__file__).resolve().parents[2] / "tests" / "repositories" / "composition"
+STREAM_REPO = REPO.parent / "ensemble_stream"
 F = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
 
 
@@ -39,17 +41,24 @@ def infer(repo: LoadedRepository, model: str, inputs: dict[str, np.ndarray], **k
     return {t.name(): t.as_numpy().tolist() for t in response.output_tensors()}
 
 
-def stream(repo: LoadedRepository, model: str, inputs: dict[str, np.ndarray]) -> list[Any]:
-    got: list[Any] = []
+def flagged_stream(
+    repo: LoadedRepository, model: str, inputs: dict[str, np.ndarray]
+) -> list[tuple[Any, bool]]:
+    """Every `respond` call of one request: (its outputs, its error text, or None for a
+    flag-only one; its final flag)."""
+    got: list[tuple[Any, bool]] = []
     done: list[bool] = []
 
     def respond(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+        shown: Any = None
         if response is not None:
-            got.append(
-                response.error().message()
-                if response.has_error()
+            error = response.error()
+            shown = (
+                error.message()
+                if error is not None
                 else {t.name(): t.as_numpy().tolist() for t in response.output_tensors()}
             )
+        got.append((shown, final))
         if final:
             done.append(True)
 
@@ -60,6 +69,11 @@ def stream(repo: LoadedRepository, model: str, inputs: dict[str, np.ndarray]) ->
         time.sleep(0.01)
     assert done, "no final response"
     return got
+
+
+def stream(repo: LoadedRepository, model: str, inputs: dict[str, np.ndarray]) -> list[Any]:
+    """The responses of one request, flag-only ones left out."""
+    return [shown for shown, _ in flagged_stream(repo, model, inputs) if shown is not None]
 
 
 # -- loading ----------------------------------------------------------------------------------
@@ -189,6 +203,18 @@ def test_decoupled_step_streams_through(repo):
         {"F": [0.0]},
         {"F": [1.5]},
     ]
+
+
+def test_final_flag_rides_on_the_response_made_last():
+    # Triton sends FINAL with the response made once no step is in flight: here the producer's
+    # flag-only FINAL comes before the slow consumer's last answer [core FinishEnsemble].
+    loaded = load_repository([STREAM_REPO])
+    try:
+        count = np.array([[3]], dtype=np.int32)
+        answers = flagged_stream(loaded, "decoupled_first", {"IN": count})
+    finally:
+        loaded.close()
+    assert answers == [({"OUT": [[0.5]]}, False)] * 2 + [({"OUT": [[0.5]]}, True)]
 
 
 def test_decoupled_ensemble_with_no_responses(repo):
