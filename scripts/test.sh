@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 
 if [ ! -x .venv/bin/python ]; then "$PYTHON" -m venv .venv; fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test,upstream]"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test,upstream,gpu]"
 
 if [ ! -x .venv-oracle/bin/python ]; then "$PYTHON" -m venv .venv-oracle; fi
 .venv-oracle/bin/python -m pip install --quiet --disable-pip-version-check nvidia-pytriton

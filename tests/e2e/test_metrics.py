@@ -45,6 +45,8 @@ def test_metrics_after_known_traffic(bridge_server, repository, tmp_path) -> Non
 
     at_rest = scrape(port)
     assert value(at_rest, "nv_inference_request_success", **M) == 0
+    # A host without GPUs has no GPU families (tests/gpu checks them where there are GPUs).
+    assert not [name for name in at_rest if name.startswith("nv_gpu_")]
     assert value(at_rest, "nv_inference_pending_request_count", **M) == 0
     assert value(at_rest, "counted_requests", kind="ok") == 0
 

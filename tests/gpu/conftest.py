@@ -8,25 +8,9 @@ elsewhere each test is skipped with the reason. Run it on a GPU host with
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 
-from model_repository_loader.gpu.devices import visible_devices
-
-
-@functools.cache
-def gpu_missing() -> str | None:
-    """Why the GPU suite cannot run here, or None."""
-    if not visible_devices():
-        return "no NVIDIA GPU found through NVML (nvidia-ml-py and a driver)"
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return f"the installed torch ({torch.__version__}) has no CUDA"
-    return None
+from tests.harness.gpu import gpu_missing
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

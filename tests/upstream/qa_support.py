@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tests.harness.gpu import gpu_missing
 from tests.upstream.support import ARCHIVE, Run, run_in_namespace
 
 QA = "server/qa"
@@ -258,14 +259,20 @@ def run_phase(root: Path, phase: Phase, skipped: set[str]) -> PhaseRun:
     for step in steps:
         (qa_folder / step.junit()).unlink(missing_ok=True)
     common = root / QA / "common"
-    env = {
-        "PYTHONPATH": str(common),
-        # shm_util's leak probe reads Triton's stub-to-server shared memory regions
-        # (triton_python_backend_shm_region_*) through Triton's compiled triton_shm_monitor
-        # module; the bridge has no such regions, and the module does not exist here.
-        # TEST_JETSON=1 is shm_util's own switch that turns the probe off.
-        "TEST_JETSON": "1",
-    }
+    # shm_util's leak probe reads Triton's stub-to-server shared memory regions
+    # (triton_python_backend_shm_region_*) through Triton's compiled triton_shm_monitor module;
+    # the bridge has no such regions, and the module does not exist here. TEST_JETSON=1 is
+    # shm_util's own switch that turns the probe off, and the tests' GPU cases with it. On a
+    # GPU host an empty triton_shm_monitor is given instead: the GPU cases run, the probe
+    # watches no region.
+    env = {"PYTHONPATH": str(common)}
+    if gpu_missing() is None:
+        no_monitor = root / "no_shm_monitor"
+        no_monitor.mkdir(exist_ok=True)
+        (no_monitor / "triton_shm_monitor.py").write_text("")
+        env["PYTHONPATH"] += os.pathsep + str(no_monitor)
+    else:
+        env["TEST_JETSON"] = "1"
     run = run_in_namespace(
         models,
         qa_folder,

@@ -1,0 +1,121 @@
+"""GPU models served through the triton door, called by tritonclient (gRPC and HTTP).
+
+The repository (tests/repositories/gpu) is written the way Triton users write GPU models: torch
+on `cuda:<model_instance_device_id>`, outputs given as CUDA tensors with `from_dlpack`, an
+ensemble passing a CUDA tensor between steps, a decoupled model sending CUDA tensors from a
+thread. Also: the registered config shows the GPU groups as loaded, and the metrics port has
+Triton's GPU families.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from model_repository_loader.gpu.devices import visible_devices
+
+GPUS = len(visible_devices())
+
+
+@pytest.fixture(scope="module")
+def server(shared_bridge_server, repository):
+    return shared_bridge_server(repository("gpu"))
+
+
+def _inputs(module, a: np.ndarray, b: np.ndarray) -> list:
+    inputs = []
+    for name, array in (("INPUT0", a), ("INPUT1", b)):
+        tensor = module.InferInput(name, list(array.shape), "FP32")
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
+@pytest.mark.parametrize("wire", ["grpc", "http"])
+def test_torch_model_answers_from_cuda_tensors(server, wire: str) -> None:
+    module, url = (grpcclient, server.grpc_url) if wire == "grpc" else (httpclient, server.http_url)
+    client = module.InferenceServerClient(url)
+    a = np.arange(1 << 16, dtype=np.float32)
+    b = np.full(1 << 16, 2.0, dtype=np.float32)
+    devices = set()
+    for _ in range(2 * max(GPUS, 1)):  # the default scheduler goes round every instance
+        result = client.infer("torch_add_sub_gpu", _inputs(module, a, b))
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+        device_id, current, is_gpu = result.as_numpy("DEVICE").tolist()
+        assert is_gpu == 1 and current == device_id  # the instance's GPU is current
+        devices.add(device_id)
+    assert devices == set(range(GPUS))  # one KIND_GPU instance per GPU
+
+
+def test_the_config_carries_the_gpu_groups(server) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    config = client.get_model_config("torch_add_sub_gpu", as_json=True)["config"]
+    groups = config["instance_group"]
+    assert [(g["kind"], [int(x) for x in g["gpus"]]) for g in groups] == [
+        ("KIND_GPU", list(range(GPUS)))
+    ]
+
+
+def test_an_ensemble_passes_a_cuda_tensor_between_steps(server) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    a = np.arange(8, dtype=np.float32)
+    result = client.infer("gpu_ensemble", _inputs(grpcclient, a, a))
+    np.testing.assert_array_equal(result.as_numpy("SUM"), a + a)
+    assert result.as_numpy("ON_GPU").tolist() == [True]  # no host copy between the steps
+
+
+def test_a_decoupled_model_streams_cuda_tensors(server) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        count = grpcclient.InferInput("COUNT", [1], "INT32")
+        count.set_data_from_numpy(np.array([5], np.int32))
+        client.async_stream_infer("gpu_decoupled", [count], enable_empty_final_response=True)
+        received = []
+        while True:
+            result, error = answers.get(timeout=60)
+            assert error is None, error
+            final = result.get_response().parameters["triton_final_response"].bool_param
+            if result.as_numpy("OUT") is not None:
+                received.append(result.as_numpy("OUT").tolist())
+            if final:
+                break
+        assert received == [[float(k)] * 4 for k in range(5)]
+    finally:
+        client.stop_stream()
+
+
+def test_gpu_metrics_are_on_the_metrics_port(server) -> None:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as reply:
+        text = reply.read().decode()
+    for family in (
+        "nv_gpu_utilization",
+        "nv_gpu_memory_total_bytes",
+        "nv_gpu_memory_used_bytes",
+        "nv_energy_consumption",
+    ):
+        samples = [line for line in text.splitlines() if line.startswith(family + "{")]
+        assert len(samples) == GPUS, family
+        assert all('gpu_uuid="GPU-' in line for line in samples)
+    assert "# TYPE nv_energy_consumption counter" in text
+
+
+def test_no_gpu_metrics_when_turned_off(bridge_server, repository) -> None:
+    server = bridge_server(repository("gpu"), "--allow-gpu-metrics=false")
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as reply:
+        assert "nv_gpu_" not in reply.read().decode()
+
+
+def test_the_log_names_the_gpus(server) -> None:
+    devices = visible_devices()
+    assert all(device.uuid in server.log_text() for device in devices), json.dumps(
+        [d.uuid for d in devices]
+    )
