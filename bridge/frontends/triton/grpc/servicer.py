@@ -264,7 +264,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise
         if "error" in answer:
             raise DoorError.from_item(answer["error"])
-        return _response(request, answer, shm=service.shm)
+        return _response(request, answer, shm=service.shm, batching=_batching(target))
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Any], context: Any
@@ -346,6 +346,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         decoupled = target.decoupled
         # Triton sends the empty final response only for decoupled models [V].
         empty_final = decoupled and wants_empty_final(request)
+        batching = _batching(target)
         answered = False
         async for item in service.items(target, body, dynamo_context):
             final = bool(item.get("final", False))
@@ -355,7 +356,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             if "error" in item:
                 await out.fail(DoorError.from_item(item["error"]))
             elif empty_final or not item.get("empty"):
-                response = _response(request, item, final, service.shm)
+                response = _response(request, item, final, service.shm, batching)
                 if isinstance(response, pb.ModelInferResponse):
                     await out.put(pb.ModelStreamInferResponse(infer_response=response))
                 else:  # written as the stream response's infer_response (wire.py)
@@ -417,10 +418,16 @@ def _response(
     item: dict,
     final: bool | None = None,
     shm: SharedMemory | None = None,
+    batching: bool = False,
 ) -> Answer:
     """A worker's answer item as the door sends it (wire.py: large raw contents outside)."""
     raw: list[bytes] = []
-    return framed(to_infer_response(request, item, final, shm, raw), raw)
+    return framed(to_infer_response(request, item, final, shm, raw, batching), raw)
+
+
+def _batching(target: Any) -> bool:
+    """Does the model batch (classification ranks each batch entry on its own)?"""
+    return bool(target.entry.config.max_batch_size > 0)
 
 
 def _setting(value: pb.LogSettingsRequest.SettingValue) -> bool | int | str | None:

@@ -28,6 +28,7 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ....codec import TO_DYNAMO, TO_KSERVE
 from ....serialized_bytes import Budget, BytesLimits
+from ..classification import classify
 from ..door_error import DoorError, invalid
 from ..shm import PARAMETERS as SHM_PARAMETERS
 from ..shm import SharedMemory, placement
@@ -35,6 +36,8 @@ from ..tensor_checks import check_tensor
 
 FINAL_RESPONSE = "triton_final_response"
 EMPTY_FINAL_REQUESTED = "triton_enable_empty_final_response"
+# A requested output's parameter that tritonclient's `class_count` sets (../classification.py).
+CLASSIFICATION = "classification"
 
 
 # Typed `contents` field → the datatype Triton names it by, and the datatypes it may carry.
@@ -90,6 +93,29 @@ def wants_empty_final(request: pb.ModelInferRequest) -> bool:
     `enable_empty_final_response=True`)?"""
     parameter = request.parameters.get(EMPTY_FINAL_REQUESTED)
     return parameter is not None and parameter.bool_param
+
+
+def class_count(output: pb.ModelInferRequest.InferRequestedOutputTensor) -> int:
+    """The top-k classes a requested output asks for, 0 for none (Triton's checks and texts)."""
+    parameter = output.parameters.get(CLASSIFICATION)
+    if parameter is None:
+        return 0
+    if parameter.WhichOneof("parameter_choice") != "int64_param":
+        raise invalid("invalid value type for 'classification' parameter, expected int64_param")
+    if parameter.int64_param <= 0:
+        raise invalid("invalid value for 'classification' parameter, expected >= 0")
+    return int(parameter.int64_param)
+
+
+def _class_counts(request: pb.ModelInferRequest) -> dict[str, int]:
+    """The requested outputs that ask for classes: name → k."""
+    counts = {}
+    for output in request.outputs:
+        if output.parameters:
+            k = class_count(output)
+            if k:
+                counts[output.name] = k
+    return counts
 
 
 def region_names(request: pb.ModelInferRequest) -> list[str]:
@@ -208,6 +234,10 @@ def to_bridge_request(
         for output in request.outputs:
             entry: dict[str, Any] = {"name": output.name}
             if output.parameters:
+                if class_count(output) and placement(output.parameters) is not None:
+                    raise invalid(
+                        "output can't set both 'shared_memory_region' and 'classification'"
+                    )
                 entry["parameters"] = parameters_to_dict(output.parameters)
                 where = placement(output.parameters) if lend and shm is not None else None
                 sink = shm.lend_output(*where) if where is not None and shm else None
@@ -227,12 +257,15 @@ def to_infer_response(
     final: bool | None = None,
     shm: SharedMemory | None = None,
     raw_out: list[bytes] | None = None,
+    batching: bool = False,
 ) -> pb.ModelInferResponse:
     """A bridge-form response item → ModelInferResponse.
 
     `final` is None for a unary answer (Triton puts no `triton_final_response` there), else the
     value of that parameter on a streamed response. An output the request placed in a shared
     memory region is written there, and its `raw_output_contents` entry is empty (Triton's way).
+    An output asked for with `class_count` goes back as its top k classes (BYTES), per batch
+    entry when the model is `batching` (max_batch_size > 0), as over HTTP.
     With `raw_out`, the raw output contents go there instead of into the message (wire.py).
     """
     placed = {}
@@ -241,6 +274,7 @@ def to_infer_response(
             where = placement(output.parameters) if output.parameters else None
             if where is not None:
                 placed[output.name] = where
+    classes = _class_counts(request) if request.outputs else {}
     response = pb.ModelInferResponse(model_name=request.model_name, id=request.id)
     if not item.get("empty"):  # Triton's empty final response names no version [V]
         response.model_version = str(item.get("model_version", ""))
@@ -249,12 +283,14 @@ def to_infer_response(
         metadata = tensor["metadata"]
         output = response.outputs.add()
         output.name = metadata["name"]
-        output.datatype = TO_KSERVE[metadata["data_type"]]
-        output.shape.extend(metadata["shape"])
+        datatype = TO_KSERVE[metadata["data_type"]]
+        shape = metadata["shape"]
         data = tensor["data"]
         values = data["values"]
         where = placed.get(output.name)
         if where is not None and data.get("written"):
+            output.datatype = datatype
+            output.shape.extend(shape)
             raw.append(b"")  # the worker wrote it into its region (shm.RegionWriter)
             continue
         if not isinstance(values, bytes | bytearray):
@@ -262,6 +298,11 @@ def to_infer_response(
                 ErrorCode.INTERNAL,
                 f"output '{output.name}' came back as a list from a bridge-form request",
             )
+        k = classes.get(output.name)
+        if k:
+            datatype, shape, values = classify(datatype, list(shape), values, k, batching)
+        output.datatype = datatype
+        output.shape.extend(shape)
         if where is not None and shm is not None:
             shm.write(*where, output.name, values)
             raw.append(b"")
