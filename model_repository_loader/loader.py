@@ -274,7 +274,8 @@ class PollError(ModelLoadError):
 def override_source(name: str, files: dict[str, bytes], root: Path) -> ModelSource:
     """Write `files` (`{"file:<version>/<name>": bytes}`) as the new model folder `root/name`.
 
-    As in Triton, the files replace the model's folder entirely. Raises PollError, having written
+    As in Triton, the files replace the model's folder entirely, and a key's path is relative to
+    that folder even with a leading slash (`file:/1/model.py`). Raises PollError, having written
     nothing, for a name that is not one safe folder name, for keys without the `file:` prefix, and
     for paths that would leave the folder (Triton's "must stay within model directory") or that
     cannot be written. `root` is the caller's: it removes it once the model is unloaded or fails.
@@ -303,7 +304,9 @@ def _write_override_file(model_dir: Path, key: str, data: bytes) -> None:
     relative = key.removeprefix("file:")
     if not key.startswith("file:") or not relative or "\0" in relative:
         raise PollError(f"invalid file parameter '{key}'")
-    target = (model_dir / relative).resolve()
+    # Triton appends the path to the model folder (its JoinPath), so "file:/1/model.py" is
+    # 1/model.py inside it; Path's `/` would take a leading slash as the file system's root.
+    target = (model_dir / relative.lstrip("/")).resolve()
     if target == model_dir or not target.is_relative_to(model_dir):
         raise PollError(
             f"Invalid file parameter '{key}' with normalized path '{target}' must stay within "

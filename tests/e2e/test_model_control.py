@@ -109,6 +109,10 @@ def test_explicit_mode_http_control(bridge_server, tmp_path) -> None:
     body = {"parameters": {"config": CONFIG, **files}}
     assert control(port, "/v2/repository/models/doubler/load", body) == (200, None)
     assert client.infer("doubler", [fp32_input([2.0])]).as_numpy("OUTPUT0").tolist() == [4.0]
+    # A key's leading slash is inside the model folder (Triton's qa model_control sends it so).
+    body = {"parameters": {"config": CONFIG, "file:/1/model.py": files["file:1/model.py"]}}
+    assert control(port, "/v2/repository/models/slashed/load", body) == (200, None)
+    assert client.infer("slashed", [fp32_input([2.0])]).as_numpy("OUTPUT0").tolist() == [4.0]
 
 
 def test_none_mode_refuses_load_and_unload(bridge_server, tmp_path) -> None:

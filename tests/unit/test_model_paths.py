@@ -85,8 +85,10 @@ def test_an_absolute_name_does_not_overwrite_a_live_model(tmp_path: Path) -> Non
     [
         {"file:../escaped.py": b"x"},
         {"file:1/../../escaped.py": b"x"},
-        {"file:/tmp/escaped.py": b"x"},
+        {"file:/../escaped.py": b"x"},
+        {"file://1/../../escaped.py": b"x"},
         {"file:": b"x"},
+        {"file:/": b"x"},
         {"file:1/x.py": b"ok", "file:1/x.py/y.py": b"x"},
         {"file:1/x.py": b"ok", "file:1": b"x"},
         {"file:1/x.py": b"ok", "file:1/a\0b": b"x"},
@@ -121,6 +123,21 @@ def test_override_writes_inside(tmp_path: Path) -> None:
     assert source.path == tmp_path / "m"
     assert (tmp_path / "m" / "1" / "model.py").read_bytes() == b"x"
     assert (tmp_path / "m" / "1" / "w.bin").read_bytes() == b"w"
+
+
+def test_a_leading_slash_is_inside_the_model_folder(tmp_path: Path) -> None:
+    # Triton appends the key's path to the folder: qa model_control writes "file:/1/model.py"
+    # and Triton answers 200 [V: 2.51].
+    root = tmp_path / "root"
+    root.mkdir()
+    override_source("m", {"file:/1/model.py": b"x", "file://tmp/escaped.py": b"t"}, root)
+    assert files_under(root) == [
+        root / "m",
+        root / "m" / "1",
+        root / "m" / "1" / "model.py",
+        root / "m" / "tmp",
+        root / "m" / "tmp" / "escaped.py",
+    ]
 
 
 def probe(folder: Path) -> Path:
