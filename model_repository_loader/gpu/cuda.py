@@ -89,6 +89,12 @@ def set_device(device: int) -> None:
     call("cudaSetDevice", device)
 
 
+def require_device() -> None:
+    """CudaUnavailable unless CUDA can be used here with at least one device."""
+    if int(call("cudaGetDeviceCount")) == 0:
+        raise CudaUnavailable("no CUDA device")
+
+
 def use_instance_device(kind: str, device: int) -> None:
     """Make a GPU instance's device current on the calling thread, so that a model's
     `torch.device("cuda")` or `cupy.cuda.Device()` is its own GPU. Triton's stub leaves

@@ -11,6 +11,7 @@ client that means harm uses it (issue 22, findings 1 and 8).
 
 from __future__ import annotations
 
+import base64
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,6 +25,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.harness import BridgeServer
+from tests.harness.gpu import gpu_missing
 
 SHM = Path("/dev/shm")
 SECRET = b"not for clients " * 8
@@ -173,3 +175,20 @@ def test_a_truncated_region_is_an_error_and_the_server_keeps_serving(door, clien
 
     infer(client, wire, "in", "out")  # the same regions work again
     assert path_out.read_bytes()[:16] == FOUR.tobytes()
+
+
+@pytest.mark.skipif(gpu_missing() is None, reason="a GPU is here: tests/gpu registers for real")
+def test_cuda_shared_memory_is_refused_as_triton_without_gpus(clients) -> None:
+    handle = base64.b64encode(bytes(64))  # a cudaIpcMemHandle_t, as both clients take it
+    with pytest.raises(InferenceServerException) as grpc_error:
+        clients["grpc"].register_cuda_shared_memory("c1", handle, 0, 64)
+    assert grpc_error.value.status() == "StatusCode.UNIMPLEMENTED"
+    assert grpc_error.value.message() == (
+        "failed to register CUDA shared memory region: 'c1', GPUs not supported"
+    )
+    with pytest.raises(InferenceServerException) as http_error:
+        clients["http"].register_cuda_shared_memory("c1", handle, 0, 64)
+    assert http_error.value.message() == "failed to register shared memory region: invalid args"
+    # Nothing was registered.
+    assert not clients["grpc"].get_cuda_shared_memory_status().regions
+    assert clients["http"].get_cuda_shared_memory_status() == []

@@ -119,3 +119,49 @@ def test_the_log_names_the_gpus(server) -> None:
     assert all(device.uuid in server.log_text() for device in devices), json.dumps(
         [d.uuid for d in devices]
     )
+
+
+@pytest.mark.parametrize("wire", ["grpc", "http"])
+def test_cuda_shared_memory_in_and_out(server, wire: str) -> None:
+    import tritonclient.utils.cuda_shared_memory as cudashm
+
+    module, url = (grpcclient, server.grpc_url) if wire == "grpc" else (httpclient, server.http_url)
+    client = module.InferenceServerClient(url)
+    a = np.arange(1024, dtype=np.float32)
+    b = np.ones(1024, dtype=np.float32)
+    size = a.nbytes
+    regions = {
+        name: cudashm.create_shared_memory_region(f"{wire}_{name}", nbytes, 0)
+        for name, nbytes in (("in", 2 * size), ("out", size), ("small", size // 2))
+    }
+    try:
+        cudashm.set_shared_memory_region(regions["in"], [a, b])
+        for name, handle in regions.items():
+            nbytes = 2 * size if name == "in" else size if name == "out" else size // 2
+            client.register_cuda_shared_memory(
+                f"{wire}_{name}", cudashm.get_raw_handle(handle), 0, nbytes
+            )
+        status = client.get_cuda_shared_memory_status()
+        listed = status.regions if wire == "grpc" else {r["name"]: r for r in status}
+        assert set(listed) == {f"{wire}_in", f"{wire}_out", f"{wire}_small"}
+
+        inputs = _inputs(module, a, b)
+        inputs[0].set_shared_memory(f"{wire}_in", size, 0)
+        inputs[1].set_shared_memory(f"{wire}_in", size, size)
+        out = module.InferRequestedOutput("OUTPUT0")
+        out.set_shared_memory(f"{wire}_out", size)
+        client.infer("torch_add_sub_gpu", inputs, outputs=[out])
+        written = cudashm.get_contents_as_numpy(regions["out"], np.float32, [1024])
+        np.testing.assert_array_equal(written, a + b)
+
+        small = module.InferRequestedOutput("OUTPUT0")
+        small.set_shared_memory(f"{wire}_small", size // 2)
+        with pytest.raises(Exception) as info:
+            client.infer("torch_add_sub_gpu", inputs, outputs=[small])
+        assert f"should be at least {size} bytes to hold the results" in str(info.value)
+    finally:
+        client.unregister_cuda_shared_memory()
+        for handle in regions.values():
+            cudashm.destroy_shared_memory_region(handle)
+    status = client.get_cuda_shared_memory_status()
+    assert not (status.regions if wire == "grpc" else status)

@@ -547,7 +547,7 @@ TOO_HEAVY = (
     "1 GiB tensors through BLS (~7 GB resident, minutes): runs only with "
     "DYN_BRIDGE_UPSTREAM_HEAVY=1, outside the main test pass"
 )
-CUDA_SHM = "needs CUDA shared memory, which the bridge does not register yet"
+CUDA_SHM = "needs a GPU: CUDA shared memory"
 # Python-model cases that run on a GPU host (tests/harness/gpu.py) and are left out elsewhere.
 GPU_CASES_SKIPPED: dict[str, str] = (
     {}
@@ -562,6 +562,8 @@ GPU_CASES_SKIPPED: dict[str, str] = (
             for trial in ("default", "decoupled")
         },
         "io[test_empty_gpu_output]::IOTest::test_empty_gpu_output": NEEDS_GPU,
+        "python_test::PythonTest::test_gpu_tensor_error": CUDA_SHM,
+        "python_test::PythonTest::test_dlpack_tensor_error": CUDA_SHM,
         "io[test_variable_gpu_output]::IOTest::test_variable_gpu_output": NEEDS_GPU,
         # the client picks the output's device at random: .cuda() in the model half the time
         "io[test_requested_output_decoupled]::IOTest::test_requested_output_decoupled": NEEDS_GPU,
@@ -582,7 +584,7 @@ SKIPPED: dict[str, str] = {
     **GPU_CASES_SKIPPED,
     "ensemble::EnsembleTest::test_ensemble_gpu": NEEDS_GPU
     + "; its libtorch step comes from Triton's qa data, not a Python model",
-    "python_test::PythonTest::test_gpu_tensor_error": CUDA_SHM,
+
     "python_test::PythonTest::test_growth_error": (
         "tests the size limit of Triton's stub-to-server shared memory pool (test.sh's "
         "--backend-config=python,shm-default-byte-size and the container's 1 GiB /dev/shm): a "
@@ -594,7 +596,7 @@ SKIPPED: dict[str, str] = {
         "before any request is sent ('Since r26.06, BF16 inputs must use ml_dtypes.bfloat16'); "
         "the 2.58 test passes one"
     ),
-    "python_test::PythonTest::test_dlpack_tensor_error": CUDA_SHM,
+
     **{
         f"bls[bls,{kind}]::TestInferShmLeak::test_shm_leak": BLS_SUITE
         for kind in ("non_decoupled", "decoupled")

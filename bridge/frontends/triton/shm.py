@@ -59,8 +59,16 @@ unregistered on the door's event loop, and a request holds the regions it names 
 answer is written (`holding`), so a descriptor is never closed under a running copy, even one
 made off the loop (a large HTTP answer); and a descriptor is used and closed under one lock,
 for the reads of a large HTTP request parsed on a thread before it holds anything.
-Texts and codes are Triton 2.51's [V] unless said otherwise. CUDA shared memory is not
-supported (no GPU path): registering answers UNIMPLEMENTED.
+Texts and codes are Triton 2.51's [V] unless said otherwise.
+
+CUDA shared memory (a client's device memory, registered by its CUDA IPC handle, device id and
+size) lives in the same name space as the system regions, as in Triton: `register_cuda` opens
+the handle in this process (model_repository_loader/gpu/cuda.py), an input named there is
+copied from the device, an output copied to it, with the same size checks and texts. A region
+holds its mapping by reference: a request that copies from or to it keeps it open, so an
+unregistering meanwhile closes it after the copy. Where CUDA cannot be used (no GPU, no
+driver, no cuda-bindings) `register_cuda` raises CudaUnavailable and each wire answers as
+Triton does on a host without GPUs.
 """
 
 from __future__ import annotations
@@ -74,6 +82,9 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
+from model_repository_loader.gpu import cuda
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ...transport import shm_regions
@@ -193,6 +204,14 @@ def open_object(key: str, directory: str = SHM_DIRECTORY) -> int:
         os.close(directory_fd)
 
 
+@dataclass
+class CudaRegion:
+    name: str
+    device_id: int
+    byte_size: int
+    mapping: cuda.IpcMapping  # the client's memory, open in this process
+
+
 def made_by_nobody(identity: Identity) -> bool:
     """No region is the door's own (a door with no regions of its own, and tests)."""
     return False
@@ -207,6 +226,7 @@ class SharedMemory:
         bridge_made: Callable[[Identity], bool] = made_by_nobody,
     ) -> None:
         self.regions: dict[str, Region] = {}
+        self.cuda_regions: dict[str, CudaRegion] = {}
         self.directory = directory
         # Is an object one of the door's own regions (module doc)? The door's ShmDoor.made.
         self._bridge_made = bridge_made
@@ -218,10 +238,7 @@ class SharedMemory:
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         validate_key(name, key)  # before the name's check, as Triton ≥ 2.61 orders them
-        if name in self.regions:
-            raise DoorError(
-                ErrorCode.ALREADY_EXISTS, f"shared memory region '{name}' already in manager"
-            )
+        self._check_new(name)
         if any(region.key == key for region in self.regions.values()):
             # Triton maps an object once: a second region on the same key is refused [V].
             raise DoorError(ErrorCode.INTERNAL, f"Invalid shared memory region: '{key}'")
@@ -255,6 +272,56 @@ class SharedMemory:
             os.close(fd)
         shared.regions += 1
         self.regions[name] = Region(name, key, offset, byte_size, shared)
+
+    def _check_new(self, name: str) -> None:
+        if name in self.regions or name in self.cuda_regions:
+            raise DoorError(
+                ErrorCode.ALREADY_EXISTS, f"shared memory region '{name}' already in manager"
+            )
+
+    def register_cuda(self, name: str, handle: bytes, device_id: int, byte_size: int) -> None:
+        """A client's device memory under `name`. CudaUnavailable where CUDA cannot be used
+        (before anything else is checked: the wires then answer as Triton without GPUs)."""
+        cuda.require_device()
+        self._check_new(name)
+        if len(handle) != cuda.IPC_HANDLE_BYTES:
+            raise DoorError(
+                ErrorCode.INVALID_ARG, f"failed to register shared memory region '{name}': "
+                "invalid args"
+            )
+        try:
+            mapping = cuda.IpcMapping(handle, device_id)
+        except cuda.CudaError as exc:  # CudaUnavailable goes on to the wire
+            raise DoorError(
+                ErrorCode.INVALID_ARG, f"failed to open CUDA IPC handle: {exc}"
+            ) from None
+        self.cuda_regions[name] = CudaRegion(name, device_id, byte_size, mapping)
+
+    def cuda_status(self, name: str) -> list[CudaRegion]:
+        if not name:
+            return list(self.cuda_regions.values())
+        region = self.cuda_regions.get(name)
+        if region is None:
+            raise DoorError(
+                ErrorCode.NOT_FOUND, f"Unable to find cuda shared memory region: '{name}'"
+            )
+        return [region]
+
+    def unregister_cuda(self, name: str) -> None:
+        """`name` empty: every CUDA region; an unknown name is no error. A copy in flight keeps
+        its region's mapping until it is done (the mapping closes with its last reference)."""
+        if not name:
+            self.cuda_regions.clear()
+        else:
+            self.cuda_regions.pop(name, None)
+
+    def _cuda_span(self, name: str, offset: int, size: int) -> tuple[CudaRegion, int] | None:
+        region = self.cuda_regions.get(name)
+        if region is None:
+            return None
+        if offset < 0 or size < 0 or offset + size > region.byte_size:
+            raise _past_end(name)
+        return region, region.mapping.pointer + offset
 
     def unregister(self, name: str) -> None:
         """`name` empty: every region. An unknown name is no error (Triton's answer).
@@ -326,6 +393,11 @@ class SharedMemory:
         pread, not a mapping: a client may truncate its object at any time, and a read past its
         end is then a short read here (an error), where a mapping's would be SIGBUS.
         """
+        on_device = self._cuda_span(name, offset, size)
+        if on_device is not None:
+            region, address = on_device
+            with cuda.on_device(region.device_id):
+                return cuda.copy_to_host(address, size).tobytes()
         with self._descriptors:
             return self._read(name, offset, size)
 
@@ -351,6 +423,8 @@ class SharedMemory:
         Private (copy-on-write): the model may write its input, as Triton lets it, and the
         client's object never sees it.
         """
+        if name in self.cuda_regions:
+            return None  # copied from the device (`read`)
         with self._descriptors:
             return self._lend_input(name, offset, size)
 
@@ -394,6 +468,14 @@ class SharedMemory:
     def write(
         self, name: str, offset: int, size: int, output: str, data: bytes | bytearray
     ) -> None:
+        on_device = self._cuda_span(name, offset, size)
+        if on_device is not None:
+            _check_fits(output, size, data)
+            region, address = on_device
+            host = memoryview(data).cast("B")
+            with cuda.on_device(region.device_id):
+                cuda.copy(address, _address_of(host), host.nbytes)
+            return
         with self._descriptors:
             self._write(name, offset, size, output, data)
 
@@ -401,12 +483,7 @@ class SharedMemory:
         self, name: str, offset: int, size: int, output: str, data: bytes | bytearray
     ) -> None:
         region, start = self._span(name, offset, size)
-        if len(data) > size:
-            raise DoorError(
-                ErrorCode.INTERNAL,
-                f"shared memory size specified with the request for output '{output}' "
-                f"({size} bytes) should be at least {len(data)} bytes to hold the results",
-            )
+        _check_fits(output, size, data)
         # The object's current size, not the registered one: it may have been truncated. A
         # truncation between this check and the pwrite cannot crash either: pwrite then grows
         # the client's object back (sparse, at most to the region's registered end).
@@ -421,6 +498,7 @@ class SharedMemory:
     def close(self) -> None:
         for region in list(self.regions.values()):
             self._remove(region)
+        self.cuda_regions.clear()
 
 
 class RegionWriter:
@@ -457,6 +535,20 @@ class RegionWriter:
             view = view[written:]
             start += written
         return True
+
+
+def _check_fits(output: str, size: int, data: bytes | bytearray) -> None:
+    if len(data) > size:
+        raise DoorError(
+            ErrorCode.INTERNAL,
+            f"shared memory size specified with the request for output '{output}' "
+            f"({size} bytes) should be at least {len(data)} bytes to hold the results",
+        )
+
+
+def _address_of(data: memoryview) -> int:
+    """The address of a contiguous byte buffer (bytes, bytearray or a view of one)."""
+    return int(np.frombuffer(data, dtype=np.uint8).ctypes.data)
 
 
 def _past_end(name: str) -> DoorError:

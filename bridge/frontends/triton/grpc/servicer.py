@@ -24,6 +24,7 @@ from dynamo.runtime import Context
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
+from model_repository_loader.gpu.cuda import CudaUnavailable
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ....tracing.request import WireTrace
@@ -123,25 +124,32 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
         async def register(r: pb.CudaSharedMemoryRegisterRequest) -> Any:
-            raise DoorError(
-                ErrorCode.UNSUPPORTED,
-                f"failed to register CUDA shared memory region: '{r.name}', GPUs not supported",
-            )
+            try:
+                self.service.shm.register_cuda(r.name, r.raw_handle, r.device_id, r.byte_size)
+            except CudaUnavailable:  # Triton's answer on a host without GPUs
+                raise DoorError(
+                    ErrorCode.UNSUPPORTED,
+                    f"failed to register CUDA shared memory region: '{r.name}', GPUs not "
+                    "supported",
+                ) from None
+            return pb.CudaSharedMemoryRegisterResponse()
 
         return await _answer(context, register, request)
 
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
         async def status(r: pb.CudaSharedMemoryStatusRequest) -> Any:
-            if r.name:  # nothing is ever registered
-                raise DoorError(
-                    ErrorCode.NOT_FOUND, f"Unable to find cuda shared memory region: '{r.name}'"
-                )
-            return pb.CudaSharedMemoryStatusResponse()
+            response = pb.CudaSharedMemoryStatusResponse()
+            for region in self.service.shm.cuda_status(r.name):
+                response.regions[region.name].name = region.name
+                response.regions[region.name].device_id = region.device_id
+                response.regions[region.name].byte_size = region.byte_size
+            return response
 
         return await _answer(context, status, request)
 
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
         async def unregister(r: pb.CudaSharedMemoryUnregisterRequest) -> Any:
+            self.service.shm.unregister_cuda(r.name)
             return pb.CudaSharedMemoryUnregisterResponse()
 
         return await _answer(context, unregister, request)

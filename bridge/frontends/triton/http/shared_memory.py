@@ -3,9 +3,10 @@
 
 System regions are the door's (`service.shm`, ../shm.py), shared with the gRPC wire: a region
 registered over one is used by the other, and HTTP infer reads and writes it through the
-`shared_memory_region` parameters (tensors.py). The door has no GPU path: CUDA registration
-parses its request as Triton does, then fails as Triton 2.51 fails on a host without GPUs, and
-nothing is ever registered there. Answers, as Triton 2.51's [V]:
+`shared_memory_region` parameters (tensors.py). CUDA regions share that name space: a
+registration is parsed as Triton parses it, then opened (../shm.py `register_cuda`); where CUDA
+cannot be used it fails as Triton 2.51 fails on a host without GPUs. Answers, as Triton
+2.51's [V]:
 
 - register: body `{"key": str, "offset": uint, "byte_size": uint}`; a body that is no object
   or lacks `key` / `byte_size` is 400 "Shared memory register request has no '<f>' field";
@@ -24,14 +25,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from model_repository_loader.pb_utils.errors import ErrorCode
+from model_repository_loader.gpu.cuda import IPC_HANDLE_BYTES as CUDA_HANDLE_BYTES
+from model_repository_loader.gpu.cuda import CudaUnavailable, require_device
 
-from ..door_error import DoorError, invalid
+from ..door_error import invalid
 from ..service import TritonService
 from .bodies import internal, read_json
 from .error_status import json_response
-
-CUDA_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
 
 
 def _empty_ok() -> Response:
@@ -92,26 +92,36 @@ async def system_unregister(request: Request) -> Response:
 
 
 async def cuda_status(request: Request) -> Response:
-    name = request.path_params.get("region", "")
-    if name:  # nothing is ever registered
-        raise DoorError(ErrorCode.NOT_FOUND, f"Unable to find cuda shared memory region: '{name}'")
-    return json_response([])
+    service: TritonService = request.app.state.service
+    regions = service.shm.cuda_status(request.path_params.get("region", ""))
+    return json_response(
+        [{"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size} for r in regions]
+    )
 
 
 async def cuda_register(request: Request) -> Response:
     document = await read_json(request)
     handle = _member(_required(document, "raw_handle"), "b64")
-    _member(document, "device_id")
-    _member(document, "byte_size")
+    device_id = _member(document, "device_id")
+    byte_size = _member(document, "byte_size")
     try:
         raw = base64.b64decode(handle, validate=True) if isinstance(handle, str) else b""
     except (binascii.Error, ValueError):
         raw = b""
     if len(raw) != CUDA_HANDLE_BYTES:
         raise invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
-    # What Triton answers here when it has no GPU to open the handle on [V].
-    raise invalid("failed to register shared memory region: invalid args")
+    try:
+        require_device()
+    except CudaUnavailable:
+        # What Triton answers here when it has no GPU to open the handle on [V].
+        raise invalid("failed to register shared memory region: invalid args") from None
+    service: TritonService = request.app.state.service
+    name = request.path_params["region"]
+    service.shm.register_cuda(name, raw, _unsigned(device_id), _unsigned(byte_size))
+    return _empty_ok()
 
 
 async def cuda_unregister(request: Request) -> Response:
+    service: TritonService = request.app.state.service
+    service.shm.unregister_cuda(request.path_params.get("region", ""))
     return _empty_ok()
