@@ -19,6 +19,19 @@ from .tracing import RequestTrace
 
 ParameterValue = bool | int | float | str
 
+# Request parameters Triton consumes itself; the model never sees them in `parameters()`.
+TRITON_PARAMETERS = frozenset(
+    {
+        "sequence_id",
+        "sequence_start",
+        "sequence_end",
+        "priority",
+        "timeout",
+        "headers",
+        "binary_data_output",
+    }
+)
+
 # respond(response, final): `response` is None only for a flag-only final (no data);
 # `final` is True on the last call for a request. Called from any thread, never concurrently
 # for the same request. A caller may make it wait (backpressure: its client is behind), but

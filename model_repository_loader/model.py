@@ -32,11 +32,11 @@ from . import pb_utils
 from .deadlines import remaining
 from .errors import ModelLoadError, TritonStatusError
 from .execution import Pending
-from .inference import InferRequest, ParameterValue, Respond, answer_of
+from .inference import TRITON_PARAMETERS, InferRequest, ParameterValue, Respond, answer_of
 from .instance import Instance, InstanceSpec, ModelInstance
 from .isolation import IsolatedInstance, environments
 from .isolation.kind import runs_in_process
-from .response_cache import CacheFill, ResponseCache, request_digest
+from .response_cache import CacheFill, CacheKeys, ResponseCache
 from .response_shape import ResponseShape
 from .scheduling import ModelStats, Scheduler, build_scheduler
 from .scheduling.entry import BatchRunner
@@ -56,20 +56,6 @@ def unavailable_text(name: str, version: int) -> str:
     Triton's not-ready texts, that the version is going away, with a code a client may retry on.
     """
     return f"Model '{name}' version {version} is not ready: it is being unloaded"
-
-
-# Request parameters Triton consumes itself; the model never sees them in `parameters()`.
-_RESERVED_PARAMETERS = frozenset(
-    {
-        "sequence_id",
-        "sequence_start",
-        "sequence_end",
-        "priority",
-        "timeout",
-        "headers",
-        "binary_data_output",
-    }
-)
 
 
 class ModelVersion:
@@ -124,6 +110,7 @@ class ModelVersion:
         # checks refuse it for decoupled and sequence-batched models).
         self.cache = cache if config.response_cache.enable else None
         self._cache_owner = self.cache.new_owner() if self.cache is not None else 0
+        self._cache_keys = CacheKeys(config)
         # Every request admitted and not yet closed (by id; each leaves with its final
         # response): what close() must still answer.
         self._open: dict[int, Pending] = {}
@@ -258,7 +245,7 @@ class ModelVersion:
         if self.cache is not None and use_cache:
             # A hit's queue time runs from here to its lookup, as Triton counts it.
             arrival_ns = time.monotonic_ns()
-            key = (self._cache_owner, request_digest(request.inputs, requested))
+            key = (self._cache_owner, self._cache_keys.digest(request, requested))
             lookup_start = time.monotonic_ns()
             cached = self.cache.lookup(key)
             lookup_ns = time.monotonic_ns() - lookup_start
@@ -534,7 +521,7 @@ def _custom_parameters_json(params: Mapping[str, ParameterValue]) -> str:
     custom = {
         k: v
         for k, v in params.items()
-        if k not in _RESERVED_PARAMETERS and not k.startswith("triton_")
+        if k not in TRITON_PARAMETERS and not k.startswith("triton_")
     }
     # Triton's text is compact and keeps non-ASCII characters as they are [V].
     return json.dumps(custom, separators=(",", ":"), ensure_ascii=False) if custom else "{}"

@@ -10,8 +10,14 @@ outputs are not part of it, so two requests that differ only there share an entr
 The bridge's key adds each input's datatype and shape and the requested outputs: Triton answers
 a request for all outputs with an entry filled by one that asked for a subset [V] (and two inputs
 with the same bytes but another shape share its entry), which a client cannot tell from a wrong
-answer. Triton also keeps entries across an unload and a reload of the model [V]; the bridge drops
-them, so a reloaded model.py never answers with its predecessor's results.
+answer. It also adds every request parameter a model can read (`CacheKeys`), header-forwarded
+ones included: with Triton, a model that answers per tenant (`--grpc-header-forward-pattern`)
+serves one tenant's cached answer to another (issue 38). Parameters Triton consumes itself
+(`sequence_id`, `priority`, `timeout`, ...) never reach the model and stay out; a model lists
+the others that do not change its answer in its config, as a comma-separated
+`BRIDGE_CACHE_KEY_IGNORES` parameter (e.g. a request's trace or user id). Triton also keeps
+entries across an unload and a reload of the model [V]; the bridge drops them, so a reloaded
+model.py never answers with its predecessor's results.
 
 The key is hashed (BLAKE2b) where the request is admitted, on the caller's thread: a model with
 the cache enabled and inputs of megabytes pays about 2 ms per MiB there (measured on a busy
@@ -33,11 +39,15 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from . import pb_utils
+from .inference import TRITON_PARAMETERS, InferRequest, ParameterValue
+
+if TYPE_CHECKING:  # an instance process in a model's own environment has no tritonclient
+    from tritonclient.grpc import model_config_pb2 as mc
 
 # What an entry costs beyond its tensors' bytes (bookkeeping, names, shapes), so that a cache of
 # many tiny entries is still bounded by its size.
@@ -171,14 +181,46 @@ class CacheFill:
             self._misses.record_cache_miss(self._lookup_ns + time.monotonic_ns() - start)
 
 
-def request_digest(inputs: Iterable[pb_utils.Tensor], requested: Iterable[str]) -> bytes:
+IGNORES_PARAMETER = "BRIDGE_CACHE_KEY_IGNORES"
+
+
+class CacheKeys:
+    """How one model's requests become cache digests (module doc)."""
+
+    __slots__ = ("_ignored",)
+
+    def __init__(self, config: mc.ModelConfig) -> None:
+        listed = (
+            config.parameters[IGNORES_PARAMETER].string_value
+            if (IGNORES_PARAMETER in config.parameters)
+            else ""
+        )
+        self._ignored = TRITON_PARAMETERS | {n.strip() for n in listed.split(",") if n.strip()}
+
+    def digest(self, request: InferRequest, requested: Iterable[str]) -> bytes:
+        params = request.parameters
+        kept = sorted(
+            (name, type(value).__name__, value)
+            for name, value in (params.items() if params else ())
+            if name not in self._ignored and not name.startswith("triton_")
+        )
+        return request_digest(request.inputs, requested, kept)
+
+
+def request_digest(
+    inputs: Iterable[pb_utils.Tensor],
+    requested: Iterable[str],
+    parameters: Iterable[tuple[str, str, ParameterValue]] = (),
+) -> bytes:
     """What a request is, for the cache: its inputs (name, datatype, shape, bytes; sorted by
-    name) and the outputs it asked for. Model and version are the key's owner."""
+    name), the outputs it asked for and `parameters` (name, type, value; sorted). Model and
+    version are the key's owner."""
     digest = hashlib.blake2b(digest_size=16)
     for tensor in sorted(inputs, key=lambda t: t._name):
         digest.update(repr((tensor._name, tensor._datatype, tensor._dims())).encode())
         _update_with_data(digest, tensor)
     digest.update(repr(sorted(requested)).encode())
+    digest.update(repr(list(parameters)).encode())
     return digest.digest()
 
 

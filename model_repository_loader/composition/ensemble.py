@@ -46,7 +46,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from .. import pb_utils
 from ..inference import InferRequest, Respond, answer_of
 from ..model import unavailable_text
-from ..response_cache import ResponseCache, request_digest
+from ..response_cache import CacheKeys, ResponseCache
 from ..scheduling.stats import ModelStats
 from ..validation import RequestError, RequestValidator, triton_input_order, unknown_model_error
 from .scope import Scope
@@ -82,6 +82,7 @@ class EnsembleModel:
         enabled = config.response_cache.enable and not self.decoupled
         self.cache = cache if enabled else None
         self._cache_owner = self.cache.new_owner() if self.cache is not None else 0
+        self._cache_keys = CacheKeys(config)
 
     @property
     def ready(self) -> bool:
@@ -116,7 +117,7 @@ class EnsembleModel:
         run = EnsembleRun(self, request, respond, batch_size)
         if self.cache is not None:
             arrival = time.monotonic_ns()
-            key = (self._cache_owner, request_digest(request.inputs, run._requested))
+            key = (self._cache_owner, self._cache_keys.digest(request, run._requested))
             cached = self.cache.lookup(key)
             lookup_ns = time.monotonic_ns() - arrival
             if cached is not None:

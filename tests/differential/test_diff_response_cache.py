@@ -4,8 +4,9 @@ The repository's models count their own executions in an output (EXECUTIONS), so
 whether `execute` ran: a hit repeats the count of the request that filled the cache. Compared:
 those counts, ModelStatistics (hit and miss counts, what a hit leaves out), and the metric
 families' names and series. Known differences, by design (model_repository_loader/
-response_cache.py): the bridge's key also covers the requested outputs, and an unload or reload
-drops a model's entries; neither is exercised here.
+response_cache.py): the bridge's key also covers the requested outputs and the request parameters
+a model reads (issue 38: one tenant's answer must not reach another; the last test names it),
+and an unload or reload drops a model's entries.
 """
 
 from __future__ import annotations
@@ -137,3 +138,14 @@ def test_an_ensemble_answers_from_the_cache_without_running_its_steps(pair: Pair
     assert seen["triton"][0] == [0, 0, 0]  # one run of the step, then hits
     assert seen["triton"][1]["cache_hit"] == "2"
     assert seen["bridge"] == seen["triton"]
+
+
+def test_request_parameters_key_apart_where_triton_shares_an_entry(pair: Pair) -> None:
+    seen = {}
+    for name, server in pair.servers():
+        client = server.client()
+        first = executions(client, "cached", [9], parameters={"tenant": "a"})
+        second = executions(client, "cached", [9], parameters={"tenant": "b"})
+        seen[name] = second - first
+    # Triton answers tenant b from tenant a's entry [V]; the bridge runs the model for b.
+    assert seen == {"triton": 0, "bridge": 1}

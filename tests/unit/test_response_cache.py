@@ -43,7 +43,8 @@ def test_a_hit_does_not_run_execute(cached_repo: LoadedRepository) -> None:
     assert executions(cached_repo, "cached", [1, 2]) == 1
     assert executions(cached_repo, "cached", [1, 2]) == 1  # from the cache
     assert executions(cached_repo, "cached", [3]) == 2
-    # Parameters and the request id are not part of the key, as in Triton.
+    # The request id is not part of the key, as in Triton, nor a parameter the model's config
+    # says does not change its answer (BRIDGE_CACHE_KEY_IGNORES: "p").
     assert executions(cached_repo, "cached", [3], parameters={"p": "x"}, request_id="r") == 2
     # A model without `response_cache { enable: true }` runs every time.
     assert [executions(cached_repo, "uncached", [1, 2]) for _ in range(2)] == [1, 2]
@@ -54,6 +55,24 @@ def test_a_hit_does_not_run_execute(cached_repo: LoadedRepository) -> None:
     assert snap.cache_miss.ns > 0 and snap.cache_hit.ns > 0
     plain = cached_repo.models["uncached"].versions[1].stats.snapshot()
     assert (plain.cache_hit.count, plain.cache_miss.count) == (0, 0)
+
+
+def test_parameters_the_model_reads_are_part_of_the_key(cached_repo: LoadedRepository) -> None:
+    """Issue 38: with header forwarding, one tenant's cached answer must not reach another (in
+    Triton 2.51 it does: its key ignores parameters)."""
+    assert executions(cached_repo, "cached", [7], parameters={"tenant": "a"}) == 1
+    assert executions(cached_repo, "cached", [7], parameters={"tenant": "a"}) == 1  # a hit
+    assert executions(cached_repo, "cached", [7], parameters={"tenant": "b"}) == 2
+    assert executions(cached_repo, "cached", [7], parameters={"tenant": 1}) == 3  # another type
+    assert executions(cached_repo, "cached", [7]) == 4
+    # Parameters Triton consumes itself never reach the model, so they stay out of the key.
+    assert executions(cached_repo, "cached", [7], parameters={"priority": 1, "timeout": 5}) == 4
+    # The ensemble keys alike.
+    ensemble = [
+        executions(cached_repo, "cached_ensemble", [8], parameters={"tenant": t})
+        for t in ("a", "a", "b")
+    ]
+    assert ensemble[0] == ensemble[1] != ensemble[2]
 
 
 def test_a_hit_counts_no_negative_queue_time(cached_repo: LoadedRepository) -> None:
