@@ -17,14 +17,20 @@ A trace is a run of JSON objects with one `id`: a header (`model_name`, `model_v
 With log frequency 0 every trace goes to `file` (one JSON array, closed when the server
 exits); with log frequency N every N traces go to a new `file.<index>`. BLS calls are not
 traced in this mode, as in Triton.
+
+Every trace file is readable by the server's user alone (mode 0600, whatever the umask, an
+existing file too): it holds request ids and, at level TENSORS, the inputs themselves (issue 38,
+finding 7). Triton creates it with the umask's mode (0644 as a rule); this is stricter.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 import threading
-from typing import Any
+from typing import Any, TextIO
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +112,21 @@ def trace_objects(
     return out, next_id
 
 
+def open_private(path: str) -> TextIO:
+    """`path` opened for writing from its start, mode 0600 before anything is written: made so
+    when new (O_CREAT's mode, which a umask can only narrow), set so when it was a regular file
+    already (O_CREAT keeps an existing file's mode). Anything else (a pipe, a terminal) is
+    written as it is: its mode is not ours to change."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.fchmod(fd, 0o600)
+        return open(fd, "w", encoding="utf-8")  # noqa: SIM115 (the caller closes it)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 class TraceFile:
     """One trace file path; every setting that names it writes through this one object."""
 
@@ -124,11 +145,11 @@ class TraceFile:
                 if to_index_file:
                     name = f"{self.path}.{self._index}"
                     self._index += 1
-                    with open(name, "w", encoding="utf-8") as out:
+                    with open_private(name) as out:
                         out.write("[" + text + "]")
                     return
                 if self._first:
-                    self._stream = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
+                    self._stream = open_private(self.path)
                     self._stream.write("[")
                     self._first = False
                 else:
