@@ -49,6 +49,7 @@ from .tuning import runtime_threads
 
 if TYPE_CHECKING:
     from .frontends.triton import DoorOptions, HttpOptions
+    from .frontends.triton.grpc.connections import ConnectionPolicy
     from .frontends.triton.header_forward import HeaderForwarding
     from .frontends.triton.http.connections import ConnectionLimits
     from .restrictions import Restriction
@@ -82,6 +83,72 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, got '{text}'")
     return value
+
+
+# The triton door's gRPC connections (frontends/triton/grpc/connections.py, whose
+# ConnectionPolicy has each field): tritonserver's flags and defaults, milliseconds, and the
+# bridge's idle limit.
+GRPC_CONNECTION_FLAGS = (
+    (
+        "--grpc-keepalive-time",
+        "keepalive_time_ms",
+        int,
+        "as tritonserver: ping a connection with calls in flight after this long without "
+        "activity (default 7200000)",
+    ),
+    (
+        "--grpc-keepalive-timeout",
+        "keepalive_timeout_ms",
+        int,
+        "as tritonserver: close a connection whose ping is not answered within this "
+        "(default 20000)",
+    ),
+    (
+        "--grpc-keepalive-permit-without-calls",
+        "keepalive_permit_without_calls",
+        _bool,
+        "as tritonserver: ping connections without calls too (default false)",
+    ),
+    (
+        "--grpc-http2-max-pings-without-data",
+        "http2_max_pings_without_data",
+        int,
+        "as tritonserver: at most this many pings while no data is sent (0: no limit; default 2)",
+    ),
+    (
+        "--grpc-http2-min-recv-ping-interval-without-data",
+        "http2_min_recv_ping_interval_without_data_ms",
+        int,
+        "as tritonserver: a client's ping sooner than this after the last one, with no data "
+        "between, is a strike (default 300000)",
+    ),
+    (
+        "--grpc-http2-max-ping-strikes",
+        "http2_max_ping_strikes",
+        int,
+        "as tritonserver: strikes before the connection is sent GOAWAY and closed (0: no "
+        "limit; default 2)",
+    ),
+    (
+        "--grpc-max-connection-age",
+        "max_connection_age_ms",
+        int,
+        "as tritonserver: close a connection this old once its calls end (default: none)",
+    ),
+    (
+        "--grpc-max-connection-age-grace",
+        "max_connection_age_grace_ms",
+        int,
+        "as tritonserver: how long calls may go on past --grpc-max-connection-age (default: none)",
+    ),
+    (
+        "--grpc-max-connection-idle",
+        "max_connection_idle_ms",
+        int,
+        "close a connection with no call in flight for this long (clients reconnect by "
+        "themselves; 0: never; default 300000)",
+    ),
+)
 
 
 def add_tls_flags(p: argparse.ArgumentParser, wire: str, what: str) -> None:
@@ -252,8 +319,25 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="every HTTP port: a request's whole body must arrive within this long of its "
-        "headers (else 408 and the connection closes; default 120)",
+        help="every HTTP port: a request body may take this long after its headers, plus one "
+        "second per --http-min-body-rate bytes received, and pause no longer than this (else "
+        "408 and the connection closes; default 10)",
+    )
+    p.add_argument(
+        "--http-min-body-rate",
+        type=int,
+        default=None,
+        metavar="BYTES_PER_SECOND",
+        help="every HTTP port: the slowest a request body may arrive on average, past "
+        "--http-body-timeout-secs (default 4096; 0: the whole body within that timeout)",
+    )
+    p.add_argument(
+        "--http-max-header-size",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="every HTTP port: the largest request line and headers, together (else 431 and "
+        "the connection closes; default 65536)",
     )
     p.add_argument(
         "--http-keep-alive-timeout-secs",
@@ -267,17 +351,36 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="every HTTP port: at most N open connections each; more are answered 503 and "
-        "closed (default 1024)",
+        help="every HTTP port: at most N open connections each; at the cap the connection "
+        "idle longest makes room, else the new one is answered 503 and closed (default 1024)",
+    )
+    p.add_argument(
+        "--http-max-connections-per-client",
+        type=int,
+        default=None,
+        metavar="N",
+        help="every HTTP port: at most N open connections from one client (an IPv4 address or "
+        "an IPv6 /64); at the cap its connection idle longest makes room, else its new one is "
+        "answered 503 and closed (default 256)",
     )
     p.add_argument(
         "--grpc-max-connections",
         type=int,
         default=None,
         metavar="N",
-        help="triton door: at most N open gRPC connections; more are closed (default 1024; "
-        "Dynamo's frontend has no such limit)",
+        help="triton door: at most N open gRPC connections; more are closed (default: what "
+        "the open-file limit leaves after the HTTP ports' caps; Dynamo's frontend has no "
+        "such limit)",
     )
+    for flag, field, convert, help_text in GRPC_CONNECTION_FLAGS:
+        p.add_argument(
+            flag,
+            dest=f"grpc_{field}",
+            type=convert,
+            default=None,
+            metavar="BOOL" if convert is _bool else "MS",
+            help=f"triton door: {help_text}",
+        )
     p.add_argument(
         "--http-allowed-hosts",
         default=None,
@@ -723,8 +826,16 @@ def resolve_door(
                 "--grpc-use-ssl, --grpc-use-ssl-mutual and --grpc-restricted-protocol need "
                 "--frontend triton"
             )
-        if args.grpc_max_connections is not None:
-            parser.error("--grpc-max-connections needs --frontend triton")
+        given = [
+            flag
+            for flag, dest in (
+                ("--grpc-max-connections", "grpc_max_connections"),
+                *((flag, f"grpc_{field}") for flag, field, _, _ in GRPC_CONNECTION_FLAGS),
+            )
+            if getattr(args, dest) is not None
+        ]
+        if given:
+            parser.error(f"{', '.join(given)}: need --frontend triton")
         if args.grpc_max_message_size != MAX_GRPC_MESSAGE_SIZE:
             parser.error("--grpc-max-message-size needs --frontend triton")
         if args.grpc_header_forward_pattern or args.http_header_forward_pattern:
@@ -735,16 +846,13 @@ def resolve_door(
         return None
     from .frontends.triton import DoorOptions
     from .frontends.triton.grpc.restrictions import parse_restricted_protocol
-    from .frontends.triton.grpc.server import MAX_CONNECTIONS
 
     try:
         restricted = parse_restricted_protocol(args.grpc_restricted_protocol)
     except ValueError as exc:
         parser.error(str(exc))
     connections = args.grpc_max_connections
-    if connections is None:
-        connections = MAX_CONNECTIONS
-    if connections < 1:
+    if connections is not None and connections < 1:
         parser.error(f"--grpc-max-connections: {connections} is not >= 1")
     return DoorOptions(
         port=args.grpc_port,
@@ -753,6 +861,7 @@ def resolve_door(
         max_message_size=args.grpc_max_message_size,
         restricted=restricted,
         max_connections=connections,
+        connection_policy=_grpc_connection_policy(parser, args),
         header_forwarding=_forwarding(parser, "grpc", args.grpc_header_forward_pattern),
         use_ssl=args.grpc_use_ssl,
         use_ssl_mutual=args.grpc_use_ssl_mutual,
@@ -760,6 +869,21 @@ def resolve_door(
         server_key=args.grpc_server_key,
         root_cert=args.grpc_root_cert,
     )
+
+
+def _grpc_connection_policy(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> ConnectionPolicy:
+    """The triton door's gRPC connection settings; parser.error on one that cannot work."""
+    from .frontends.triton.grpc.connections import ConnectionPolicy
+
+    given = {field: getattr(args, f"grpc_{field}") for _, field, _, _ in GRPC_CONNECTION_FLAGS}
+    policy = ConnectionPolicy(**{k: v for k, v in given.items() if v is not None})
+    try:
+        policy.check()
+    except ValueError as exc:
+        parser.error(str(exc))
+    return policy
 
 
 def resolve_http_limits(
@@ -774,6 +898,9 @@ def resolve_http_limits(
         "body_timeout": args.http_body_timeout_secs,
         "keep_alive_timeout": args.http_keep_alive_timeout_secs,
         "max_connections": args.http_max_connections,
+        "max_connections_per_client": args.http_max_connections_per_client,
+        "min_body_rate": args.http_min_body_rate,
+        "max_header_size": args.http_max_header_size,
     }
     limits = ConnectionLimits(**{k: v for k, v in given.items() if v is not None})
     try:

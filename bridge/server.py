@@ -29,6 +29,7 @@ with status 1, so that whatever supervises it starts it again with a new lease.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -40,6 +41,7 @@ from typing import NoReturn
 from . import heap
 from .cluster.index import ClusterIndex
 from .control import ControlPort
+from .frontends.triton.grpc.server import LEAST_CONNECTIONS
 from .frontends.triton.http.server import HttpConfigError
 from .logs import dynamo_noise
 from .metrics.gpu import GpuMetrics
@@ -156,14 +158,22 @@ def _confirm_listed(
 OTHER_FILES = 1024
 
 
-def _check_open_files(options: ServerOptions) -> None:
-    """Room for every listener's connection cap (tuning.py); a warning when the hard limit
-    leaves too little."""
+def _fit_open_files(options: ServerOptions) -> ServerOptions:
+    """Room for every listener's connection cap (tuning.py): the triton door's gRPC cap, unless
+    given, is what the open-file limit leaves after the HTTP listeners' caps and the rest
+    (gRPC core cannot close an idle connection to make room, so a smaller cap would let idle
+    connections lock new clients out); a warning when the hard limit leaves too little."""
     files = open_files_to_hard_limit()
     listeners = 1 + int(options.control_port is not None) + int(options.http is not None)
     needed = listeners * options.http_limits.max_connections + OTHER_FILES
-    if options.door is not None and options.role != "worker":
-        needed += options.door.max_connections
+    door = options.door
+    if door is not None and options.role != "worker":
+        if door.max_connections is None:
+            room = max(files - needed, LEAST_CONNECTIONS)
+            door = dataclasses.replace(door, max_connections=room)
+            options = dataclasses.replace(options, door=door)
+            log.debug("gRPC: at most %d connections (what RLIMIT_NOFILE leaves)", room)
+        needed += door.max_connections or 0
     if files < needed:
         log.warning(
             "at most %d open files (RLIMIT_NOFILE), fewer than the connection caps may use "
@@ -172,6 +182,7 @@ def _check_open_files(options: ServerOptions) -> None:
             files,
             needed,
         )
+    return options
 
 
 def _local_changes_of(worker: WorkerRole | None) -> Callable[[Callable[[str], None]], None]:
@@ -235,7 +246,7 @@ async def serve(options: ServerOptions) -> None:
     """Run this process's role(s) until SIGINT/SIGTERM (or the frontend stops)."""
     loop = asyncio.get_running_loop()
     keep_large_buffers()  # big tensors reuse the heap, not fresh pages (tuning.py)
-    _check_open_files(options)
+    options = _fit_open_files(options)
     if options.door is not None and options.role != "worker":
         batch_scheduling()  # the door's threads stop preempting the GIL holder (tuning.py)
     # A worker with DYN_SYSTEM_PORT serves Dynamo's system status server; a frontend must not

@@ -42,8 +42,9 @@ SCHED_BATCH 0.25, and 11-25% less CPU per request; docs/benchmarks.md).
 Every connection is a file descriptor. With a soft RLIMIT_NOFILE of 1024 (a common default)
 one listener's idle connections could take them all, and then gRPC, HTTP, metrics and Dynamo's
 request plane all fail (issue 22). The soft limit is raised to the hard one at start, so the
-per-listener caps (`--http-max-connections`, `--grpc-max-connections`, 1024 each by default) sit
-well below it; when the hard limit itself is lower than the caps need, the bridge says so.
+HTTP listeners' caps (`--http-max-connections`, 1024 each by default) sit well below it, and the
+gRPC door's (`--grpc-max-connections`) is by default what is left (bridge/server.py); when the
+hard limit itself is lower than the caps need, the bridge says so.
 
 ## Dynamo's blocking threads (`runtime_threads`)
 

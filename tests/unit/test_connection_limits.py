@@ -1,9 +1,11 @@
-"""Connection limits (bridge/frontends/triton/http/connections.py): the flags, and the protocol
-driven in memory (a transport that records what it was given, uvicorn's own testing shape) for
-the cases a socket test does not reach: blank lines dripped as a head, a pipelined head behind
-a request, an answer sent before its body was all in, a handler slower than the body deadline.
-The deadlines are tenths of a second; each wait is bounded. The same limits over real sockets:
-tests/e2e/test_http_connections.py.
+"""Connection limits (bridge/frontends/triton/http/connections.py, and the gRPC door's
+frontends/triton/grpc/connections.py): the flags, and the HTTP protocol driven in memory (a
+transport that records what it was given, uvicorn's own testing shape) for the cases a socket
+test does not reach: blank lines dripped as a head, a pipelined head behind a request, an answer
+sent before its body was all in, a handler slower than the body deadline, a body under the
+minimum rate, a head past the cap in any slicing, which connection makes room at a cap. The
+deadlines are tenths of a second; each wait is bounded. The same limits over real sockets:
+tests/e2e/test_http_connections.py and tests/e2e/test_connection_lockout.py.
 """
 
 from __future__ import annotations
@@ -17,22 +19,15 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from bridge.cli import build_parser, parse_with_environment, resolve_door, resolve_http_limits
+from bridge.frontends.triton.grpc.connections import ConnectionPolicy
 from bridge.frontends.triton.http.connections import ConnectionLimits, protocol_class
-
-FLAGS = (
-    "DYN_BRIDGE_FRONTEND",
-    "DYN_BRIDGE_HTTP_HEADER_TIMEOUT_SECS",
-    "DYN_BRIDGE_HTTP_BODY_TIMEOUT_SECS",
-    "DYN_BRIDGE_HTTP_KEEP_ALIVE_TIMEOUT_SECS",
-    "DYN_BRIDGE_HTTP_MAX_CONNECTIONS",
-    "DYN_BRIDGE_GRPC_MAX_CONNECTIONS",
-)
 
 
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch) -> None:
-    for name in FLAGS:
-        monkeypatch.delenv(name, raising=False)
+    for name in os.environ:
+        if name.startswith("DYN_BRIDGE_"):
+            monkeypatch.delenv(name)
 
 
 def _args(*argv: str):
@@ -45,21 +40,73 @@ def limits(*argv: str) -> ConnectionLimits:
 
 
 def test_the_flags_their_defaults_and_environment_forms(monkeypatch) -> None:
-    assert limits() == ConnectionLimits(5.0, 120.0, 75.0, 1024)
+    assert limits() == ConnectionLimits(
+        header_timeout=5.0,
+        body_timeout=10.0,
+        keep_alive_timeout=75.0,
+        max_connections=1024,
+        max_connections_per_client=256,
+        min_body_rate=4096,
+        max_header_size=65536,
+    )
     given = limits(
         "--http-header-timeout-secs=1.5",
         "--http-body-timeout-secs=30",
         "--http-keep-alive-timeout-secs=10",
         "--http-max-connections=64",
+        "--http-max-connections-per-client=8",
+        "--http-min-body-rate=0",
+        "--http-max-header-size=2048",
     )
-    assert given == ConnectionLimits(1.5, 30.0, 10.0, 64)
+    assert given == ConnectionLimits(1.5, 30.0, 10.0, 64, 8, 0, 2048)
     monkeypatch.setenv("DYN_BRIDGE_HTTP_MAX_CONNECTIONS", "99")
     monkeypatch.setenv("DYN_BRIDGE_HTTP_BODY_TIMEOUT_SECS", "7")
-    assert limits() == ConnectionLimits(5.0, 7.0, 75.0, 99)
-    assert resolve_door(*_args("--frontend=triton")).max_connections == 1024
-    assert (
-        resolve_door(*_args("--frontend=triton", "--grpc-max-connections=8")).max_connections == 8
+    monkeypatch.setenv("DYN_BRIDGE_HTTP_MAX_CONNECTIONS_PER_CLIENT", "9")
+    monkeypatch.setenv("DYN_BRIDGE_HTTP_MIN_BODY_RATE", "100")
+    monkeypatch.setenv("DYN_BRIDGE_HTTP_MAX_HEADER_SIZE", "4096")
+    assert limits() == ConnectionLimits(5.0, 7.0, 75.0, 99, 9, 100, 4096)
+
+
+def test_the_grpc_connection_flags_are_tritonserver_s(monkeypatch) -> None:
+    door = resolve_door(*_args("--frontend=triton"))
+    assert door.max_connections is None  # the composition root sets what open files leave
+    assert door.connection_policy == ConnectionPolicy()
+    # tritonserver's defaults (src/grpc/grpc_server.h KeepAliveOptions), and the idle limit
+    assert dict(ConnectionPolicy().channel_args()) == {
+        "grpc.keepalive_time_ms": 7_200_000,
+        "grpc.keepalive_timeout_ms": 20_000,
+        "grpc.keepalive_permit_without_calls": 0,
+        "grpc.http2.max_pings_without_data": 2,
+        "grpc.http2.min_ping_interval_without_data_ms": 300_000,
+        "grpc.http2.max_ping_strikes": 2,
+        "grpc.max_connection_idle_ms": 300_000,
+    }
+    monkeypatch.setenv("DYN_BRIDGE_GRPC_MAX_CONNECTION_AGE", "60000")
+    door = resolve_door(
+        *_args(
+            "--frontend=triton",
+            "--grpc-max-connections=8",
+            "--grpc-keepalive-time=1000",
+            "--grpc-keepalive-timeout=500",
+            "--grpc-keepalive-permit-without-calls=true",
+            "--grpc-http2-max-pings-without-data=0",
+            "--grpc-http2-min-recv-ping-interval-without-data=100",
+            "--grpc-http2-max-ping-strikes=3",
+            "--grpc-max-connection-age-grace=5000",
+            "--grpc-max-connection-idle=0",
+        )
     )
+    assert door.max_connections == 8
+    assert dict(door.connection_policy.channel_args()) == {
+        "grpc.keepalive_time_ms": 1000,
+        "grpc.keepalive_timeout_ms": 500,
+        "grpc.keepalive_permit_without_calls": 1,
+        "grpc.http2.max_pings_without_data": 0,
+        "grpc.http2.min_ping_interval_without_data_ms": 100,
+        "grpc.http2.max_ping_strikes": 3,
+        "grpc.max_connection_age_ms": 60000,
+        "grpc.max_connection_age_grace_ms": 5000,
+    }
 
 
 @pytest.mark.parametrize(
@@ -69,6 +116,12 @@ def test_the_flags_their_defaults_and_environment_forms(monkeypatch) -> None:
         (("--http-body-timeout-secs=-1",), "--http-body-timeout-secs: -1.0 is not"),
         (("--http-keep-alive-timeout-secs=nan",), "--http-keep-alive-timeout-secs: nan is not"),
         (("--http-max-connections=0",), "--http-max-connections: 0 is not >= 1"),
+        (
+            ("--http-max-connections-per-client=0",),
+            "--http-max-connections-per-client: 0 is not >= 1",
+        ),
+        (("--http-min-body-rate=-1",), "--http-min-body-rate: -1 is not >= 0"),
+        (("--http-max-header-size=100",), "--http-max-header-size: 100 is not >= 1024"),
     ],
 )
 def test_values_that_cannot_work_are_refused(capsys, argv, text) -> None:
@@ -78,14 +131,20 @@ def test_values_that_cannot_work_are_refused(capsys, argv, text) -> None:
     assert text in capsys.readouterr().err
 
 
-def test_grpc_cap_needs_the_triton_door(capsys) -> None:
-    for argv in (
-        ("--frontend=dynamo", "--grpc-max-connections=8"),
-        ("--frontend=triton", "--grpc-max-connections=0"),
-    ):
-        with pytest.raises(SystemExit):
-            resolve_door(*_args(*argv))
-    assert "--grpc-max-connections" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("argv", "text"),
+    [
+        (("--frontend=dynamo", "--grpc-max-connections=8"), "--grpc-max-connections: need"),
+        (("--frontend=dynamo", "--grpc-max-connection-idle=8"), "--grpc-max-connection-idle: need"),
+        (("--frontend=triton", "--grpc-max-connections=0"), "--grpc-max-connections: 0 is not"),
+        (("--frontend=triton", "--grpc-max-connection-age=-1"), "--grpc-max-connection-age: -1"),
+        (("--frontend=triton", "--grpc-keepalive-time=0"), "--grpc-keepalive-time and"),
+    ],
+)
+def test_grpc_connection_flags_that_cannot_work_are_refused(capsys, argv, text) -> None:
+    with pytest.raises(SystemExit):
+        resolve_door(*_args(*argv))
+    assert text in capsys.readouterr().err
 
 
 # -- the protocol, in memory ------------------------------------------------------------------
@@ -97,8 +156,9 @@ WAIT_S = 3.0  # bound of every wait below
 class Transport(asyncio.Transport):
     """What the protocol wrote, and whether it closed."""
 
-    def __init__(self) -> None:
+    def __init__(self, peer: str = "127.0.0.1") -> None:
         super().__init__()
+        self.peer = peer
         self.written = b""
         self.closed = False
         self.eof = False
@@ -122,7 +182,7 @@ class Transport(asyncio.Transport):
         self.eof = True
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 5000)}.get(name, default)
+        return {"sockname": ("127.0.0.1", 8000), "peername": (self.peer, 5000)}.get(name, default)
 
     def pause_reading(self) -> None:
         pass
@@ -155,10 +215,12 @@ async def _answer_at_once(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-def connect(app: Any, state: ServerState, limits: ConnectionLimits = TIGHT) -> Transport:
+def connect(
+    app: Any, state: ServerState, limits: ConnectionLimits = TIGHT, peer: str = "127.0.0.1"
+) -> Transport:
     config = uvicorn.Config(app, lifespan="off", log_config=None, timeout_keep_alive=1)
     protocol = protocol_class(limits)(config=config, server_state=state, app_state={})
-    transport = Transport()
+    transport = Transport(peer)
     transport.set_protocol(protocol)
     protocol.connection_made(transport)
     return transport
@@ -255,5 +317,132 @@ def test_at_the_cap_a_connection_idle_between_requests_makes_room() -> None:
         new = connect(_ok, state, capped)
         assert not new.closed and not new.written
         assert idle.closed and not busy.closed
+
+    asyncio.run(main())
+
+
+def _answered(transport: Transport) -> bool:
+    return transport.written.endswith(b"ok")
+
+
+def test_at_the_cap_the_connection_idle_longest_makes_room() -> None:
+    async def main() -> None:
+        state = ServerState()
+        capped = ConnectionLimits(max_connections=3)
+        first, second, busy = (connect(_ok, state, capped) for _ in range(3))
+        for idle in (first, second):
+            idle.protocol.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert await until(lambda idle=idle: _answered(idle))
+        busy.protocol.data_received(b"GET / HTTP/1.1\r\n")
+        assert not connect(_ok, state, capped).closed
+        assert first.closed and not second.closed and not busy.closed
+
+    asyncio.run(main())
+
+
+def test_one_client_at_its_cap_leaves_room_for_others() -> None:
+    async def main() -> None:
+        state = ServerState()
+        capped = ConnectionLimits(max_connections=10, max_connections_per_client=2)
+        idle_b = connect(_ok, state, capped, peer="127.0.0.2")
+        idle_b.protocol.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert await until(lambda: _answered(idle_b))
+        busy = [connect(_ok, state, capped, peer="127.0.0.1") for _ in range(2)]
+        for transport in busy:
+            transport.protocol.data_received(b"POST / HTTP/1.1\r\nContent-Length: 9\r\n\r\n")
+        # Past its cap, with none of its own idle: refused, and another client's idle
+        # connection is left alone.
+        refused = connect(_ok, state, capped, peer="127.0.0.1")
+        assert refused.closed and b"too many connections from this client" in refused.written
+        assert refused.written.startswith(b"HTTP/1.1 503") and not idle_b.closed
+        # An IPv6 client is its /64; another client is served.
+        ipv6 = [connect(_ok, state, capped, peer=f"2001:db8::{i}") for i in (1, 2, 3)]
+        assert [t.closed for t in ipv6] == [False, False, True]
+        assert not connect(_ok, state, capped, peer="::ffff:127.0.0.3").closed
+        # The client's own idle connection makes room for it.
+        busy[0].protocol.data_received(b"123456789")
+        assert await until(lambda: _answered(busy[0]))
+        assert not connect(_ok, state, capped, peer="127.0.0.1").closed
+        assert busy[0].closed and not busy[1].closed
+
+    asyncio.run(main())
+
+
+BODY_LIMITS = ConnectionLimits(header_timeout=1.0, body_timeout=0.3, min_body_rate=1000)
+
+
+async def _send_body(transport: Transport, size: int, chunk: int, every: float) -> float:
+    """POST a body of `size` bytes, `chunk` bytes every `every` s, until it is all sent or an
+    answer comes; the seconds until the answer was whole."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    transport.protocol.data_received(b"POST / HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % size)
+    sent = 0
+    while sent < size and not transport.written and loop.time() - started < WAIT_S:
+        await asyncio.sleep(every)
+        transport.protocol.data_received(b"x" * min(chunk, size - sent))
+        sent += chunk
+    await until(lambda: transport.written.endswith((b"}", b"ok")))
+    return loop.time() - started
+
+
+def test_a_body_under_the_minimum_rate_is_cut_and_one_above_it_is_not() -> None:
+    async def main() -> None:
+        # 100 B/s against a minimum of 1000 B/s: cut soon after the grace, not after 2 s.
+        slow = connect(_ok, ServerState(), BODY_LIMITS)
+        elapsed = await _send_body(slow, 200, 5, 0.05)
+        assert slow.written.startswith(b"HTTP/1.1 408") and elapsed < 1.0, elapsed
+        # 2000 B/s for 1 s, far past the grace: served.
+        steady = connect(_ok, ServerState(), BODY_LIMITS)
+        await _send_body(steady, 2000, 100, 0.05)
+        assert _answered(steady) and not steady.closed
+        # The rate earned does not buy a long pause: 5000 bytes at once, then silence.
+        paused = connect(_ok, ServerState(), BODY_LIMITS)
+        paused.protocol.data_received(b"POST / HTTP/1.1\r\nContent-Length: 9000\r\n\r\n")
+        paused.protocol.data_received(b"x" * 5000)
+        started = asyncio.get_running_loop().time()
+        assert await until(lambda: paused.written)
+        assert asyncio.get_running_loop().time() - started < 1.0  # the grace, not 5 s
+        assert paused.written.startswith(b"HTTP/1.1 408")
+
+    asyncio.run(main())
+
+
+HEAD_LIMITS = ConnectionLimits(max_header_size=1024)
+PADDING = b"X-Padding: " + b"a" * 2000 + b"\r\n"
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 1024, 100, 1])
+def test_a_head_past_the_cap_is_answered_431_whatever_its_slicing(chunk) -> None:
+    async def main() -> None:
+        transport = connect(_ok, ServerState(), HEAD_LIMITS)
+        protocol = transport.protocol
+        request = b"GET / HTTP/1.1\r\nHost: x\r\n" + PADDING * 1000 + b"\r\n"  # 2 MB
+        for start in range(0, len(request), chunk):
+            protocol.data_received(request[start : start + chunk])
+            if transport.eof:
+                break
+        assert transport.written.startswith(b"HTTP/1.1 431 Request Header Fields Too Large")
+        assert b"request header fields too large" in transport.written and transport.eof
+        assert start < 1024 + chunk  # nothing past the cap was parsed
+        assert await until(lambda: transport.closed)
+
+    asyncio.run(main())
+
+
+def test_a_head_within_the_cap_is_served_whatever_follows_it() -> None:
+    async def main() -> None:
+        transport = connect(_ok, ServerState(), HEAD_LIMITS)
+        # A whole head at the cap, then a body 50 times the cap, in one read.
+        head = b"POST / HTTP/1.1\r\nContent-Length: 51200\r\nX-P: "
+        head += b"a" * (1024 - len(head) - 4) + b"\r\n\r\n"
+        assert len(head) == 1024
+        transport.protocol.data_received(head + b"b" * 51200)
+        assert await until(lambda: _answered(transport))
+        # Then a second request on the connection: its head is counted from its own start.
+        transport.written = b""
+        transport.protocol.data_received(b"GET / HTTP/1.1\r\n" + b"X-Q: q\r\n" * 100 + b"\r\n")
+        assert await until(lambda: _answered(transport))
+        assert transport.written.startswith(b"HTTP/1.1 200") and not transport.closed
 
     asyncio.run(main())

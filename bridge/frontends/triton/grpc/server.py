@@ -10,13 +10,15 @@ buffer, the protobuf, the bridge form), so this bounds what one client can make 
 allocate.
 
 At most `--grpc-max-connections` connections at once (gRPC core's
-`grpc.max_allowed_incoming_connections`: it closes the ones beyond), so that idle connections
-cannot take every file descriptor of the process from the other listeners (issue 22: 20,000 of
-them stopped gRPC, HTTP, metrics and the request plane). tritonserver has no such flag; 1024 is
-far more than clients need (one HTTP/2 connection carries all of a client's calls). A
-connection must also finish its handshake (TLS, and the client's HTTP/2 preface and SETTINGS)
-within HANDSHAKE_TIMEOUT_S, not gRPC's 120 s, so connections that send nothing do not hold
-places under the cap for long.
+`grpc.max_allowed_incoming_connections`: it closes the ones beyond), so that connections cannot
+take every file descriptor of the process from the other listeners (issue 22: 20,000 of them
+stopped gRPC, HTTP, metrics and the request plane). tritonserver has no such flag; by default
+the cap is what the open-file limit leaves (bridge/server.py), since gRPC core cannot make room
+by closing an idle connection and a small cap let idle connections lock every new client out
+(issue 38). Idle connections are closed after `--grpc-max-connection-idle`, and keepalive and
+connection age follow tritonserver's flags (connections.py). A connection must also finish its
+handshake (TLS, and the client's HTTP/2 preface and SETTINGS) within HANDSHAKE_TIMEOUT_S, not
+gRPC's 120 s, so connections that send nothing do not hold places for long.
 
 The method table is built from the service descriptor in tritonclient's generated module, with
 two changes: a request that is not a valid protobuf deserializes to a marker, so the RPC answers
@@ -40,6 +42,7 @@ from tritonclient.grpc import service_pb2 as pb
 from ....restrictions import Restriction
 from ..header_forward import HeaderForwarding
 from ..service import TritonService
+from .connections import ConnectionPolicy
 from .restrictions import RestrictedProtocols
 from .servicer import TritonServicer
 from .wire import MALFORMED, read_infer_request, write_infer_response, write_stream_response
@@ -48,7 +51,9 @@ log = logging.getLogger("dynamo_bridge")
 
 SERVICE = "inference.GRPCInferenceService"
 MAX_MESSAGE_SIZE = 2**31 - 1  # Triton's MAX_GRPC_MESSAGE_SIZE (INT32_MAX), both directions
-MAX_CONNECTIONS = 1024  # --grpc-max-connections
+# --grpc-max-connections by default when the open-file limit leaves fewer (bridge/server.py
+# warns then); else the default is what that limit leaves.
+LEAST_CONNECTIONS = 1024
 # Ample for a TLS handshake over a slow link; gRPC's own default is 120 s.
 HANDSHAKE_TIMEOUT_S = 10.0
 # At the end of a shutdown, once the calls in flight have finished: for answers already on their
@@ -69,7 +74,11 @@ class DoorOptions:
     root_cert: Path | None = None
     # `--grpc-restricted-protocol`: {protocol group: header its calls must carry}
     restricted: dict[str, Restriction] = field(default_factory=dict)
-    max_connections: int = MAX_CONNECTIONS  # `--grpc-max-connections`
+    # `--grpc-max-connections`; None: no cap of its own (the composition root sets what the
+    # open-file limit leaves).
+    max_connections: int | None = None
+    # `--grpc-keepalive-*`, `--grpc-max-connection-*` (connections.py)
+    connection_policy: ConnectionPolicy = field(default_factory=ConnectionPolicy)
     # `--grpc-header-forward-pattern` (header_forward.py); None: no header is forwarded.
     header_forwarding: HeaderForwarding | None = None
 
@@ -145,6 +154,21 @@ class GrpcServer:
         self._server: grpc.aio.Server | None = None
         self.port = 0
 
+    def _channel_args(self) -> list[tuple[str, int]]:
+        options = self.options
+        args = [
+            ("grpc.max_receive_message_length", options.max_message_size),
+            ("grpc.max_send_message_length", options.max_message_size),
+            ("grpc.server_handshake_timeout_ms", int(HANDSHAKE_TIMEOUT_S * 1000)),
+            # grpc's default lets a second server bind the same port and take half the
+            # connections; a taken port must fail the start-up instead.
+            ("grpc.so_reuseport", 0),
+            *options.connection_policy.channel_args(),
+        ]
+        if options.max_connections is not None:
+            args.append(("grpc.max_allowed_incoming_connections", options.max_connections))
+        return args
+
     async def start(self) -> None:
         creds = credentials(self.options)  # before anything listens: bad TLS files fail start
         interceptors = (
@@ -152,15 +176,7 @@ class GrpcServer:
         )
         server = grpc.aio.server(
             interceptors=interceptors,
-            options=[
-                ("grpc.max_receive_message_length", self.options.max_message_size),
-                ("grpc.max_send_message_length", self.options.max_message_size),
-                ("grpc.max_allowed_incoming_connections", self.options.max_connections),
-                ("grpc.server_handshake_timeout_ms", int(HANDSHAKE_TIMEOUT_S * 1000)),
-                # grpc's default lets a second server bind the same port and take half the
-                # connections; a taken port must fail the start-up instead.
-                ("grpc.so_reuseport", 0),
-            ],
+            options=self._channel_args(),
         )
         server.add_generic_rpc_handlers((_handlers(self._servicer),))
         address = f"{self.options.address}:{self.options.port}"
