@@ -32,6 +32,12 @@ from model_repository_loader.gpu.devices import (
     supported_gpu_ids,
     visible_devices,
 )
+from model_repository_loader.isolation.environments import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_FILES,
+    EnvironmentLimits,
+)
 from model_repository_loader.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
 from model_repository_loader.scheduling.rate_limiter import ResourceLimit, parse_resource_limit
 
@@ -508,6 +514,31 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="where model instances run unless a config sets BRIDGE_INSTANCE_KIND: auto (a "
         "process per instance when a group has count > 1, else a thread), thread or process",
+    )
+    p.add_argument(
+        "--environment-max-bytes",
+        type=_positive_int,
+        default=DEFAULT_MAX_BYTES,
+        metavar="BYTES",
+        help="the most an EXECUTION_ENV_PATH archive may unpack to, in its files' bytes "
+        f"(default {DEFAULT_MAX_BYTES}, 16 GiB); a larger one fails that model's load. "
+        "tritonserver has no such limit",
+    )
+    p.add_argument(
+        "--environment-max-files",
+        type=_positive_int,
+        default=DEFAULT_MAX_FILES,
+        metavar="N",
+        help="the most members (files, folders, links) an EXECUTION_ENV_PATH archive may "
+        f"unpack (default {DEFAULT_MAX_FILES}); more fails that model's load",
+    )
+    p.add_argument(
+        "--environment-cache-max-bytes",
+        type=_positive_int,
+        default=DEFAULT_CACHE_BYTES,
+        metavar="BYTES",
+        help="past this, the unpacked environments in the cache that no loaded model uses are "
+        f"removed, least recently used first (default {DEFAULT_CACHE_BYTES}, 64 GiB)",
     )
     p.add_argument(
         "--min-supported-compute-capability",
@@ -1060,6 +1091,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             model_config_name=args.model_config_name,
             instance_kind=args.instance_kind,
+            environment_limits=EnvironmentLimits(
+                args.environment_max_bytes,
+                args.environment_max_files,
+                args.environment_cache_max_bytes,
+            ),
             gpu_ids=supported_gpu_ids(gpus, args.min_supported_compute_capability),
             min_compute_capability=args.min_supported_compute_capability,
         ),

@@ -210,6 +210,7 @@ def _load_versions(
                 config_to_args_json(final),
                 model_file,
                 instance_kind=options.instance_kind,
+                environment_limits=options.environment_limits,
                 services=services,
                 rate_limiter=rate_limiter,
                 cache=cache,

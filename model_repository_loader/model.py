@@ -69,6 +69,7 @@ class ModelVersion:
         config_json: str,
         model_file: Path,
         instance_kind: str = "auto",
+        environment_limits: environments.EnvironmentLimits = environments.EnvironmentLimits(),
         services: pb_utils.ModelServices | None = None,
         rate_limiter: RateLimiter | None = None,
         cache: ResponseCache | None = None,
@@ -90,10 +91,12 @@ class ModelVersion:
         self._shape = ResponseShape(config)
         # Told when an isolated instance dies or comes back (see `ready`).
         self.on_readiness_change: Callable[[], None] | None = None
-        # A model with its own Python environment runs every instance in a process of that
-        # environment's interpreter (isolation/environments.py); unpacked and checked here.
-        environment = _execution_environment(config, model_file.parent.parent)
         specs = _instance_specs(name, version, config, config_json, model_file, instance_kind)
+        # A model with its own Python environment runs every instance in a process of that
+        # environment's interpreter (isolation/environments.py); unpacked and checked here,
+        # and kept in the cache (never evicted) until this version is unloaded or fails to load.
+        environment = _execution_environment(config, model_file.parent.parent, environment_limits)
+        self._environment = environment
         # Instance name → its device: where its rate limiter resources are counted.
         self._devices = {spec.instance_name: spec.device_id for spec, _ in specs}
         self.instances: list[Instance] = [
@@ -197,9 +200,17 @@ class ModelVersion:
                     log.exception(
                         "%s v%d: stopping %s failed", self.name, self.version, instance.name
                     )
+            self._release_environment()
             if isinstance(exc, ModelLoadError):
                 raise
             raise ModelLoadError(f"Internal: {type(exc).__name__}: {exc}") from exc
+
+    def _release_environment(self) -> None:
+        """Once, when no instance of this version runs any more: its unpacked environment may
+        then be evicted from the cache (when no other version uses it)."""
+        environment, self._environment = self._environment, None
+        if environment is not None:
+            environments.release(environment)
 
     def submit(self, request: InferRequest, respond: Respond) -> Pending | None:
         pending = self.admit(request, respond, queue=True)
@@ -356,6 +367,7 @@ class ModelVersion:
         self._open.clear()
         if self.cache is not None:  # an unloaded or replaced version's answers go with it
             self.cache.drop(self._cache_owner)
+        self._release_environment()
         return finalized and drained
 
 
@@ -550,11 +562,11 @@ _KIND_NAMES = {
 
 
 def _execution_environment(
-    config: mc.ModelConfig, model_dir: Path
+    config: mc.ModelConfig, model_dir: Path, limits: environments.EnvironmentLimits
 ) -> environments.ExecutionEnvironment | None:
     parameters = {key: value.string_value for key, value in config.parameters.items()}
     path = environments.environment_parameter(parameters, model_dir)
-    return environments.prepare(path) if path is not None else None
+    return environments.prepare(path, limits) if path is not None else None
 
 
 def _instance_specs(

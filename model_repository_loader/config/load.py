@@ -20,6 +20,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from .. import repository
 from ..errors import format_python_error
 from ..gpu.devices import MIN_COMPUTE_CAPABILITY
+from ..isolation.environments import EnvironmentLimits
 from ..pb_utils.errors import ErrorCode
 from .auto_complete import apply_auto_complete
 from .errors import ConfigError
@@ -56,6 +57,8 @@ class ConfigOptions:
         warning) so repositories written for GPU hosts load on CPU-only ones.
     instance_kind: not in Triton; `--instance-kind`: "auto", "thread" or "process", the default
         for models whose config does not set BRIDGE_INSTANCE_KIND (isolation/kind.py).
+    environment_limits: not in Triton; how large an `EXECUTION_ENV_PATH` archive may unpack and
+        the environment cache grow (isolation/environments.py).
     """
 
     auto_complete: bool = True
@@ -64,6 +67,7 @@ class ConfigOptions:
     min_compute_capability: float = MIN_COMPUTE_CAPABILITY
     gpu_fallback_to_cpu: bool = False
     instance_kind: str = "auto"
+    environment_limits: EnvironmentLimits = EnvironmentLimits()
 
 
 def config_file_exists(source: repository.ModelSource, options: ConfigOptions) -> bool:

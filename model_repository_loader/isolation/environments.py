@@ -21,6 +21,15 @@ environment must hold `bin/activate`. Here also:
   into place, under a file lock). A half-unpacked folder left by a crash is never used, and is
   removed by the next unpack. conda-pack's `bin/conda-unpack` is run once after unpacking, as
   its documentation asks;
+* unpacking follows Triton's stub's rules, and stricter ones (`archives.py`: nothing lands
+  outside the folder, no device, FIFO or setuid bit), within `EnvironmentLimits` (bytes and
+  members of one archive);
+* the cache is bounded (`EnvironmentLimits.cache_bytes`): past the bound, the unpacked
+  environments no process uses are removed, least recently used first. A process uses one
+  from `prepare` to `release` (a model version: from its load to its unload), and says so to
+  every other process by a shared flock on the folder, which an eviction must lock exclusively
+  first. The bytes each one took are kept in its `<sha>.lock`; its folder's mtime is its last
+  use;
 * the interpreter is checked once: Python 3.10 or newer (what this package's instance process
   needs) with numpy importable, else the model fails to load saying which and why.
 
@@ -42,6 +51,7 @@ import fcntl
 import hashlib
 import io
 import json
+import logging
 import os
 import shutil
 import stat
@@ -49,10 +59,13 @@ import subprocess
 import tarfile
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import ModelLoadError
+from . import archives
+
+log = logging.getLogger(__name__)
 
 PARAMETER = "EXECUTION_ENV_PATH"
 MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"
@@ -62,14 +75,42 @@ OLDEST_PYTHON = (3, 10)
 # How long the interpreter check may take (an environment on a slow disk imports numpy slowly).
 CHECK_TIMEOUT_S = 120.0
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+# Sized for conda-pack's archives: an environment with torch and CUDA unpacks to 5-10 GB in
+# some 10^4-10^5 files; the limits leave room for one twice as large.
+DEFAULT_MAX_BYTES = 16 << 30
+DEFAULT_MAX_FILES = 500_000
+DEFAULT_CACHE_BYTES = 64 << 30
+
+
+@dataclass(frozen=True)
+class EnvironmentLimits:
+    """How large an archive may unpack, and the cache grow (bridge/cli.py's flags
+    `--environment-max-bytes`, `--environment-max-files`, `--environment-cache-max-bytes`).
+
+    max_bytes, max_files: the most one archive may unpack to, in its files' bytes and in
+        members (folders and links count); past either the model is not loaded and nothing of
+        the unpack is kept.
+    cache_bytes: once the cache's unpacked environments add up to more, those that no process
+        uses are removed, least recently used first.
+    """
+
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_files: int = DEFAULT_MAX_FILES
+    cache_bytes: int = DEFAULT_CACHE_BYTES
+
+
+# A limit as the operator sets it (bridge/cli.py), named in the load error it causes.
+_LIMIT_FLAGS = {"bytes": "--environment-max-bytes", "files": "--environment-max-files"}
 
 
 @dataclass(frozen=True)
 class ExecutionEnvironment:
-    """An environment ready to run instances: its folder and its interpreter."""
+    """An environment ready to run instances: its folder and its interpreter; `archive`, the
+    archive it was unpacked from (None for a folder), when it is held in the cache."""
 
     root: Path
     python: Path
+    archive: Path | None = None
 
     def process_environment(self, base: dict[str, str]) -> dict[str, str]:
         """What `bin/activate` would set, plus this package on the path and nothing else."""
@@ -96,9 +137,12 @@ _prepared_lock = threading.Lock()
 _folder_locks: dict[Path, threading.Lock] = {}
 
 
-def prepare(path: Path) -> ExecutionEnvironment:
+def prepare(path: Path, limits: EnvironmentLimits = EnvironmentLimits()) -> ExecutionEnvironment:
     """The environment at `path` (a folder or an archive), unpacked and checked; raises
-    ModelLoadError naming the path and the reason. Safe to call from many loads at once."""
+    ModelLoadError naming the path and the reason. Safe to call from many loads at once.
+
+    An archive's environment is held in the cache (never evicted) until `release` is given what
+    this returned, once for each call."""
     try:
         real = path.resolve(strict=True)
     except (OSError, RuntimeError):
@@ -106,14 +150,29 @@ def prepare(path: Path) -> ExecutionEnvironment:
             f"Internal: Failed to get the canonical path for {path}: no such file or folder"
         ) from None
     if real.is_dir():
-        root = real
-    elif real.name.endswith(_ARCHIVE_SUFFIXES):
-        root = _unpacked(real)
-    else:
+        return _checked_environment(real, path)
+    if not real.name.endswith(_ARCHIVE_SUFFIXES):
         raise ModelLoadError(
             f"Internal: {PARAMETER} '{path}' is neither a folder nor a .tar.gz / .tgz / .tar "
             "archive of a Python environment"
         )
+    root = _unpacked(real, limits)
+    try:
+        return replace(_checked_environment(root, path), archive=real)
+    except BaseException:
+        _let_go(root)
+        raise
+
+
+def release(environment: ExecutionEnvironment) -> None:
+    """What `prepare` returned is no longer used by its caller: an unpacked environment that
+    nothing in this process uses any more may be evicted from the cache (and may be, now)."""
+    if environment.archive is not None:
+        _let_go(environment.root)
+
+
+def _checked_environment(root: Path, named: Path) -> ExecutionEnvironment:
+    """The environment in the folder `root`, its interpreter checked once per process."""
     with _prepared_lock:
         known = _prepared.get(root)
         lock = _folder_locks.setdefault(root, threading.Lock())
@@ -124,8 +183,8 @@ def prepare(path: Path) -> ExecutionEnvironment:
             known = _prepared.get(root)
         if known is not None:
             return known
-        environment = ExecutionEnvironment(root, _interpreter(root, path))
-        _check(environment, path)
+        environment = ExecutionEnvironment(root, _interpreter(root, named))
+        _check(environment, named)
         with _prepared_lock:
             _prepared[root] = environment
         return environment
@@ -148,7 +207,23 @@ def content_key(archive: Path) -> str:
     return digest.hexdigest()
 
 
-def _unpacked(archive: Path) -> Path:
+@dataclass
+class _Hold:
+    """This process's use of an unpacked environment: its folder kept open and share-locked
+    (flock), which every process's eviction respects, for as many `prepare`s as `count`."""
+
+    fd: int
+    count: int
+    cache: Path
+    cache_bytes: int
+
+
+_holds: dict[Path, _Hold] = {}
+_holds_lock = threading.Lock()
+
+
+def _unpacked(archive: Path, limits: EnvironmentLimits) -> Path:
+    """`<cache>/<sha256>`, `archive` unpacked there first if missing, and held (`_Hold`)."""
     cache = private_folder(cache_root())
     try:
         key = content_key(archive)
@@ -157,30 +232,231 @@ def _unpacked(archive: Path) -> Path:
             f"Internal: cannot read the Python environment '{archive}': {exc}"
         ) from None
     target = cache / key
-    if target.is_dir():
-        return target  # complete: only a finished unpack is renamed to this name
+    if _hold_again(target):
+        return target
+    try:
+        fd = _open_held(target)
+        unpacked = fd is None
+        if fd is None:
+            fd = _unpack_held(archive, cache, key, limits)
+    except OSError as exc:
+        raise ModelLoadError(
+            f"Internal: cannot use the environment cache '{cache}': {exc}"
+        ) from None
+    _hold(target, fd, limits.cache_bytes)
+    if unpacked:
+        _evict(cache, limits.cache_bytes)  # the cache may have grown past its bound
+    return target
+
+
+def _hold_again(target: Path) -> bool:
+    with _holds_lock:
+        hold = _holds.get(target)
+        if hold is not None:
+            hold.count += 1
+        return hold is not None
+
+
+def _hold(target: Path, fd: int, cache_bytes: int) -> None:
+    with _holds_lock:
+        hold = _holds.get(target)
+        if hold is None:
+            _holds[target] = _Hold(fd, 1, target.parent, cache_bytes)
+            return
+        hold.count += 1  # another load of this process held it meanwhile: one lock is enough
+    os.close(fd)
+
+
+def _let_go(target: Path) -> None:
+    with _holds_lock:
+        hold = _holds[target]
+        hold.count -= 1
+        if hold.count:
+            return
+        del _holds[target]
+        _touch(hold.fd)  # its last use: the eviction's order
+        os.close(hold.fd)
+    _evict(hold.cache, hold.cache_bytes)
+
+
+def _open_held(target: Path) -> int | None:
+    """The complete unpack `target`, open and share-locked; None when missing. Checked to be
+    still at that name once locked: an eviction renames a folder away before it lets go."""
+    try:
+        fd = _share_locked(target)
+    except FileNotFoundError:
+        return None
+    if _same_file(fd, target):
+        _touch(fd)
+        return fd
+    os.close(fd)
+    return None
+
+
+def _share_locked(folder: Path) -> int:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only for an eviction that has it
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        named = path.lstat()
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _touch(fd: int) -> None:
+    try:
+        os.utime(fd)
+    except OSError:
+        pass  # a read-only cache: the order of eviction is then the unpacks'
+
+
+def _unpack_held(archive: Path, cache: Path, key: str, limits: EnvironmentLimits) -> int:
+    """Unpack `archive` into `<cache>/<key>`, unless another process or load did meanwhile;
+    held (`_open_held`) from the moment it has that name, so no eviction takes it first."""
+    target = cache / key
     with _lock_file(cache, key) as lock_file:
         # Another process (or load) unpacking the same content finishes first; we then reuse it.
         fcntl.flock(lock_file, fcntl.LOCK_EX)
-        if target.is_dir():
-            return target
-        for leftover in cache.glob(f"{key}.partial-*"):
-            shutil.rmtree(leftover, ignore_errors=True)  # a crash's half-unpacked folder
+        fd = _open_held(target)
+        if fd is not None:
+            return fd
+        _remove_leftovers(cache, key)
         partial = Path(tempfile.mkdtemp(prefix=f"{key}.partial-", dir=cache))
         try:
-            with tarfile.open(archive) as tar:
-                tar.extractall(partial, filter="tar")
-            _conda_unpack(partial, archive)
-            os.replace(partial, target)
-        except (OSError, tarfile.TarError, EOFError) as exc:
-            shutil.rmtree(partial, ignore_errors=True)
-            raise ModelLoadError(
-                f"Internal: failed to unpack the Python environment '{archive}': {exc}"
-            ) from None
+            _record_size(lock_file, _unpack(archive, partial, limits))
+            fd = _share_locked(partial)
+            try:
+                os.replace(partial, target)
+            except BaseException:
+                os.close(fd)
+                raise
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
-    return target
+        _touch(fd)
+        return fd
+
+
+def _remove_leftovers(cache: Path, key: str) -> None:
+    """A crash's half-unpacked or half-evicted folders of `key` (its lock file is held)."""
+    for leftover in cache.glob(f"{key}.partial-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _unpack(archive: Path, folder: Path, limits: EnvironmentLimits) -> int:
+    """`archive` unpacked into `folder` (archives.py) and conda-pack's fix-up run; the bytes
+    its files took. ModelLoadError naming the archive and the rule or limit it broke."""
+    try:
+        size = archives.unpack(archive, folder, limits.max_bytes, limits.max_files)
+        _conda_unpack(folder, archive)
+    except archives.TooLarge as exc:
+        raise ModelLoadError(
+            f"Internal: the Python environment '{archive}' unpacks to {exc}, past the limit "
+            f"({_LIMIT_FLAGS[exc.what]})"
+        ) from None
+    except (archives.Refused, OSError, tarfile.TarError, EOFError) as exc:
+        raise ModelLoadError(
+            f"Internal: failed to unpack the Python environment '{archive}': {exc}"
+        ) from None
+    return size
+
+
+def _record_size(lock_file: io.FileIO, size: int) -> None:
+    """An unpacked environment's size, kept in its lock file: the eviction adds them up."""
+    os.ftruncate(lock_file.fileno(), 0)
+    os.pwrite(lock_file.fileno(), str(size).encode(), 0)
+
+
+def _recorded_size(cache: Path, key: str) -> int:
+    """What `_record_size` kept; measured (and kept) for a folder unpacked before sizes were."""
+    with _lock_file(cache, key) as lock_file:
+        text = os.pread(lock_file.fileno(), 32, 0)
+        if text.isdigit():
+            return int(text)
+        size = _measured(cache / key)
+        _record_size(lock_file, size)
+        return size
+
+
+def _measured(folder: Path) -> int:
+    total = 0
+    for parent, _, files in os.walk(folder):
+        for name in files:
+            info = os.lstat(os.path.join(parent, name))
+            total += info.st_size if stat.S_ISREG(info.st_mode) else 0
+    return total
+
+
+def _evict(cache: Path, limit: int) -> None:
+    """Remove unpacked environments that no process holds, least recently used first, until
+    the cache's holds `limit` bytes at most. A held one is never removed: the cache may stay
+    above its bound while its environments are in use. Never fails a load or an unload."""
+    try:
+        entries = sorted(_entries(cache))
+        total = sum(size for _, _, size in entries)
+        for _, key, size in entries:
+            if total <= limit:
+                break
+            if _evict_one(cache, key):
+                log.info("evicted the unused Python environment '%s' from the cache", key)
+                total -= size
+    except (OSError, ModelLoadError) as exc:
+        log.warning("evicting from the environment cache '%s' failed: %s", cache, exc)
+
+
+def _entries(cache: Path) -> list[tuple[float, str, int]]:
+    """Each complete unpack in the cache: (its last use, its key, its size)."""
+    found = []
+    for path in cache.iterdir():
+        if not _is_key(path.name):
+            continue
+        info = path.lstat()
+        if stat.S_ISDIR(info.st_mode):
+            found.append((info.st_mtime, path.name, _recorded_size(cache, path.name)))
+    return found
+
+
+def _is_key(name: str) -> bool:
+    return len(name) == 64 and all(c in "0123456789abcdef" for c in name)
+
+
+def _evict_one(cache: Path, key: str) -> bool:
+    """Remove `<cache>/<key>` unless it is held, or being unpacked, checked or evicted."""
+    target = cache / key
+    with _lock_file(cache, key) as lock_file:
+        if not _try_exclusive(lock_file.fileno()):
+            return False
+        try:
+            fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            if not (_try_exclusive(fd) and _same_file(fd, target)):
+                return False  # a process holds it
+            _remove_leftovers(cache, key)
+            doomed = cache / f"{key}.partial-evicted"
+            os.rename(target, doomed)  # gone by name before anyone may share-lock it again
+        finally:
+            os.close(fd)
+    shutil.rmtree(doomed, ignore_errors=True)
+    return True
+
+
+def _try_exclusive(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _lock_file(cache: Path, key: str) -> io.FileIO:

@@ -30,10 +30,12 @@ SOURCE = REPOSITORIES / "environments"
 
 @pytest.fixture(scope="session")
 def numpy1_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A venv with numpy 1.x, and the same packed as a .tar.gz (made once per session)."""
+    """A venv with numpy 1.x, and the same packed as a .tar.gz (made once per session). Its
+    interpreter is a copy: a venv's usual `bin/python3.x` links to an absolute path, which an
+    archive may not hold (conda-pack's hold relative links only)."""
     root = tmp_path_factory.mktemp("environments")
     env = root / "numpy1"
-    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--copies", str(env)], check=True, timeout=120)
     subprocess.run(
         [
             str(env / "bin" / "python"),

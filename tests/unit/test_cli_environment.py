@@ -86,3 +86,28 @@ def test_dynamo_blocking_threads_are_raised_unless_the_user_chose() -> None:
         environ = {chosen: "3"}
         assert runtime_threads(environ, cpus=2) is None
         assert environ == {chosen: "3"}
+
+
+def test_the_environment_limits_are_flags_with_variables():
+    from model_repository_loader.isolation.environments import EnvironmentLimits
+
+    defaults = parse([], {})
+    assert (
+        defaults.environment_max_bytes,
+        defaults.environment_max_files,
+        defaults.environment_cache_max_bytes,
+    ) == (
+        EnvironmentLimits().max_bytes,
+        EnvironmentLimits().max_files,
+        EnvironmentLimits().cache_bytes,
+    )
+    args = parse(
+        ["--environment-max-files", "1000"],
+        {
+            "DYN_BRIDGE_ENVIRONMENT_MAX_BYTES": "1048576",
+            "DYN_BRIDGE_ENVIRONMENT_MAX_FILES": "5",
+            "DYN_BRIDGE_ENVIRONMENT_CACHE_MAX_BYTES": "2097152",
+        },
+    )
+    assert (args.environment_max_bytes, args.environment_max_files) == (1 << 20, 1000)
+    assert args.environment_cache_max_bytes == 2 << 20
