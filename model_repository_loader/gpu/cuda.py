@@ -119,9 +119,12 @@ def synchronize(stream: int = LEGACY_STREAM) -> None:
 
 
 def copy(destination: int, source: int, nbytes: int) -> None:
-    """Copy `nbytes` from `source` to `destination` (host or device addresses, any mix)."""
+    """Copy `nbytes` from `source` to `destination` (host or device addresses, any mix), done
+    when this returns: cudaMemcpy does not wait for a copy between two device addresses, and
+    the memory may be read next by another process (CUDA IPC) or another stream."""
     if nbytes:
         call("cudaMemcpy", destination, source, nbytes, runtime().cudaMemcpyKind.cudaMemcpyDefault)
+        synchronize()
 
 
 def copy_to_host(source: int, nbytes: int) -> np.ndarray:

@@ -7,7 +7,8 @@ message as raw bytes, because creating a segment costs more than copying a few K
 are object arrays of `bytes`; they cross as a list of `bytes`, which pickles as raw bytes too.
 
 Every segment lives in one folder per instance (`SegmentFolder`), so whatever a crashed process
-left behind is removed with the folder.
+left behind is removed with the folder. GPU tensors cross device to device, through CUDA IPC
+(gpu_tensors.py), with their markers in the same folder.
 
 When shared memory is full (ENOSPC: Docker gives a container 64 MiB of /dev/shm unless told
 `--shm-size`), a tensor rides inline in the message instead: slower (two more copies), but the
@@ -28,6 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from ..pb_utils import Tensor
+from . import gpu_tensors
+from .gpu_tensors import CudaData, CudaExports
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +41,14 @@ _SHM_ROOT = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.get
 
 @dataclass(frozen=True, slots=True)
 class WireTensor:
-    """A tensor in transit. `data` is raw bytes, a shared-memory file name, or a bytes list."""
+    """A tensor in transit. `data` is raw bytes, a shared-memory file name, a bytes list, or
+    a GPU tensor's IPC handle."""
 
     name: str
     datatype: str
     dtype: str
     shape: tuple[int, ...]
-    data: bytes | str | list[bytes]
+    data: bytes | str | list[bytes] | CudaData
 
 
 class SegmentFolder:
@@ -53,6 +57,7 @@ class SegmentFolder:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._warned_full = False
+        self._cuda = CudaExports(path)
 
     @classmethod
     def create(cls, label: str) -> SegmentFolder:
@@ -63,11 +68,16 @@ class SegmentFolder:
         return cls(path)
 
     def remove(self) -> None:
+        self._cuda.close()
         shutil.rmtree(self.path, ignore_errors=True)
 
     # -- encoding ----------------------------------------------------------------------------
 
     def pack(self, tensor: Tensor) -> WireTensor:
+        device = tensor._device
+        if device is not None:
+            header = (tensor.name(), tensor._datatype, device.dtype.str, device.shape)
+            return WireTensor(*header, self._cuda.export(device))
         array = tensor._wire_array()
         header = (tensor.name(), tensor._datatype, array.dtype.str, tuple(array.shape))
         if array.dtype.kind == "O":
@@ -114,7 +124,9 @@ class SegmentFolder:
     def discard(self, wires: list[WireTensor]) -> None:
         """Remove the segments of `wires` that nobody will read (a message that did not go)."""
         for wire in wires:
-            if isinstance(wire.data, str):
+            if isinstance(wire.data, CudaData):
+                self._cuda.withdraw(wire.data)
+            elif isinstance(wire.data, str):
                 try:
                     os.unlink(self.path / wire.data)
                 except OSError:
@@ -125,6 +137,9 @@ class SegmentFolder:
     def unpack(self, wire: WireTensor) -> Tensor:
         """A writable tensor owning its data; a shared-memory segment is consumed (unlinked)."""
         dtype = np.dtype(wire.dtype)
+        if isinstance(wire.data, CudaData):
+            device = gpu_tensors.receive(self.path, wire.data, wire.shape, dtype)
+            return Tensor._from_device(wire.name, device, wire.datatype)
         if isinstance(wire.data, list):
             array = np.empty(len(wire.data), dtype=object)
             array[:] = wire.data

@@ -101,13 +101,14 @@ class TritonPythonModel:
             call = pb_utils.InferenceRequest(
                 model_name="where", requested_output_names=["WHERE", "OUT"],
                 inputs=[pb_utils.Tensor.from_dlpack("IN", x)],
-                preferred_memory=%(preferred)s)
+                **({} if %(preferred)s is None else {"preferred_memory": %(preferred)s}))
             response = call.exec()
             if response.has_error():
                 raise pb_utils.TritonModelException(response.error().message())
             out = pb_utils.get_output_tensor_by_name(response, "OUT")
             seen = json.loads(pb_utils.get_output_tensor_by_name(response, "WHERE").as_numpy()[0])
             seen["caller_out_on_cpu"] = out.is_cpu()
+            seen["out"] = torch.from_dlpack(out).cpu().tolist()
             text = np.array([json.dumps(seen).encode()], dtype=np.object_)
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SEEN", text)]))
         return responses
@@ -140,16 +141,18 @@ def _model(root: Path, name: str, code: str, config: str) -> None:
     (root / name / "config.pbtxt").write_text(f'backend: "python"\n{config}')
 
 
+@pytest.mark.parametrize("kind", ["thread", "process"])  # process: through CUDA IPC
 @pytest.mark.parametrize(
     ("force_cpu", "preferred", "expected"),
     [
         ("yes", "pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU)", (True, True)),
         ("no", "pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_GPU, 0)", (False, False)),
         ("no", "pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU)", (False, True)),
+        ("no", "None", (False, False)),  # no preference: where the callee made them
     ],
 )
 def test_bls_gpu_inputs_and_preferred_memory(
-    tmp_path: Path, force_cpu: str, preferred: str, expected: tuple[bool, bool]
+    tmp_path: Path, force_cpu: str, preferred: str, expected: tuple[bool, bool], kind: str
 ) -> None:
     string_out = 'output [{name: "SEEN" data_type: TYPE_STRING dims: [1]}]\n'
     _model(
@@ -164,6 +167,7 @@ def test_bls_gpu_inputs_and_preferred_memory(
         _WHERE,
         'parameters {key: "FORCE_CPU_ONLY_INPUT_TENSORS" '
         f'value {{string_value: "{force_cpu}"}}}}\n'
+        f'parameters {{key: "BRIDGE_INSTANCE_KIND" value {{string_value: "{kind}"}}}}\n'
         'input [{name: "IN" data_type: TYPE_FP32 dims: [-1]}]\n'
         'output [{name: "WHERE" data_type: TYPE_STRING dims: [1]}, '
         '{name: "OUT" data_type: TYPE_FP32 dims: [-1]}]\n',
@@ -177,5 +181,7 @@ def test_bls_gpu_inputs_and_preferred_memory(
         assert not response.has_error(), response.error()
         seen = json.loads(response.output_tensors()[0].as_numpy()[0])
         assert (seen["callee_in_on_cpu"], seen["caller_out_on_cpu"]) == expected
+        np.testing.assert_array_equal(seen["out"], np.arange(4) * 2)
     finally:
         repo.close()
+    assert not list(Path("/dev/shm").glob("dynamo-bridge-*/cuda-*"))  # every IPC copy taken
