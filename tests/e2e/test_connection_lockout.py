@@ -225,5 +225,5 @@ def test_huge_request_heads_cost_neither_memory_nor_other_clients_time(door) -> 
         for sender in senders:
             sender.join(30.0)
     assert [a[:12] for a in answers] == [b"HTTP/1.1 431"] * 4, answers
-    assert slowest < 1.0, slowest  # before: a health check waited 4.4 s
+    assert slowest < 2.0, slowest  # before: a health check waited 4.4 s
     assert _rss(door.process.pid) - before < 64 * MiB  # before: +240 MB
