@@ -11,7 +11,7 @@ GPU tensors through its own CUDA memory pool the same way.)
 The receiver says it is done by unlinking the tensor's marker file in the instance's segment
 folder (the sender made it, O_EXCL), as it unlinks a host segment once read, so no message is
 added to the instance protocol: the sender lets go of every allocation whose marker is gone
-each time it exports another tensor, and of all of them when its side of the folder is closed.
+each time its side packs or unpacks another tensor, and of all of them when it closes.
 The folder is the instance's, so a crashed process's markers go with it.
 """
 
@@ -63,6 +63,8 @@ class CudaExports:
 
     def release_received(self) -> None:
         """Let go of the allocations the other side has copied (their markers are gone)."""
+        if not self._kept:  # the common case, on every tensor the folder packs or unpacks
+            return
         with self._lock:
             done = [m for m in self._kept if not (self._folder / m).exists()]
             for marker in done:

@@ -74,6 +74,7 @@ class SegmentFolder:
     # -- encoding ----------------------------------------------------------------------------
 
     def pack(self, tensor: Tensor) -> WireTensor:
+        self._cuda.release_received()
         device = tensor._device
         if device is not None:
             header = (tensor.name(), tensor._datatype, device.dtype.str, device.shape)
@@ -136,6 +137,7 @@ class SegmentFolder:
 
     def unpack(self, wire: WireTensor) -> Tensor:
         """A writable tensor owning its data; a shared-memory segment is consumed (unlinked)."""
+        self._cuda.release_received()
         dtype = np.dtype(wire.dtype)
         if isinstance(wire.data, CudaData):
             device = gpu_tensors.receive(self.path, wire.data, wire.shape, dtype)
