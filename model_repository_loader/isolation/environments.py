@@ -342,6 +342,14 @@ def _unpack_held(archive: Path, cache: Path, key: str, limits: EnvironmentLimits
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
+        try:
+            # In its final place: conda-pack's fix-up writes the folder it runs from into the
+            # environment's files. Still under the exclusive lock, so nobody uses it before.
+            _conda_unpack(target, archive)
+        except BaseException:
+            os.close(fd)
+            shutil.rmtree(target, ignore_errors=True)
+            raise
         _touch(fd)
         return fd
 
@@ -353,11 +361,10 @@ def _remove_leftovers(cache: Path, key: str) -> None:
 
 
 def _unpack(archive: Path, folder: Path, limits: EnvironmentLimits) -> int:
-    """`archive` unpacked into `folder` (archives.py) and conda-pack's fix-up run; the bytes
-    its files took. ModelLoadError naming the archive and the rule or limit it broke."""
+    """`archive` unpacked into `folder` (archives.py); the bytes its files took. ModelLoadError
+    naming the archive and the rule or limit it broke."""
     try:
         size = archives.unpack(archive, folder, limits.max_bytes, limits.max_files)
-        _conda_unpack(folder, archive)
     except archives.TooLarge as exc:
         raise ModelLoadError(
             f"Internal: the Python environment '{archive}' unpacks to {exc}, past the limit "
@@ -482,15 +489,25 @@ def _lock_file(cache: Path, key: str) -> io.FileIO:
 
 
 def _conda_unpack(folder: Path, archive: Path) -> None:
+    """conda-pack's `bin/conda-unpack`, when the archive has one: it rewrites the prefixes the
+    environment was packed with into `folder`, where it now lives."""
     script = folder / "bin" / "conda-unpack"
     if not script.exists():
         return
     python = _interpreter(folder, archive)
-    done = subprocess.run(
-        [str(python), str(script)], capture_output=True, text=True, timeout=CHECK_TIMEOUT_S
-    )
+    try:
+        done = subprocess.run(
+            [str(python), str(script)], capture_output=True, text=True, timeout=CHECK_TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ModelLoadError(
+            f"Internal: failed to unpack the Python environment '{archive}': {exc}"
+        ) from None
     if done.returncode != 0:
-        raise OSError(f"bin/conda-unpack failed: {done.stderr.strip()[-2000:]}")
+        raise ModelLoadError(
+            f"Internal: failed to unpack the Python environment '{archive}': bin/conda-unpack "
+            f"failed: {done.stderr.strip()[-2000:]}"
+        )
 
 
 def _interpreter(root: Path, named: Path) -> Path:

@@ -243,6 +243,27 @@ def test_a_conda_pack_shaped_archive_unpacks_whole(tmp_path, cache):
         release(environment)
 
 
+def test_conda_unpack_runs_where_the_environment_lives(tmp_path, cache):
+    # conda-pack's bin/conda-unpack rewrites the packed prefixes into the folder it runs from:
+    # that must be the environment's final place, not a temporary one renamed afterwards.
+    script = b"import pathlib, sys\nhere = pathlib.Path(sys.argv[0]).resolve().parent.parent\n"
+    script += b"(here / 'prefix.txt').write_text(str(here))\n"
+    archive = _archive(tmp_path / "conda.tar.gz", [_file("bin/conda-unpack", script, 0o755)])
+    environment = prepare(archive)
+    try:
+        root = environment.root
+        assert (root / "prefix.txt").read_text() == str(root.resolve())
+    finally:
+        release(environment)
+
+
+def test_a_failing_conda_unpack_fails_the_load_and_keeps_nothing(tmp_path, cache):
+    failing = _file("bin/conda-unpack", b"import sys\nsys.exit('no prefix')\n", 0o755)
+    archive = _archive(tmp_path / "broken.tar.gz", [failing])
+    assert "bin/conda-unpack failed: no prefix" in _refused(archive)
+    assert _nothing_kept(cache, archive)
+
+
 # Limits.
 
 
