@@ -48,7 +48,7 @@ def _data(array: np.ndarray, datatype: str) -> str:
 
 def tensor_entry(tensor: Any) -> list[str]:
     """[name, data, shape, dtype] of a pb_utils.Tensor, as Triton's trace file has them."""
-    array = tensor.as_numpy()
+    array = tensor._on_host().as_numpy()  # a GPU tensor's data, copied to the host
     datatype = tensor._datatype
     return [tensor.name(), _data(array, datatype), ",".join(map(str, array.shape)), datatype]
 
