@@ -96,14 +96,15 @@ def scan(repository_paths: Iterable[Path | str]) -> list[ModelSource]:
 def invalid_model_name(name: str) -> str | None:
     """Why `name` cannot name a model folder (a reason with Triton's wording), or None.
 
-    A model name must be one safe path segment: not empty, not "." or "..", no "/", "\\" or
-    NUL, at most 255 bytes in UTF-8. Triton refuses "/" and ".." (INVALID_ARG) with the texts
-    used here; the other cases are ours, in the same form.
+    A model name must be one safe path segment: not empty, not "." or "..", no "/" or NUL, at
+    most 255 bytes in UTF-8. Triton refuses "/" and ".." (INVALID_ARG) with the texts used here;
+    the other cases are ours, in the same form. A "\\" is one more character of a POSIX name:
+    a Python model's is refused later, as the stub's (`config.validate.validate_stub_name`).
     """
     trimmed = name.strip()
     if not trimmed:
         return "Model name cannot be empty. Please enter a valid name to deploy."
-    if trimmed in (".", "..") or "/" in name or "\\" in name:
+    if trimmed in (".", "..") or "/" in name:
         return f"invalid model name '{name}', model name must not contain path traversal characters"
     if "\0" in name:
         shown = name.replace("\0", "\\0")

@@ -32,7 +32,12 @@ from .normalize import (
     normalize_model_config,
 )
 from .parse import read_config_file
-from .validate import validate_instance_groups, validate_io_config, validate_model_config
+from .validate import (
+    validate_instance_groups,
+    validate_io_config,
+    validate_model_config,
+    validate_stub_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +149,8 @@ def finalize_config(
 
     if final.backend == PYTHON_BACKEND:
         path = repository.model_file(source, version, final)
+        if options.auto_complete:
+            validate_stub_name(final.name)  # the auto-complete stub's name, before it starts
         if options.auto_complete and model_class_loader is not None:
             try:
                 model_class = model_class_loader(path)
@@ -165,6 +172,10 @@ def finalize_config(
 
     validate_model_config(final, stage="load")
     validate_io_config(final, stage="load")
+    if final.backend == PYTHON_BACKEND:
+        # Each instance's stub is named `<group name>_<k>`: only the group name can be refused.
+        for group in final.instance_group:
+            validate_stub_name(group.name)
     return final
 
 

@@ -528,3 +528,16 @@ def validate_instance_groups(
                 "supported for TensorRT models",
                 stage,
             )
+
+
+# python_backend's stub launcher refuses a stub whose name holds one of these (src/pb_utils.h
+# INVALID_CHARS, since 25.09): the auto-complete stub is named after the model, an instance's
+# stub after the instance (`<group name>_<k>`). No code of the model runs first.
+_STUB_NAME_INVALID_CHARS = frozenset(";|&$`<>()[]{}\\\"'*?~#!")
+INVALID_STUB_NAME = "Invalid stub name: contains invalid characters"
+
+
+def validate_stub_name(name: str) -> None:
+    """Refuse `name` for a Python backend stub as python_backend's `IsValidIdentifier` does."""
+    if not name or not _STUB_NAME_INVALID_CHARS.isdisjoint(name):
+        raise _fail(INVALID_STUB_NAME, "load")

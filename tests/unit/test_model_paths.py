@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from model_repository_loader import repository
+from model_repository_loader.config.load import ConfigOptions
 from model_repository_loader.errors import ModelLoadError
 from model_repository_loader.loader import PollError, load_model_with_config, override_source
 
@@ -27,7 +28,9 @@ CONFIG = {
 TRAVERSAL = "invalid model name '{}', model name must not contain path traversal characters"
 
 
-@pytest.mark.parametrize("name", ["plain", "a.b", "..a", "a..b", "模型", "x" * 255, ".hidden"])
+@pytest.mark.parametrize(
+    "name", ["plain", "a.b", "..a", "a..b", "模型", "x" * 255, ".hidden", "a\\b"]
+)
 def test_one_folder_names_are_model_names(name: str) -> None:
     assert repository.invalid_model_name(name) is None
 
@@ -40,7 +43,6 @@ def test_one_folder_names_are_model_names(name: str) -> None:
         ("..", TRAVERSAL.format("..")),
         (" .. ", TRAVERSAL.format(" .. ")),  # Triton trims before comparing
         (".", TRAVERSAL.format(".")),
-        ("a\\b", TRAVERSAL.format("a\\b")),
         ("a\0b", "invalid model name 'a\\0b', model name must not contain NUL characters"),
         ("", "Model name cannot be empty. Please enter a valid name to deploy."),
         ("  ", "Model name cannot be empty. Please enter a valid name to deploy."),
@@ -171,6 +173,39 @@ def test_default_model_filename_may_name_another_file_inside(tmp_path: Path) -> 
         assert ran.exists()
     finally:
         model.close()
+
+
+STUB_NAME = "Invalid argument: Invalid stub name: contains invalid characters"
+
+
+@pytest.mark.parametrize("char", list(";|&$`<>()[]{}\\\"'*?~#!"))
+def test_a_python_model_name_with_a_shell_character_is_refused_before_its_code_runs(
+    tmp_path: Path, char: str
+) -> None:
+    # python_backend (25.09 on) names the auto-complete stub after the model and refuses it.
+    name = f"model{char}test"
+    source = override_source(name, {"file:1/model.py": b""}, tmp_path)
+    ran = probe(source.path / "1")
+    with pytest.raises(ModelLoadError) as failure:
+        load_model_with_config(source, json.dumps(CONFIG | {"name": name}))
+    assert (str(failure.value), failure.value.version) == (STUB_NAME, 1)
+    assert not ran.exists()
+
+
+def test_an_instance_group_name_with_a_shell_character_is_refused(tmp_path: Path) -> None:
+    # Without auto-complete only the instances' stubs start: `<group name>_<k>` is checked.
+    source = override_source("m", {"file:1/model.py": b""}, tmp_path)
+    probe(source.path / "1")
+    config = json.dumps(CONFIG | {"instance_group": [{"name": "g;rm", "kind": "KIND_CPU"}]})
+    with pytest.raises(ModelLoadError, match=f"^{STUB_NAME}$"):
+        load_model_with_config(source, config, ConfigOptions(auto_complete=False))
+
+
+@pytest.mark.parametrize("name", ["TestModel123", "model-with-hyphens", "model_with_underscores"])
+def test_names_without_shell_characters_load(tmp_path: Path, name: str) -> None:
+    source = override_source(name, {"file:1/model.py": b""}, tmp_path)
+    probe(source.path / "1")
+    load_model_with_config(source, json.dumps(CONFIG | {"name": name})).close()
 
 
 def test_within_is_lexical() -> None:
