@@ -444,12 +444,19 @@ def dynamo_log_filter(verbose: int, user_filter: str | None) -> str:
     return ",".join([base, *extra])
 
 
+# The user's own DYN_LOG, kept beside the one given to Dynamo: a process that re-executes itself
+# (roles/discovery.py, after a lost lease) inherits the bridge's DYN_LOG, and must start again
+# from the user's, or it would take the quiet targets for the user's and show the banner.
+USER_DYN_LOG = "DYN_BRIDGE_USER_DYN_LOG"
+
+
 def configure_dynamo_logging(verbose: int, environ: MutableMapping[str, str]) -> bool:
     """Set Dynamo's logging variables; it reads them once, when it is imported.
 
     True if the bridge's quiet targets were added to DYN_LOG (see `hide_filter_banner`).
     """
-    user_filter = environ.get("DYN_LOG")
+    user_filter = environ.get(USER_DYN_LOG, environ.get("DYN_LOG")) or None
+    environ[USER_DYN_LOG] = user_filter or ""
     environ["DYN_LOG"] = dynamo_log_filter(verbose, user_filter)
     added = environ["DYN_LOG"] != (user_filter or "warn")
     # Dynamo colours its lines unless told not to, terminal or not (https://no-color.org too).

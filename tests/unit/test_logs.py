@@ -15,6 +15,7 @@ from bridge.logs import (
     DynamoNoiseFilter,
     TritonFormatter,
     _DuplicateFailureFilter,
+    configure_dynamo_logging,
     dynamo_log_filter,
     printable,
 )
@@ -54,6 +55,20 @@ def test_dynamo_filter_adds_the_quiet_targets_to_the_users_filter() -> None:
     # --log-verbose: Dynamo's per-request lines come back.
     assert dynamo_log_filter(1, None) == "warn"
     assert dynamo_log_filter(1, "debug") == "debug"
+
+
+@pytest.mark.parametrize("users", [None, "info"])
+def test_a_re_executed_process_starts_again_from_the_users_filter(users: str | None) -> None:
+    """Issue 39: a process that re-executes itself inherits the DYN_LOG it gave Dynamo; it must
+    add the quiet targets again (and hide Dynamo's banner about them), not take them for the
+    user's own filter."""
+    environ = {} if users is None else {"DYN_LOG": users}
+    first = configure_dynamo_logging(0, environ)
+    given = environ["DYN_LOG"]
+    again = configure_dynamo_logging(0, environ)  # what the re-executed process sees
+    assert first and again
+    assert environ["DYN_LOG"] == given
+    assert given.startswith(f"{users or 'warn'},request_span")
 
 
 def test_the_loaders_failure_line_is_left_to_the_bridge() -> None:
