@@ -43,6 +43,9 @@ class Timings:
     # Shutdown: after the model cards are gone, the longest wait for requests to stop arriving
     # before the instance records go too (a caller routing on instances never goes quiet).
     routes_quiet_max_secs: float = 5.0
+    # A rolling restart: once the last worker serving a model has left discovery, the door
+    # answers UNAVAILABLE (which clients retry) for this long, then Triton's NOT_FOUND.
+    departed_grace_secs: float = 30.0
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> Timings:

@@ -72,7 +72,13 @@ class TritonDoorRole:
         fails to start)."""
         cards = ModelCards(self.options.discovery_backend, self.options.namespace)
         self.shm = ShmDoor()
-        directory = Directory(index, cards, self.local_worker, shm=self.shm)
+        directory = Directory(
+            index,
+            cards,
+            self.local_worker,
+            shm=self.shm,
+            departed_grace=self.options.timings.departed_grace_secs,
+        )
         self.local_changes(directory.changed)
         self.service = TritonService(
             directory,

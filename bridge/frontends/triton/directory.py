@@ -30,6 +30,7 @@ it, else over the request plane."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,6 +114,10 @@ class ModelEntry:
         self.bridge_form = self.bridge_form or row.bridge_form == BRIDGE_FORM_VERSION
 
 
+def _serving(entry: ModelEntry | None) -> bool:
+    return entry is not None and bool(entry.endpoints and entry.versions)
+
+
 def _parse_config(data: bytes, name: str) -> mc.ModelConfig:
     config = mc.ModelConfig()
     if data:
@@ -131,8 +136,12 @@ class Directory:
         cards: ModelCards | None = None,
         local_worker: Callable[[str], Any | None] = lambda path: None,
         shm: ShmDoor | None = None,
+        departed_grace: float = 0.0,
     ) -> None:
         self._index = index
+        # Models whose serving workers left discovery: name → (when, its newest version).
+        self._departed: dict[str, tuple[float, int]] = {}
+        self._departed_grace = departed_grace
         # Tensors to workers on this host through shared memory (bridge/transport/): learns
         # each worker's host from its index answer.
         self._shm = shm
@@ -173,6 +182,29 @@ class Directory:
             entry = self._models.get(name)
         return entry
 
+    def departed(self, name: str) -> int | None:
+        """The newest version `name` had, if the workers serving it left discovery (a rolling
+        restart, a crash) within the grace; None otherwise, and for a model a worker unloaded
+        (that is Triton's NOT_FOUND at once)."""
+        left = self._departed.get(name)
+        if left is None or time.monotonic() - left[0] > self._departed_grace:
+            return None
+        return left[1]
+
+    def _note_departures(self, models: dict[str, ModelEntry]) -> None:
+        """Models whose serving workers left or are leaving: no worker lists them any more, or
+        the workers list them loaded and ready with no endpoint (a stopping worker withdraws
+        its endpoints first). An unloaded model is listed as not ready instead."""
+        now = time.monotonic()
+        for name, entry in self._models.items():
+            new = models.get(name)
+            leaving = new is None or bool(new.versions and not new.endpoints)
+            if _serving(entry) and leaving:
+                versions = [int(v) for v in entry.versions if v.isdigit()]
+                self._departed[name] = (now, max(versions, default=1))
+        for name in [n for n in self._departed if _serving(models.get(n))]:
+            del self._departed[name]  # served again
+
     def known_names(self) -> set[str]:
         """The model names of the last index (no question asked)."""
         return set(self._models)
@@ -189,6 +221,8 @@ class Directory:
     async def _merge(self, answered: IndexRound) -> None:
         """A new round's rows as one entry per model name, with the model cards read now."""
         models = _merge_rows(answered)
+        if self._departed_grace > 0:
+            self._note_departures(models)
         if self._shm is not None:
             self._shm.hosts = {i: answer.host for i, answer in answered.answers}
         if self._cards is not None:

@@ -35,6 +35,7 @@ from model_repository_loader.validation import (
     no_available_versions_error,
     parse_model_version,
     unknown_model_error,
+    version_not_ready_error,
 )
 
 from ...cluster.index import EndpointWithdrawn
@@ -348,7 +349,13 @@ class TritonService:
         (unknown, no ready version, decoupled through a unary call)."""
         self._refuse_while_exiting(name)
         version = version_number(version_text)  # Triton reads the version before the model
-        entry = _require_model(await self.directory.lookup(name), name)
+        found = await self.directory.lookup(name)
+        if found is None or not found.endpoints or not found.versions:
+            newest = self.directory.departed(name)
+            if newest is not None:  # a rolling restart: a code Triton clients retry on
+                shown = newest if version == -1 else version
+                raise DoorError(ErrorCode.UNAVAILABLE, version_not_ready_error(name, shown))
+        entry = _require_model(found, name)
         if not entry.endpoints or not entry.versions:
             raise DoorError(*entry.unavailable(version))
         if not entry.bridge_form and version not in (-1, int(FOREIGN_VERSION)):
