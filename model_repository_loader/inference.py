@@ -19,7 +19,8 @@ from .tracing import RequestTrace
 
 ParameterValue = bool | int | float | str
 
-# Request parameters Triton consumes itself; the model never sees them in `parameters()`.
+# Request parameters Triton consumes itself (its src/common.h kReservedParameterKeys); the model
+# never sees them in `parameters()`.
 TRITON_PARAMETERS = frozenset(
     {
         "sequence_id",

@@ -23,22 +23,11 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from model_repository_loader.inference import TRITON_PARAMETERS
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from .door_error import DoorError
 
-# Triton's reserved request parameters (src/common.h kReservedParameterKeys).
-RESERVED_PARAMETERS = frozenset(
-    {
-        "sequence_id",
-        "sequence_start",
-        "sequence_end",
-        "priority",
-        "timeout",
-        "headers",
-        "binary_data_output",
-    }
-)
 _CASE_SENSITIVE = "(?-i)"
 
 
@@ -66,7 +55,7 @@ class HeaderForwarding:
         for name, value in headers:
             if not self._regex.search(name):
                 continue
-            if name in RESERVED_PARAMETERS or name.startswith("triton_"):
+            if name in TRITON_PARAMETERS or name.startswith("triton_"):
                 raise DoorError(
                     ErrorCode.INVALID_ARG,
                     f"Header '{name}' is reserved for Triton usage and cannot be forwarded.",
