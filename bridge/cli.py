@@ -578,6 +578,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit at start-up if any model fails to load (tritonserver's default; ours is false)",
     )
     p.add_argument(
+        "--strict-readiness",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="BOOL",
+        help="server readiness needs every model ready: loaded, its instances alive and its "
+        "own is_ready() true (default true, as tritonserver); false: only the server's own",
+    )
+    p.add_argument(
         "--model-control-mode",
         choices=("poll", "none", "explicit"),
         default="poll",
@@ -1073,6 +1083,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         trace=trace_config,
         host=args.host,
         exit_on_error=args.exit_on_error,
+        strict_readiness=args.strict_readiness,
         model_control_mode=args.model_control_mode,
         load_models=tuple(args.load_models),
         control_port=args.control_port,

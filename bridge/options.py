@@ -90,6 +90,8 @@ class ServerOptions:
     host: str = "127.0.0.1"
     namespace: str = "dynamo_bridge"
     exit_on_error: bool = False
+    # tritonserver's --strict-readiness: the server is ready only while every model is.
+    strict_readiness: bool = True
     loader: ConfigOptions = field(default_factory=ConfigOptions)
     model_control_mode: str = "poll"
     load_models: tuple[str, ...] = ()  # explicit mode's start-up set; "*" = all

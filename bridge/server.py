@@ -214,6 +214,7 @@ async def _listen(
             options.http_limits,
             ready=lambda: watch.usable() and not stop.is_set(),
             max_input_size=options.http_max_input_size,
+            strict_readiness=options.strict_readiness,
         )
         try:
             await control.start()

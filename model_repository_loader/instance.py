@@ -34,6 +34,7 @@ from .errors import ModelLoadError, format_python_error
 from .execution import Pending, run_execute
 from .gpu import cuda
 from .importer import ModelImportError, bind_model_folders, import_model_module
+from .readiness import ReadyCheck, Reason, call_is_ready
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,10 @@ class Instance(Protocol):
         """Execute one batch; return when the model's `execute` returned."""
         ...
 
+    def check_ready(self) -> Reason:
+        """Triton's instance readiness (readiness.py): None when ready, else why not."""
+        ...
+
     def finalize(self, timeout: float | None = ...) -> bool: ...
     def stop(self, timeout: float | None = ...) -> bool: ...
 
@@ -85,12 +90,14 @@ class ModelInstance:
         # Created on first use by `async def execute` models (see run_coroutine).
         self.event_loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
+        self._loop_lock = threading.Lock()  # execute and is_ready() may both start the loop
         self._coroutines = 0
         self._coroutines_done = threading.Condition()
         self._bound_context: pb_utils.context.ModelContext | None = None
         self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=f"instance:{self.name}", daemon=True)
         self._thread.start()
+        self._ready_check = ReadyCheck(self._start_is_ready)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -206,15 +213,18 @@ class ModelInstance:
             return self._coroutines_done.wait_for(lambda: self._coroutines == 0, timeout)
 
     def _coroutine_loop(self) -> asyncio.AbstractEventLoop:
-        # Only the instance thread calls this (from execute), so no lock is needed.
-        if self.event_loop is None:
-            loop = asyncio.new_event_loop()
-            thread = threading.Thread(
-                target=self._run_loop, args=(loop,), name=f"instance-loop:{self.name}", daemon=True
-            )
-            self.event_loop, self._loop_thread = loop, thread
-            thread.start()
-        return self.event_loop
+        with self._loop_lock:
+            if self.event_loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=self._run_loop,
+                    args=(loop,),
+                    name=f"instance-loop:{self.name}",
+                    daemon=True,
+                )
+                self.event_loop, self._loop_thread = loop, thread
+                thread.start()
+            return self.event_loop
 
     def _run_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         asyncio.set_event_loop(loop)
@@ -228,6 +238,40 @@ class ModelInstance:
                 # frees the loop's selector and file descriptors.
                 loop.close()
                 self.event_loop = self._loop_thread = None
+
+    # -- readiness (`is_ready()`) -------------------------------------------------------------
+
+    @property
+    def has_is_ready(self) -> bool:
+        """The model defines `is_ready` (known once loaded; the stub caches it the same way)."""
+        return self.model is not None and hasattr(self.model, "is_ready")
+
+    def check_ready(self) -> Reason:
+        """None when the model has no `is_ready` or it answers True; else why not."""
+        return self._ready_check.check() if self.has_is_ready else None
+
+    def run_is_ready(self) -> Reason:
+        """Call `is_ready()` now, on the caller's thread, with the instance bound as on its own
+        threads (the stub calls it beside `execute`, never behind it)."""
+        cuda.use_instance_device(self.spec.kind, self.spec.device_id)
+        bind_model_folders(self.spec.model_file)
+        with pb_utils.context.model_context(context=self._bound_context):
+            return call_is_ready(self.model, self.name, self._run_on_loop)
+
+    def _run_on_loop(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._coroutine_loop()).result()
+
+    def _start_is_ready(self) -> Future[Reason]:
+        answer: Future[Reason] = Future()
+
+        def run() -> None:
+            try:
+                answer.set_result(self.run_is_ready())
+            except BaseException as exc:  # handed to whoever waits for it
+                answer.set_exception(exc)
+
+        threading.Thread(target=run, name=f"instance-ready:{self.name}", daemon=True).start()
+        return answer
 
     # -- running calls on the instance thread -----------------------------------------------
 

@@ -36,6 +36,7 @@ from .inference import TRITON_PARAMETERS, InferRequest, ParameterValue, Respond,
 from .instance import Instance, InstanceSpec, ModelInstance
 from .isolation import IsolatedInstance, environments
 from .isolation.kind import runs_in_process
+from .readiness import Reason
 from .response_cache import CacheFill, CacheKeys, ResponseCache
 from .response_shape import ResponseShape
 from .scheduling import ModelStats, Scheduler, build_scheduler
@@ -167,6 +168,15 @@ class ModelVersion:
     def ready(self) -> bool:
         """False while every instance is down (isolated instances restart after a crash)."""
         return any(instance.alive for instance in self.instances)
+
+    def check_ready(self) -> Reason:
+        """Triton's runtime readiness of this version (TritonModel::IsReady): each instance in
+        turn, its process alive and then its model's `is_ready()`; the first reason it is not."""
+        for instance in self.instances:
+            reason = instance.check_ready()
+            if reason is not None:
+                return reason
+        return None
 
     def _instance_health_changed(self, alive: bool) -> None:
         if self.on_readiness_change is not None:

@@ -15,7 +15,9 @@ state at the time of the call, the statistics are every served version's
 `--model-control-mode` (explicit only), and log_settings applies bridge/logs.py
 `check_log_settings`. An unknown op is answered INVALID_ARG; an op that fails, INTERNAL.
 
-More ops (`ready`) can join `ControlEndpoint.ops`, in the same style.
+`ready` runs Triton's runtime readiness of loaded model versions (each instance alive, then its
+model's own `is_ready()`, model_repository_loader/readiness.py) on a thread, and logs each one
+not ready as Triton does (verbose).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from .protocol import (
     IndexAnswer,
     IndexRow,
     Op,
+    ReadyRow,
     StatsRow,
     control_path,
     error_answer,
@@ -127,6 +130,7 @@ class ControlEndpoint:
             Op.LOAD: self._load,
             Op.UNLOAD: self._unload,
             Op.LOG_SETTINGS: self._log_settings,
+            Op.READY: self._ready,
         }
         self.serving: asyncio.Future[Any] | None = None
 
@@ -164,6 +168,14 @@ class ControlEndpoint:
         names = {source.name for source in sources} | set(manager.repository.models)
         return {"worker": self.worker, "names": sorted(names)}
 
+    async def _ready(self, request: dict[str, Any]) -> dict[str, Any]:
+        name, version = request.get("name") or "", request.get("version", -1)
+        if not isinstance(name, str) or not isinstance(version, int):
+            return error_answer(ErrorCode.INVALID_ARG, "malformed ready request")
+        # Each is_ready() may take up to its bound: never on the loop.
+        rows = await asyncio.to_thread(ready_rows, self._manager, name, version)
+        return {"worker": self.worker, "models": [row.to_wire() for row in rows]}
+
     async def _log_settings(self, request: dict[str, Any]) -> dict[str, Any]:
         changes = request.get("settings") or {}
         if not isinstance(changes, dict):
@@ -195,6 +207,46 @@ class ControlEndpoint:
         except TritonStatusError as exc:
             return error_answer(exc.code, str(exc))
         return {}
+
+
+def _loaded_versions(manager: ServedModels, name: str, version: int) -> list[tuple[str, int, Any]]:
+    """The versions in Triton's READY lifecycle state that a `ready` request asks about:
+    `name`'s `version` (-1: its newest), or every one of every model for `name` ""."""
+    repository = manager.repository
+    chosen: list[tuple[str, int, Any]] = []
+    for model_name, model in sorted(repository.models.items()):
+        status = repository.statuses.get(model_name)
+        if (name and model_name != name) or (status is not None and not status.ready):
+            continue
+        versions = model.versions
+        if name:
+            number = max(versions) if version == -1 else version
+            versions = {number: versions[number]} if number in versions else {}
+        chosen.extend((model_name, number, served) for number, served in sorted(versions.items()))
+    return chosen
+
+
+def ready_rows(manager: ServedModels, name: str, version: int) -> list[ReadyRow]:
+    """Triton's runtime readiness (InferenceServer::ModelIsReady, and IsReady under strict
+    readiness for `name` ""), with its verbose log line for a version that is not ready."""
+    rows = []
+    for model_name, number, served in _loaded_versions(manager, name, version):
+        reason = served.check_ready() or ""
+        rows.append(ReadyRow(model_name, number, reason))
+        if not reason:
+            continue
+        if name:
+            log.debug("Model '%s' version %d is not ready: %s", model_name, number, reason)
+            continue
+        log.debug(
+            "Model '%s' version %d is in READY lifecycle state but failed runtime readiness "
+            "check during server readiness evaluation: %s",
+            model_name,
+            number,
+            reason,
+        )
+        break  # as Triton: the server is not ready; the other models need no asking
+    return rows
 
 
 def _duration(duration: Any) -> Duration:

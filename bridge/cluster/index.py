@@ -52,6 +52,8 @@ OP_TIMEOUT_S: dict[Op, float | None] = {
     Op.FOLDERS: None,
     Op.LOAD: None,
     Op.UNLOAD: None,
+    # Each instance's is_ready() is bounded by the worker (5 s, as Triton), one after another.
+    Op.READY: 60.0,
 }
 # While lookups use the cache: how old it may get before it is asked again (see the module doc;
 # a quarter second moves callers to a reloaded model's new endpoint well within the worker's

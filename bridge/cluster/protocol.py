@@ -42,6 +42,7 @@ class Op(StrEnum):
     LOAD = "load"  # {"name", "config", "files"} → {} or an error
     UNLOAD = "unload"  # {"name"} → {} or an error
     LOG_SETTINGS = "log_settings"  # {"settings"} → {"settings"} or an error
+    READY = "ready"  # {"name", "version"} → {"worker", "models": [ReadyRow]}
 
 
 def control_request(op: Op, **fields: Any) -> dict[str, Any]:
@@ -56,6 +57,13 @@ def load_request(name: str, config: str = "", files: Mapping[str, bytes] | None 
 
 def unload_request(name: str) -> dict[str, Any]:
     return control_request(Op.UNLOAD, name=name)
+
+
+def ready_request(name: str = "", version: int = -1) -> dict[str, Any]:
+    """Triton's runtime readiness of `name`'s `version` (-1: the newest served) on a worker;
+    `name` "": of every model it serves, as strict server readiness asks (the worker stops at
+    the first one not ready)."""
+    return control_request(Op.READY, name=name, version=version)
 
 
 def log_settings_request(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -126,6 +134,30 @@ class IndexAnswer:
         answer = item if isinstance(item, dict) else {}
         rows = tuple(IndexRow.from_wire(row) for row in answer.get("models", ()))
         return cls(str(answer.get("worker", "")), rows, str(answer.get("host") or ""))
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyRow:
+    """One loaded model version's runtime readiness (op `ready`): `reason` "" when ready."""
+
+    name: str
+    version: int
+    reason: str = ""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "reason": self.reason}
+
+    @classmethod
+    def from_wire(cls, item: Any) -> ReadyRow:
+        """A malformed row reads as not ready (it cannot say that the model is)."""
+        row = item if isinstance(item, dict) else {}
+        version = row.get("version")
+        reason = row.get("reason")
+        return cls(
+            name=str(row.get("name", "")),
+            version=version if isinstance(version, int) else -1,
+            reason=reason if isinstance(reason, str) else "malformed ready row",
+        )
 
 
 # A stats row's durations (Triton's InferStatistics and InferBatchStatistics fields), each

@@ -44,11 +44,15 @@ class ControlPort:
         limits: ConnectionLimits,
         ready: Callable[[], bool] = lambda: True,
         max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
+        strict_readiness: bool = True,
     ) -> None:
         # The process's one ClusterIndex (the composition root starts and stops it).
         self._directory = Directory(index)
-        # `ready`: the process's own readiness (discovery works), on top of the models'.
-        self._service = TritonService(self._directory, ready=ready)
+        # `ready`: the process's own readiness (discovery works), on top of the models' (unless
+        # --strict-readiness false).
+        self._service = TritonService(
+            self._directory, ready=ready, strict_readiness=strict_readiness
+        )
         options = HttpOptions(
             port=port,
             address=ADDRESS,

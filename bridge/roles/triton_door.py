@@ -86,6 +86,7 @@ class TritonDoorRole:
             bytes_limits=self.options.bytes_limits,
             trace=self.options.trace,
             bridge_made=self.shm.made,
+            strict_readiness=self.options.strict_readiness,
         )
         self.grpc = GrpcServer(self.service, self.door_options)
         if self.options.http is not None:

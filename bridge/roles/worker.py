@@ -187,14 +187,18 @@ class WorkerRole:
     def ready(self) -> bool:
         """Triton's strict readiness (its default): not while starting or stopping, and not
         while a model it tried to load is not ready, whether it failed or was unloaded
-        [V on 2.51]. Nor while discovery does not work (etcd unreachable, lease lost)."""
+        [V on 2.51]. Nor while discovery does not work (etcd unreachable, lease lost). With
+        --strict-readiness false, only the first and the last."""
         manager = self.manager
         return (
             manager is not None
             and manager.ready
             and not self._stopping
             and self.discovery_usable()
-            and all(status.ready for status in manager.repository.statuses.values())
+            and (
+                not self.options.strict_readiness
+                or all(status.ready for status in manager.repository.statuses.values())
+            )
         )
 
     def metrics_sources(self) -> list[Callable[[], str]]:

@@ -46,6 +46,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from .. import pb_utils
 from ..inference import InferRequest, Respond, answer_of
 from ..model import unavailable_text
+from ..readiness import Reason
 from ..response_cache import CacheKeys, ResponseCache
 from ..scheduling.stats import ModelStats
 from ..validation import RequestError, RequestValidator, triton_input_order, unknown_model_error
@@ -88,6 +89,10 @@ class EnsembleModel:
     def ready(self) -> bool:
         """Always, once loaded: its steps' models report their own readiness."""
         return True
+
+    def check_ready(self) -> Reason:
+        """An ensemble has no instances to ask: Triton's default model readiness (ready)."""
+        return None
 
     @property
     def models(self) -> Mapping[str, Any]:

@@ -45,12 +45,14 @@ from .messages import (
     Executed,
     Finalize,
     Finalized,
+    IsReady,
     Load,
     Loaded,
     LoadFailed,
     Log,
     Metric,
     MetricReply,
+    ReadyAnswer,
     Respond,
     SetLogLevel,
     Started,
@@ -134,6 +136,8 @@ class InstanceProcess:
                 self.metrics.answer(call, error, value)
             case SetLogLevel(level):
                 logging.getLogger().setLevel(level)
+            case IsReady(check):
+                self._is_ready(check)
             case Finalize():
                 instance = self.instance
                 assert instance is not None
@@ -147,6 +151,20 @@ class InstanceProcess:
                 _in_background("finalize", finalize)
             case _:
                 log.error("unexpected message %r from the server process", message)
+
+    def _is_ready(self, check: int) -> None:
+        """Answer on a thread of its own: the stub calls `is_ready()` beside `execute`."""
+        instance = self.instance
+        assert instance is not None
+
+        def answer() -> None:
+            try:
+                reason = instance.run_is_ready()
+            except BaseException as exc:  # the parent's check waits for an answer, always
+                reason = f"{type(exc).__name__}: {exc}"
+            self._send(ReadyAnswer(check, reason))
+
+        _in_background("is_ready", answer)
 
     def _bls_respond(self, reply: BlsRespond) -> None:
         call, wire, final = reply.call, reply.response, reply.final
@@ -385,7 +403,7 @@ def _loaded(instance: ModelInstance) -> Loaded | LoadFailed:
         return LoadFailed(str(exc))
     except BaseException as exc:  # the parent must hear of it rather than wait for its bound
         return LoadFailed(f"Internal: {exc!r}")
-    return Loaded()
+    return Loaded(instance.has_is_ready)
 
 
 def _in_background(name: str, target: Any) -> None:

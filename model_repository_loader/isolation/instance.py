@@ -48,6 +48,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from multiprocessing.connection import Connection
@@ -60,6 +61,7 @@ from ..errors import ModelLoadError, failed_requests_text
 from ..execution import Pending
 from ..instance import InstanceSpec
 from ..pb_utils.metrics import LinkedMetrics, registry_of
+from ..readiness import ReadyCheck, Reason
 from .bls_calls import BlsCalls
 from .environments import ExecutionEnvironment
 from .messages import (
@@ -72,12 +74,14 @@ from .messages import (
     Exited,
     Finalize,
     Finalized,
+    IsReady,
     Load,
     Loaded,
     LoadFailed,
     Log,
     Metric,
     MetricReply,
+    ReadyAnswer,
     Reply,
     Respond,
     SetLogLevel,
@@ -130,6 +134,9 @@ class Child:
     # The custom metric families and metrics the model in this process holds (reader thread).
     metrics: LinkedMetrics = field(default_factory=LinkedMetrics)
     reap_lock: threading.Lock = field(default_factory=threading.Lock)
+    # Its model defines `is_ready` (told by Loaded); the checks it has not answered yet.
+    has_is_ready: bool = False
+    ready_checks: dict[int, Future[Reason]] = field(default_factory=dict)
 
 
 # Every instance of this process, so a log level change reaches their processes.
@@ -186,6 +193,7 @@ class IsolatedInstance:
         self._stopping = False
         self._restarter: threading.Thread | None = None
         self._bls = BlsCalls(self.name, services)
+        self._ready_check = ReadyCheck(self._start_is_ready)
         self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         # Cancels and metric replies, sent by the replier thread: (process, message).
         self._outgoing: queue.SimpleQueue[tuple[Child, ToChild] | None] = queue.SimpleQueue()
@@ -241,6 +249,7 @@ class IsolatedInstance:
                 raise ModelLoadError(reply.reason)
             if not isinstance(reply, Loaded):
                 raise ModelLoadError(_died(self.name))
+            child.has_is_ready = reply.has_is_ready
             with self._state:
                 # Checked with the lock held: if the process died already, its reader saw it
                 # before we get here (no restart for a never-alive child), so we must not live.
@@ -518,6 +527,11 @@ class IsolatedInstance:
                 self._bls.start(child, message)
             case BlsCancel(call):
                 self._bls.cancel(child, call)
+            case ReadyAnswer(check, reason):
+                with self._lock:
+                    answer = child.ready_checks.pop(check, None)
+                if answer is not None:
+                    answer.set_result(reason)
             case Started() | Loaded() | LoadFailed() | Finalized():
                 child.replies.put(message)
             case _:
@@ -567,9 +581,12 @@ class IsolatedInstance:
             child.exited = True
             lost, child.open = list(child.open.values()), {}
             executing, child.executing = list(child.executing.values()), {}
+            checks, child.ready_checks = list(child.ready_checks.values()), {}
         message = _died(self.name)
         for pending in lost:
             pending.fail(message)
+        for check in checks:
+            check.set_exception(RuntimeError(_DIED_WHILE_CHECKING))
         for event in executing:
             event.set()
         child.replies.put(Exited())
@@ -619,6 +636,27 @@ class IsolatedInstance:
         log.info("%s: instance process restarted (pid %s)", self.name, self.pid)
         self._health_changed(True)
 
+    # -- readiness (`is_ready()`) -------------------------------------------------------------
+
+    def check_ready(self) -> Reason:
+        """Triton's instance readiness: the process is alive, then the model's `is_ready()`."""
+        child = self._child
+        if not self._alive or child is None:
+            return _died(self.name)
+        return self._ready_check.check() if child.has_is_ready else None
+
+    def _start_is_ready(self) -> Future[Reason]:
+        answer: Future[Reason] = Future()
+        child = self._child
+        check = next(self._keys)
+        with self._lock:
+            if child is None or child.exited:
+                answer.set_exception(RuntimeError(_DIED_WHILE_CHECKING))
+                return answer
+            child.ready_checks[check] = answer
+        self._outgoing.put((child, IsReady(check)))
+        return answer
+
     def _health_changed(self, alive: bool) -> None:
         if self.on_health_change is not None:
             self.on_health_change(alive)
@@ -663,6 +701,12 @@ def _child_environment(environment: ExecutionEnvironment | None = None) -> dict[
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     return env
+
+
+# python_backend's text when the stub dies while a check waits for `is_ready()`.
+_DIED_WHILE_CHECKING = (
+    "Stub process is not healthy while waiting for user-defined is_ready() response"
+)
 
 
 def _died(name: str) -> str:

@@ -83,6 +83,13 @@ class Finalize:
 
 
 @dataclass(frozen=True, slots=True)
+class IsReady:
+    """Call the model's `is_ready()` beside `execute`; answered by ReadyAnswer."""
+
+    check: int
+
+
+@dataclass(frozen=True, slots=True)
 class SetLogLevel:
     level: int
 
@@ -111,7 +118,7 @@ class Started:
 
 @dataclass(frozen=True, slots=True)
 class Loaded:
-    pass
+    has_is_ready: bool = False  # the model defines `is_ready` (asked only then)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +132,12 @@ class Respond:
     response: WireResponse | None
     final: bool
     failure: str | None  # the request's failure reason, on a final response of a failed one
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyAnswer:
+    check: int
+    reason: str | None  # None: ready (readiness.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,9 +179,19 @@ class Exited:
     """Not a message: what the parent's reader queues when the process's stream ended."""
 
 
-ToChild = Load | Execute | Cancel | Finalize | SetLogLevel | BlsRespond | MetricReply
+ToChild = Load | Execute | Cancel | Finalize | SetLogLevel | BlsRespond | MetricReply | IsReady
 ToParent = (
-    Started | Loaded | LoadFailed | Respond | Executed | Finalized | Log | Bls | BlsCancel | Metric
+    Started
+    | Loaded
+    | LoadFailed
+    | Respond
+    | Executed
+    | Finalized
+    | Log
+    | Bls
+    | BlsCancel
+    | Metric
+    | ReadyAnswer
 )
 # What a start or a finalize waits for (IsolatedInstance's reply queue).
 Reply = Started | Loaded | LoadFailed | Finalized | Exited

@@ -49,9 +49,11 @@ from ...cluster.protocol import (
     BRIDGE_FORM_VERSION,
     IndexRow,
     Op,
+    ReadyRow,
     StatsRow,
     control_request,
     error_item,
+    ready_request,
 )
 from ...transport.shm_exchange import ShmDoor
 from .door_error import DoorError
@@ -286,6 +288,23 @@ class Directory:
             elif answer:
                 rows.extend(StatsRow.from_wire(row) for row in answer.get("models", ()))
         return rows
+
+    async def runtime_ready(
+        self, name: str = "", version: int = -1, owners: list[int] | None = None
+    ) -> bool:
+        """Triton's runtime readiness (control op `ready`): `name`'s `version` is ready on one
+        of `owners`; `name` "": every loaded version on every worker is (strict server
+        readiness). Each worker asks its models' instances and logs why one is not ready."""
+        answers = await self._index.ask_each(ready_request(name, version), owners)
+        rows: list[ReadyRow] = []
+        for answer in answers:
+            if answer is not None and "error" in answer:
+                log.warning("a worker answered %s with %r", Op.READY, answer)
+            elif answer:
+                rows.extend(ReadyRow.from_wire(row) for row in answer.get("models", ()))
+        if name:
+            return any(not row.reason for row in rows)
+        return all(not row.reason for row in rows)
 
     async def tell_every_worker(
         self, request: dict[str, Any], instance_ids: list[int] | None = None

@@ -196,8 +196,11 @@ class TritonService:
         bytes_limits: BytesLimits | None = None,
         trace: TraceConfig | None = None,
         bridge_made: Callable[[Identity], bool] = made_by_nobody,
+        strict_readiness: bool = True,
     ) -> None:
         self.directory = directory
+        # tritonserver's --strict-readiness: server readiness includes every model's.
+        self.strict_readiness = strict_readiness
         # What one request's BYTES inputs may cost once decoded: the wires check it first.
         self.bytes_limits = bytes_limits or BytesLimits()
         self._ready = ready  # the composition root's own readiness (starting, stopping)
@@ -230,21 +233,31 @@ class TritonService:
         return True
 
     async def server_ready(self) -> bool:
-        """Strict readiness, as Triton's default: every model it knows is ready."""
+        """Strict readiness, as Triton's default: every model it knows is loaded and passes its
+        runtime check (its instances alive, its own `is_ready()`); else the server's own."""
         if self.exiting:
             raise DoorError(ErrorCode.UNAVAILABLE, SERVER_EXITING)
         if not self._ready():
             return False
+        if not self.strict_readiness:
+            return True
         models = await self.directory.fresh()
-        return self.directory.complete and all(e.ready for e in models.values())
+        if not (self.directory.complete and all(e.ready for e in models.values())):
+            return False
+        return await self.directory.runtime_ready()
 
     async def model_ready(self, name: str, version_text: str) -> bool:
+        """Loaded, and its runtime check passes on a worker that serves it (asked each time, as
+        Triton asks: a dead instance process or the model's `is_ready()` makes it not ready)."""
         self._refuse_while_exiting()
         version = version_number(version_text)
         entry = (await self.directory.fresh()).get(name)
-        if entry is None or not entry.versions:
+        if entry is None:
             return False
-        return version == -1 or str(version) in entry.versions
+        if entry.bridge_form:
+            return await self.directory.runtime_ready(name, version, entry.owners)
+        # A foreign worker's model: as its model card says.
+        return bool(entry.versions) and (version == -1 or str(version) in entry.versions)
 
     def server_metadata(self) -> pb.ServerMetadataResponse:
         return pb.ServerMetadataResponse(
