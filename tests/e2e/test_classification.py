@@ -32,7 +32,7 @@ def door(shared_bridge_server, repository) -> BridgeServer:
 
 def infer(door: BridgeServer, wire: Any, model: str, array: np.ndarray, k: int) -> Any:
     """The classes of OUTPUT0 for INPUT0 = `array`, through tritonclient on `wire`."""
-    datatype = "BYTES" if array.dtype == object else "FP32"
+    datatype = {np.dtype(object): "BYTES", np.dtype(np.float16): "FP16"}.get(array.dtype, "FP32")
     tensor = wire.InferInput("INPUT0", list(array.shape), datatype)
     tensor.set_data_from_numpy(array)
     url = door.grpc_url if wire is grpcclient else door.http_url
@@ -86,6 +86,27 @@ def test_bytes_output_has_no_classes(door: BridgeServer, wire: Any):
     with pytest.raises(InferenceServerException) as failure:
         infer(door, wire, "identity_bytes", np.array([[b"test"] * 8], dtype=object), 5)
     assert "class result not available for output due to unsupported type 'BYTES'" in str(
+        failure.value
+    )
+
+
+@pytest.mark.parametrize("wire", [grpcclient, httpclient], ids=["grpc", "http"])
+def test_an_output_past_a_million_elements_is_not_ranked(door: BridgeServer, wire: Any):
+    # Triton 2.66 on (qa/L0_parameters class_count_test.py): 1,000,001 elements is one too many.
+    with pytest.raises(InferenceServerException) as failure:
+        infer(door, wire, "identity_fp32", np.ones((1, 1_000_001), np.float32), 5)
+    assert "classification output tensor too large" in str(failure.value)
+    assert failure.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+    ranked = infer(door, wire, "identity_fp32", np.ones((1, 1_000_000), np.float32), 1)
+    assert ranked.as_numpy("OUTPUT0").shape == (1, 1)
+
+
+@pytest.mark.parametrize("wire", [grpcclient, httpclient], ids=["grpc", "http"])
+def test_fp16_is_not_ranked(door: BridgeServer, wire: Any):
+    # Triton ranks integers, FP32 and FP64 only (src/classification.cc, 2.51 too).
+    with pytest.raises(InferenceServerException) as failure:
+        infer(door, wire, "identity_fp16", np.ones((1, 4), np.float16), 2)
+    assert "class result not available for output due to unsupported type 'FP16'" in str(
         failure.value
     )
 

@@ -5,7 +5,9 @@ As Triton 2.51 [V]: for a batched model each batch entry is ranked on its own (s
 `[batch, k]`), otherwise the whole output (shape `[k]`); k larger than the count gives them
 all; values are ranked high to low, equal values by index; floating point values are written
 as C's `%f` (`3.000000`), integers as they are. Labels (`label_filename`) live with the model's
-files on the workers, so the door writes no `:<label>` suffix.
+files on the workers, so the door writes no `:<label>` suffix. Only integer, FP32 and FP64
+outputs are ranked; others are Triton's "unsupported type" (INVALID_ARG). As Triton 2.66 on: an
+output of more than MAX_CLASSIFICATION_ELEMENTS elements is refused before it is ranked.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
 
 from .door_error import invalid
 
-_FLOATING = frozenset({"FP16", "BF16", "FP32", "FP64"})
+_FLOATING = frozenset({"FP32", "FP64"})
+# The datatypes Triton's TopkClassifications ranks (src/classification.cc).
+_RANKED = _FLOATING | {"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"}
+# Triton's kMaxClassificationElements: an output past it costs a sort nobody asked to pay for.
+MAX_CLASSIFICATION_ELEMENTS = 1_000_000
 _LENGTH = struct.Struct("<I")
 
 
@@ -26,8 +32,14 @@ def classify(
     datatype: str, shape: list[int], values: bytes | bytearray, k: int, batching: bool
 ) -> tuple[str, list[int], bytes]:
     """An output's (datatype, shape, raw bytes) → its top-k classes as BYTES (same triple)."""
+    unsupported = f"class result not available for output due to unsupported type '{datatype}'"
     if datatype == "BYTES" or datatype not in DATATYPE_TO_NUMPY:
-        raise invalid(f"class result not available for output due to unsupported type '{datatype}'")
+        raise invalid(unsupported)
+    # Triton's order: the size (whatever the type, once it has a fixed size), then the type.
+    if len(values) // np.dtype(DATATYPE_TO_NUMPY[datatype]).itemsize > MAX_CLASSIFICATION_ELEMENTS:
+        raise invalid("classification output tensor too large")
+    if datatype not in _RANKED:
+        raise invalid(unsupported)
     typed = np.frombuffer(values, dtype=DATATYPE_TO_NUMPY[datatype])
     batch = shape[0] if batching and shape else 1
     rows = typed.reshape(batch, -1) if typed.size else typed.reshape(batch, 0)
