@@ -48,7 +48,7 @@ from .metrics.gpu import GpuMetrics
 from .metrics.server import MetricsServer
 from .models.endpoint import ModelWorker
 from .options import ServerOptions, StartupError
-from .roles.discovery import DiscoveryWatch
+from .roles.discovery import DiscoveryWatch, back_off_before_reexec
 from .roles.frontend import FrontendRole
 from .roles.ports import PortUnavailable, check_free, door_listeners, listeners
 from .roles.runtime import RuntimeSettingsError, check_services, start_runtime
@@ -358,7 +358,9 @@ async def serve(options: ServerOptions) -> None:
         log.error(EXIT_TIMEOUT_TEXT)
     if watch.lost and not options.exit_on_lease_loss:
         # Nothing of this process serves any more (its ports are closed: not ready). Once etcd
-        # answers, the process starts again from its own command line (roles/discovery.py).
+        # answers, the process starts again from its own command line (roles/discovery.py),
+        # after a wait that grows with the losses in a row (a revoking loop costs little).
+        await back_off_before_reexec(os.environ)
         await watch.until_etcd_answers()
         log.warning("etcd answers again: starting this process again (same pid and arguments)")
         _reexec()

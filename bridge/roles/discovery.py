@@ -36,6 +36,14 @@ So `DiscoveryWatch`:
   was lost), and `on_lost` runs (the composition root stops the process, then starts it again
   once etcd answers, or exits with status 1 under `--exit-on-lease-loss`).
 
+Lost leases in a row back off (issue 38 finding 5: with an etcd anyone on the host may use, a
+local user revoking the leases made every process re-execute 4 times a minute, each a full
+outage). The count of re-executions survives the exec in REEXECS_VARIABLE, with the time of the
+last one (time.monotonic(): the system's monotonic clock, the same before and after exec): a loss
+within STABLE_S of the last re-execution waits 1 s, then 2, 4, ... up to BACKOFF_MAX_S before
+starting again, with one WARNING line; STABLE_S of serving start the count over. Backing off
+bounds the loop; only etcd's auth (docs/security.md) keeps other users from revoking at all.
+
 With `mem` or `file` discovery there is no lease and nothing to watch.
 """
 
@@ -44,7 +52,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -64,6 +74,62 @@ PROBE_FAILURES = 2
 # The sentinel's component: not a model's (those are `<slug>-<hash>`,
 # bridge/models/endpoint.py), and never routed to (no model card names it).
 SENTINEL_ENDPOINT = "bridge.runtime"
+# Re-executions after lost leases, kept across them: "<count in a row> <monotonic time of the
+# last>", set by the process itself just before it re-executes.
+REEXECS_VARIABLE = "DYN_BRIDGE_LEASE_REEXECS"
+BACKOFF_FIRST_S = 1.0  # the wait before the second re-execution in a row
+BACKOFF_MAX_S = 60.0  # the longest: a revoke a minute then costs a minute, not a loop
+# Serving this long since the last re-execution: the next lost lease starts the count over (a
+# process that re-executed once for an etcd outage hours ago starts again at once).
+STABLE_S = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Reexecs:
+    """The re-executions in a row behind this process (none: count 0)."""
+
+    count: int = 0
+    last: float = 0.0  # time.monotonic() when the last one happened
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> Reexecs:
+        try:
+            count, last = environ.get(REEXECS_VARIABLE, "").split()
+            return cls(max(int(count), 0), float(last))
+        except ValueError:  # unset, or not ours: no history
+            return cls()
+
+    def in_a_row(self, now: float) -> int:
+        """Re-executions in a row so far, forgetting them after STABLE_S of serving."""
+        return self.count if now - self.last < STABLE_S else 0
+
+    def backoff_s(self, now: float) -> float:
+        """How long to wait before the next re-execution."""
+        count = self.in_a_row(now)
+        return 0.0 if count == 0 else min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (count - 1))
+
+    def next(self, now: float) -> Reexecs:
+        return Reexecs(self.in_a_row(now) + 1, now)
+
+
+async def back_off_before_reexec(environ: MutableMapping[str, str]) -> None:
+    """Wait as the re-executions so far say (one line when waiting), then count this one in
+    `environ`, which the exec passes on."""
+    history = Reexecs.from_environ(environ)
+    delay = history.backoff_s(time.monotonic())
+    if delay:
+        log.warning(
+            "lease lost after %d re-execution(s) in a row, each within %.0f s of the last: "
+            "backing off %.0f s before starting this process again (doubling up to %.0f s; "
+            "etcd's auth keeps other users from revoking leases, docs/security.md)",
+            history.count,
+            STABLE_S,
+            delay,
+            BACKOFF_MAX_S,
+        )
+        await asyncio.sleep(delay)
+    following = history.next(time.monotonic())
+    environ[REEXECS_VARIABLE] = f"{following.count} {following.last:.3f}"
 
 
 class DiscoveryWatch:

@@ -5,7 +5,8 @@ NATS (request plane `nats`, or any process where `NATS_SERVER` is set) inside it
 When either cannot be reached, Dynamo 1.6.1 retries there for about 120 s, logging only a
 warning per attempt, and the process serves nothing meanwhile (spec dynamo_runtime.md §5, §8).
 So the bridge first opens a TCP connection to each service it needs, with a short timeout, and
-stops with one line naming the variable and the address when none answers.
+stops with one line naming the variable and the address when none answers; then it logs in as
+Dynamo will (credentials.py: ETCD_AUTH_*, NATS_AUTH_*, NATS_TLS_*), for the same reason.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from dynamo.runtime import DistributedRuntime
+
+from .credentials import CredentialsError, check_credentials
 
 log = logging.getLogger("dynamo_bridge")
 
@@ -150,10 +153,15 @@ def check_system_port(environ: Mapping[str, str]) -> None:
 
 
 async def check_services(discovery: str, request_plane: str) -> None:
-    """Before anything slow (loading models): the settings the runtime reads are valid and the
-    services it will need answer."""
+    """Before anything slow (loading models): the settings the runtime reads are valid, the
+    services it will need answer, and take this process's credentials (credentials.py)."""
     check_system_port(os.environ)
-    await check_reachable(needed_services(discovery, request_plane, os.environ))
+    services = needed_services(discovery, request_plane, os.environ)
+    await check_reachable(services)
+    try:
+        await check_credentials(services, os.environ, CONNECT_TIMEOUT_S)
+    except CredentialsError as exc:
+        raise RuntimeSettingsError(str(exc)) from None
 
 
 def start_runtime(discovery: str, request_plane: str, role: str) -> DistributedRuntime:

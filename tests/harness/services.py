@@ -9,6 +9,10 @@ CI=true and skips it elsewhere (the same rule as the Triton oracle).
 until it answers its health check, and stop (SIGTERM, then SIGKILL of its process group) only
 the process they started. `EtcdServer.restart()` brings a stopped etcd back on the same address
 and data (an outage).
+
+Auth: `EtcdServer.enable_auth(user, password)` turns etcd's auth on (a root user, and `user` with
+readwrite on every key, as docs/security.md says); `NatsServer(users={user: password})` starts
+NATS with those users only. Each has `auth_environ()`: Dynamo's variables for those credentials.
 """
 
 from __future__ import annotations
@@ -16,13 +20,16 @@ from __future__ import annotations
 import base64
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, Self
 
 import pytest
 
@@ -126,7 +133,7 @@ class _Service:
     def ready(self) -> bool:
         raise NotImplementedError
 
-    def start(self) -> _Service:
+    def start(self) -> Self:
         # A port picked as free may be taken before the server binds it: retry on new ports.
         for attempt in range(3):
             command = self.command()
@@ -164,7 +171,7 @@ class _Service:
         except FileNotFoundError:
             return ""
 
-    def __enter__(self) -> _Service:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -180,6 +187,32 @@ class EtcdServer(_Service):
         super().__init__(ensure_binary("etcd"), workdir)
         self.client_port = self.peer_port = 0
         self._same_ports = False
+        self.credentials: tuple[str, str] | None = None  # set by enable_auth()
+
+    def enable_auth(self, user: str, password: str) -> EtcdServer:
+        """etcd's auth on (kept in its data: a restart keeps it): a root user (etcd requires
+        one), and `user` with a role allowed to read and write every key."""
+        root = secrets.token_hex(8)
+        every_key = {"key": "AA==", "range_end": "AA=="}  # "\0" to "\0": all keys
+        for path, body in (
+            ("auth/role/add", {"name": "root"}),
+            ("auth/user/add", {"name": "root", "password": root}),
+            ("auth/user/grant", {"user": "root", "role": "root"}),
+            ("auth/role/add", {"name": "dynamo"}),
+            ("auth/role/grant", {"name": "dynamo", "perm": {"permType": "READWRITE", **every_key}}),
+            ("auth/user/add", {"name": user, "password": password}),
+            ("auth/user/grant", {"user": user, "role": "dynamo"}),
+            ("auth/enable", {}),
+        ):
+            etcd_call(self.endpoint, path, body)
+        self.credentials = (user, password)
+        return self
+
+    def auth_environ(self) -> dict[str, str]:
+        """ETCD_AUTH_USERNAME and ETCD_AUTH_PASSWORD for enable_auth()'s user."""
+        assert self.credentials is not None, "enable_auth() first"
+        user, password = self.credentials
+        return {"ETCD_AUTH_USERNAME": user, "ETCD_AUTH_PASSWORD": password}
 
     def restart(self) -> EtcdServer:
         """Start again after stop(), on the same ports and data dir: etcd back after an outage
@@ -217,13 +250,34 @@ class EtcdServer(_Service):
 
 
 class NatsServer(_Service):
-    """`nats-server -js` on 127.0.0.1:port; `url` is NATS_SERVER."""
+    """`nats-server -js` on 127.0.0.1:port; `url` is NATS_SERVER. With `users`, a client must log
+    in as one of them (a config file of the server's own)."""
 
     name = "nats"
 
-    def __init__(self, workdir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, workdir: str | os.PathLike[str] | None = None, users: dict[str, str] | None = None
+    ) -> None:
         super().__init__(ensure_binary("nats-server"), workdir)
         self.port = self.monitor_port = 0
+        self.users = dict(users or {})
+
+    def auth_environ(self) -> dict[str, str]:
+        """NATS_AUTH_USERNAME and NATS_AUTH_PASSWORD for the first user."""
+        user, password = next(iter(self.users.items()))
+        return {"NATS_AUTH_USERNAME": user, "NATS_AUTH_PASSWORD": password}
+
+    def _config(self) -> list[str]:
+        """`-c FILE` naming the users, or nothing without them."""
+        if not self.users:
+            return []
+        users = ", ".join(
+            f"{{user: {json.dumps(u)}, password: {json.dumps(p)}}}" for u, p in self.users.items()
+        )
+        config = self.workdir / "nats.conf"
+        config.write_text(f"authorization {{ users = [ {users} ] }}\n")
+        config.chmod(0o600)
+        return ["-c", str(config)]
 
     @property
     def url(self) -> str:
@@ -238,6 +292,7 @@ class NatsServer(_Service):
             "-m", str(self.monitor_port),
             "-js",
             "-sd", str(self.workdir / f"js-{self.port}"),
+            *self._config(),
         ]  # fmt: skip
 
     def ready(self) -> bool:
@@ -245,13 +300,44 @@ class NatsServer(_Service):
         return _http_ok(f"http://{LOCALHOST}:{self.monitor_port}/healthz") is not None
 
 
-def etcd_keys(endpoint: str) -> list[str]:
-    """Every key in etcd, through its v3 JSON gateway (no etcdctl needed)."""
-    body = json.dumps({"key": "AA==", "range_end": "AA==", "keys_only": True}).encode()
-    request = urllib.request.Request(f"{endpoint}/v3/kv/range", data=body, method="POST")
+def etcd_call(
+    endpoint: str, path: str, body: Mapping[str, object], token: str | None = None
+) -> dict[str, Any]:
+    """POST `body` to etcd's v3 JSON gateway at `/v3/<path>`; its answer (HTTPError on an
+    error)."""
+    request = urllib.request.Request(
+        f"{endpoint}/v3/{path}", data=json.dumps(body).encode(), method="POST"
+    )
+    if token:
+        request.add_header("Authorization", token)
     with urllib.request.urlopen(request, timeout=5) as response:
-        reply = json.loads(response.read())
+        answer: dict[str, Any] = json.loads(response.read())
+    return answer
+
+
+def _token(endpoint: str, auth: tuple[str, str] | None) -> str | None:
+    if auth is None:
+        return None
+    user, password = auth
+    answer = etcd_call(endpoint, "auth/authenticate", {"name": user, "password": password})
+    return str(answer["token"])
+
+
+def etcd_keys(endpoint: str, auth: tuple[str, str] | None = None) -> list[str]:
+    """Every key in etcd, through its v3 JSON gateway (no etcdctl needed), as user `auth`."""
+    body = {"key": "AA==", "range_end": "AA==", "keys_only": True}
+    reply = etcd_call(endpoint, "kv/range", body, _token(endpoint, auth))
     return [base64.b64decode(kv["key"]).decode(errors="replace") for kv in reply.get("kvs", [])]
+
+
+def revoke_leases(endpoint: str, auth: tuple[str, str] | None = None) -> int:
+    """Revoke every lease etcd holds, as any client of an etcd without auth may (issue 38
+    finding 5); how many there were."""
+    token = _token(endpoint, auth)
+    leases = etcd_call(endpoint, "lease/leases", {}, token).get("leases", [])
+    for lease in leases:
+        etcd_call(endpoint, "lease/revoke", {"ID": lease["ID"]}, token)
+    return len(leases)
 
 
 def nats_connections(server: NatsServer) -> int:
