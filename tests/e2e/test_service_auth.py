@@ -87,11 +87,11 @@ def test_a_worker_and_a_frontend_serve_through_etcd_auth_and_a_nats_user(
         frontend.wait_model_ready("whoami")
         result = frontend.client().infer("whoami", [fp32_input([1.0])])
         assert int(result.as_numpy("PID")[0]) == worker.pid
-        listed = etcd_keys(etcd.endpoint, auth=ETCD_LOGIN)
+        listed = etcd_keys(etcd.endpoint, auth=ETCD_LOGIN, prefix="v1/")  # its role's keys
         assert any(k.startswith(f"v1/instances/{cluster.namespace}/") for k in listed), listed
         assert nats_connections(nats) >= 2  # both processes logged in to NATS
         with pytest.raises(urllib.error.HTTPError):  # nobody else reads Dynamo's records
-            etcd_keys(etcd.endpoint)
+            etcd_keys(etcd.endpoint, prefix="v1/")
     finally:
         cluster.stop()
 

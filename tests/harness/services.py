@@ -191,15 +191,16 @@ class EtcdServer(_Service):
 
     def enable_auth(self, user: str, password: str) -> EtcdServer:
         """etcd's auth on (kept in its data: a restart keeps it): a root user (etcd requires
-        one), and `user` with a role allowed to read and write every key."""
+        one), and `user` with a role allowed to read and write Dynamo's keys (`v1/…`) only, as
+        docs/security.md sets it up."""
         root = secrets.token_hex(8)
-        every_key = {"key": "AA==", "range_end": "AA=="}  # "\0" to "\0": all keys
+        prefix = {"key": _b64("v1/"), "range_end": _b64("v10")}  # "v1/" up to "v10": v1/…
         for path, body in (
             ("auth/role/add", {"name": "root"}),
             ("auth/user/add", {"name": "root", "password": root}),
             ("auth/user/grant", {"user": "root", "role": "root"}),
             ("auth/role/add", {"name": "dynamo"}),
-            ("auth/role/grant", {"name": "dynamo", "perm": {"permType": "READWRITE", **every_key}}),
+            ("auth/role/grant", {"name": "dynamo", "perm": {"permType": "READWRITE", **prefix}}),
             ("auth/user/add", {"name": user, "password": password}),
             ("auth/user/grant", {"user": user, "role": "dynamo"}),
             ("auth/enable", {}),
@@ -315,6 +316,10 @@ def etcd_call(
     return answer
 
 
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
 def _token(endpoint: str, auth: tuple[str, str] | None) -> str | None:
     if auth is None:
         return None
@@ -323,9 +328,12 @@ def _token(endpoint: str, auth: tuple[str, str] | None) -> str | None:
     return str(answer["token"])
 
 
-def etcd_keys(endpoint: str, auth: tuple[str, str] | None = None) -> list[str]:
-    """Every key in etcd, through its v3 JSON gateway (no etcdctl needed), as user `auth`."""
-    body = {"key": "AA==", "range_end": "AA==", "keys_only": True}
+def etcd_keys(endpoint: str, auth: tuple[str, str] | None = None, prefix: str = "") -> list[str]:
+    """Every key in etcd (under `prefix`), through its v3 JSON gateway (no etcdctl needed), as
+    user `auth`."""
+    # A prefix's range ends where its last byte is one more; "\0" to "\0" is every key.
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1) if prefix else "\0"
+    body = {"key": _b64(prefix or "\0"), "range_end": _b64(end), "keys_only": True}
     reply = etcd_call(endpoint, "kv/range", body, _token(endpoint, auth))
     return [base64.b64decode(kv["key"]).decode(errors="replace") for kv in reply.get("kvs", [])]
 
