@@ -139,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     turns: dict[str, dict[str, list[LoadResult]]] = {w: {} for w in workloads}
     results: dict[str, dict[str, dict]] = {w: {} for w in workloads}
     regions: dict[str, Regions] = {}
+    # The door's servers take clients' regions only when told (--allow-client-shm, as Triton
+    # 2.70 on); its flags' environment form reaches every bridge server started here.
+    os.environ.setdefault("DYN_BRIDGE_ALLOW_CLIENT_SHM", "true")
     with tempfile.TemporaryDirectory(prefix="bench-system-shm-") as tmp:
         targets = make_targets(names, Path(tmp) / "logs")
         try:

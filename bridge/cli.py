@@ -578,6 +578,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit at start-up if any model fails to load (tritonserver's default; ours is false)",
     )
     p.add_argument(
+        "--allow-client-shm",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="BOOL",
+        help="let clients register system and CUDA shared memory regions for their tensors "
+        "(default false, as tritonserver 2.70 on; status requests answer either way)",
+    )
+    p.add_argument(
         "--strict-readiness",
         type=_bool,
         nargs="?",
@@ -1084,6 +1094,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         host=args.host,
         exit_on_error=args.exit_on_error,
         strict_readiness=args.strict_readiness,
+        allow_client_shm=args.allow_client_shm,
         model_control_mode=args.model_control_mode,
         load_models=tuple(args.load_models),
         control_port=args.control_port,

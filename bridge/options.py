@@ -92,6 +92,8 @@ class ServerOptions:
     exit_on_error: bool = False
     # tritonserver's --strict-readiness: the server is ready only while every model is.
     strict_readiness: bool = True
+    # tritonserver's --allow-client-shm (2.70 on): clients may register shared memory regions.
+    allow_client_shm: bool = False
     loader: ConfigOptions = field(default_factory=ConfigOptions)
     model_control_mode: str = "poll"
     load_models: tuple[str, ...] = ()  # explicit mode's start-up set; "*" = all

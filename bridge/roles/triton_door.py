@@ -87,6 +87,7 @@ class TritonDoorRole:
             trace=self.options.trace,
             bridge_made=self.shm.made,
             strict_readiness=self.options.strict_readiness,
+            allow_client_shm=self.options.allow_client_shm,
         )
         self.grpc = GrpcServer(self.service, self.door_options)
         if self.options.http is not None:

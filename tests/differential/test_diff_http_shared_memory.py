@@ -101,7 +101,9 @@ def cases(key: str) -> list[tuple[str, str, str]]:
 
 @pytest.fixture(scope="module")
 def servers(oracle_server, shared_bridge_server) -> tuple[TritonOracle, BridgeServer]:
-    return oracle_server(REPO), shared_bridge_server(REPO, "--frontend=triton")
+    # Triton 2.51 takes clients' regions by default; the bridge, as 2.70 on, when told.
+    bridge = shared_bridge_server(REPO, "--frontend=triton", "--allow-client-shm")
+    return oracle_server(REPO), bridge
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ def dtypes(repository: Callable[[str], Path]) -> Path:
 @pytest.fixture(scope="module")
 def door(tmp_path_factory: pytest.TempPathFactory, dtypes: Path) -> Iterator[BridgeServer]:
     log = tmp_path_factory.mktemp("http-door") / "bridge.log"
-    with BridgeServer(dtypes, *DOOR, log_path=log) as server:
+    with BridgeServer(dtypes, *DOOR, "--allow-client-shm", log_path=log) as server:
         server.wait_model_ready("identity_fp32")
         yield server
 

@@ -52,7 +52,9 @@ SIMPLE_TYPES = (
 @pytest.fixture(scope="module")
 def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeServer]:
     log = tmp_path_factory.mktemp("guard") / "bridge.log"
-    server = BridgeServer(SERVING, *DOOR, "--http-allowed-hosts=infer.example", log_path=log)
+    server = BridgeServer(
+        SERVING, *DOOR, "--http-allowed-hosts=infer.example", "--allow-client-shm", log_path=log
+    )
     server.start()
     try:
         yield server

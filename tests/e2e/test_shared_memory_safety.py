@@ -37,7 +37,7 @@ pytestmark = pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm on this ho
 
 @pytest.fixture(scope="module")
 def door(shared_bridge_server, repository) -> BridgeServer:
-    return shared_bridge_server(repository("dtypes"), "--frontend", "triton")
+    return shared_bridge_server(repository("dtypes"), "--frontend", "triton", "--allow-client-shm")
 
 
 Client = grpcclient.InferenceServerClient | httpclient.InferenceServerClient

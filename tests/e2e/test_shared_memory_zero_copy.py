@@ -102,7 +102,7 @@ def door(shared_bridge_server, tmp_path_factory) -> BridgeServer:
     (repository / "held_view" / "1").mkdir(parents=True)
     (repository / "held_view" / "config.pbtxt").write_text(CONFIG)
     (repository / "held_view" / "1" / "model.py").write_text(MODEL)
-    return shared_bridge_server(repository, "--frontend", "triton")
+    return shared_bridge_server(repository, "--frontend", "triton", "--allow-client-shm")
 
 
 Client = grpcclient.InferenceServerClient | httpclient.InferenceServerClient

@@ -233,7 +233,7 @@ def test_no_client_registers_the_door_s_own_regions(
 ) -> None:
     repository = _repository(tmp_path, flags)
     worker = cluster.worker(repository)
-    frontend = cluster.frontend("--frontend", "triton")
+    frontend = cluster.frontend("--frontend", "triton", "--allow-client-shm")
     start_all([worker, frontend])
     frontend.wait_model_ready("probe", timeout=60)
     door = frontend.pid

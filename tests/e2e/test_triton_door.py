@@ -63,7 +63,8 @@ def good_request() -> pb.ModelInferRequest:
 
 @pytest.fixture(scope="module")
 def dtypes(shared_bridge_server, repository) -> BridgeServer:
-    return shared_bridge_server(repository("dtypes"), *DOOR)  # its models share one model.py
+    # Its models share one model.py; clients may register shared memory (system_shared_memory).
+    return shared_bridge_server(repository("dtypes"), *DOOR, "--allow-client-shm")
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ GPUS = len(visible_devices())
 
 @pytest.fixture(scope="module")
 def server(shared_bridge_server, repository):
-    return shared_bridge_server(repository("gpu"))
+    return shared_bridge_server(repository("gpu"), "--allow-client-shm")  # CUDA regions
 
 
 def _inputs(module, a: np.ndarray, b: np.ndarray) -> list:

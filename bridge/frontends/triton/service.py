@@ -197,6 +197,7 @@ class TritonService:
         trace: TraceConfig | None = None,
         bridge_made: Callable[[Identity], bool] = made_by_nobody,
         strict_readiness: bool = True,
+        allow_client_shm: bool = True,
     ) -> None:
         self.directory = directory
         # tritonserver's --strict-readiness: server readiness includes every model's.
@@ -206,7 +207,7 @@ class TritonService:
         self._ready = ready  # the composition root's own readiness (starting, stopping)
         # Clients' system shared memory; never one of the door's own regions (`bridge_made`:
         # the door's ShmDoor.made, shm.py).
-        self.shm = SharedMemory(bridge_made=bridge_made)
+        self.shm = SharedMemory(bridge_made=bridge_made, allowed=allow_client_shm)
         self.logging = LogSettings(directory)
         self.trace = TraceSettings(directory, trace)
         self.exiting = False  # shutdown began: answer as Triton does while it exits

@@ -217,6 +217,13 @@ def made_by_nobody(identity: Identity) -> bool:
     return False
 
 
+# Triton 2.70 on (kClientShmDisabledErrorStr): registering and unregistering client regions,
+# system or CUDA, is UNSUPPORTED unless the server was started with --allow-client-shm=true.
+CLIENT_SHM_DISABLED = (
+    "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+)
+
+
 class SharedMemory:
     """The system shared memory regions registered with this door."""
 
@@ -224,7 +231,10 @@ class SharedMemory:
         self,
         directory: str = SHM_DIRECTORY,
         bridge_made: Callable[[Identity], bool] = made_by_nobody,
+        allowed: bool = True,
     ) -> None:
+        # --allow-client-shm: without it no region can be registered (status still answers).
+        self.allowed = allowed
         self.regions: dict[str, Region] = {}
         self.cuda_regions: dict[str, CudaRegion] = {}
         self.directory = directory
@@ -236,7 +246,14 @@ class SharedMemory:
         # reused meanwhile would read another file.
         self._descriptors = threading.Lock()
 
+    def require_allowed(self) -> None:
+        """Triton's refusal of every (un)registration while client shared memory is off; the
+        first check, before the request's own (the HTTP wire calls it before reading a body)."""
+        if not self.allowed:
+            raise DoorError(ErrorCode.UNSUPPORTED, CLIENT_SHM_DISABLED)
+
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.require_allowed()
         validate_key(name, key)  # before the name's check, as Triton ≥ 2.61 orders them
         self._check_new(name)
         if any(region.key == key for region in self.regions.values()):
@@ -282,6 +299,7 @@ class SharedMemory:
     def register_cuda(self, name: str, handle: bytes, device_id: int, byte_size: int) -> None:
         """A client's device memory under `name`. CudaUnavailable where CUDA cannot be used
         (before anything else is checked: the wires then answer as Triton without GPUs)."""
+        self.require_allowed()
         cuda.require_device()
         self._check_new(name)
         if len(handle) != cuda.IPC_HANDLE_BYTES:
@@ -310,6 +328,7 @@ class SharedMemory:
     def unregister_cuda(self, name: str) -> None:
         """`name` empty: every CUDA region; an unknown name is no error. A copy in flight keeps
         its region's mapping until it is done (the mapping closes with its last reference)."""
+        self.require_allowed()
         if not name:
             self.cuda_regions.clear()
         else:
@@ -330,6 +349,7 @@ class SharedMemory:
         then it is still listed and usable, as Triton ≥ 2.53 defers it ("will be unregistered
         after in-flight requests complete"; 2.51 refused with "it is currently in use"). Its
         output is then still written there, and its descriptor never closes under a copy."""
+        self.require_allowed()
         names = list(self.regions) if not name else [name]
         for each in names:
             region = self.regions.get(each)

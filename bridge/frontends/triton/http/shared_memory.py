@@ -72,6 +72,7 @@ async def system_status(request: Request) -> Response:
 
 async def system_register(request: Request) -> Response:
     service: TritonService = request.app.state.service
+    service.shm.require_allowed()  # before the body is read, as Triton
     document = await read_json(request)
     key = _required(document, "key")
     if not isinstance(key, str):
@@ -100,6 +101,8 @@ async def cuda_status(request: Request) -> Response:
 
 
 async def cuda_register(request: Request) -> Response:
+    service: TritonService = request.app.state.service
+    service.shm.require_allowed()  # before the body is read, as Triton
     document = await read_json(request)
     handle = _member(_required(document, "raw_handle"), "b64")
     device_id = _member(document, "device_id")
@@ -115,7 +118,6 @@ async def cuda_register(request: Request) -> Response:
     except CudaUnavailable:
         # What Triton answers here when it has no GPU to open the handle on [V].
         raise invalid("failed to register shared memory region: invalid args") from None
-    service: TritonService = request.app.state.service
     name = request.path_params["region"]
     service.shm.register_cuda(name, raw, _unsigned(device_id), _unsigned(byte_size))
     return _empty_ok()
