@@ -92,6 +92,9 @@ def test_a_worker_and_a_frontend_serve_through_etcd_auth_and_a_nats_user(
         assert nats_connections(nats) >= 2  # both processes logged in to NATS
         with pytest.raises(urllib.error.HTTPError):  # nobody else reads Dynamo's records
             etcd_keys(etcd.endpoint, prefix="v1/")
+        with pytest.raises(urllib.error.HTTPError):  # nor revokes its leases
+            revoke_leases(etcd.endpoint)
+        assert frontend.client().infer("whoami", [fp32_input([2.0])]).as_numpy("PID")[0]
     finally:
         cluster.stop()
 
