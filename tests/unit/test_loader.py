@@ -339,3 +339,28 @@ def test_a_model_of_another_backend_says_it_is_not_served(
         }
     finally:
         repo.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        # qa/L0_simple_ensemble/test.sh greps the server log for these three (Triton 2.71).
+        ("-5", "3:26: Expected integer, got: -"),
+        ('"invalid_value"', '3:26: Expected integer, got: "invalid_value"'),
+        ("12345678901", "3:26: Integer out of range (12345678901)"),
+        ("1.5", "3:26: Expected integer, got: 1.5"),
+    ],
+)
+def test_a_config_syntax_error_is_logged_as_tritons_parser_words_it(
+    caplog: pytest.LogCaptureFixture, value: str, message: str
+) -> None:
+    from model_repository_loader.config.errors import ConfigError
+    from model_repository_loader.config.parse import parse_config_text
+
+    text = f'name: "x"\nensemble_scheduling {{\n  max_inflight_requests: {value}\n}}\n'
+    with caplog.at_level(logging.ERROR), pytest.raises(ConfigError) as raised:
+        parse_config_text(text, "/m/x/config.pbtxt")
+    assert str(raised.value) == "failed to read text proto from /m/x/config.pbtxt"
+    expected = f"Error parsing text-format inference.ModelConfig: {message}"
+    assert raised.value.detail == expected
+    assert expected in caplog.text
