@@ -405,6 +405,12 @@ REFUSED = {
         {"parameters": {"x": None}, "inputs": [_fp32([1, 1], [1])]},
         b"",
     ),
+    # qa/L0_parameters parameters_test.py's raw HTTP check (issue 40)
+    "reserved-triton-parameter": (
+        "identity_fp32",
+        {"parameters": {"triton_final_response": "x"}, "inputs": [_fp32([1, 1], [1])]},
+        b"",
+    ),
 }
 
 

@@ -184,3 +184,16 @@ def test_response():
     assert dict(unary.parameters) == {"n": pb.InferParameter(int64_param=2)}
     streamed = to_infer_response(r, item, final=False)
     assert streamed.parameters["triton_final_response"].bool_param is False
+
+
+def test_triton_parameters_other_than_the_stream_option_are_refused():
+    """Triton's gRPC wire (2.33 on, 2.71 too): a request parameter starting with `triton_` is
+    INVALID_ARG unless it is `triton_enable_empty_final_response`."""
+    r = request(raw=FOUR)
+    r.parameters["triton_enable_empty_final_response"].bool_param = True
+    assert "triton_enable_empty_final_response" in to_bridge_request(r, "")["parameters"]
+    r.parameters["triton_final_response"].bool_param = True
+    assert error_of(r) == (
+        "parameter keys starting with 'triton_' are reserved for Triton usage. Only the "
+        "following keys starting with 'triton_' are allowed: triton_enable_empty_final_response"
+    )

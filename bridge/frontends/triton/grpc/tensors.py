@@ -228,6 +228,17 @@ def to_bridge_request(
     if request_id:
         out["id"] = request_id
     if request.parameters:
+        reserved = [
+            name
+            for name in request.parameters
+            if name.startswith("triton_") and name != EMPTY_FINAL_REQUESTED
+        ]
+        if reserved:
+            # As Triton (2.33 on): only its stream option.
+            raise invalid(
+                "parameter keys starting with 'triton_' are reserved for Triton usage. Only "
+                f"the following keys starting with 'triton_' are allowed: {EMPTY_FINAL_REQUESTED}"
+            )
         out["parameters"] = parameters_to_dict(request.parameters)
     if request.outputs:
         outputs = []

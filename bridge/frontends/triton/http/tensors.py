@@ -346,6 +346,12 @@ def to_bridge_request(
         if type(binary_output) is not bool:
             raise _kind_error(BINARY_DATA_OUTPUT, "non-boolean as boolean")
         plan.binary_default = binary_output
+        if any(name.startswith("triton_") for name in raw):
+            # As Triton (2.33 on): none on this wire.
+            raise invalid(
+                "parameter keys starting with 'triton_' are reserved for Triton usage and "
+                "should not be specified."
+            )
         parameters = parameters_dict(raw, _REQUEST_WIRE_PARAMETERS, "parameters")
         if parameters:
             out["parameters"] = parameters
