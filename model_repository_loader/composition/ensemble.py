@@ -181,6 +181,14 @@ class EnsembleRun:
         self._respond = respond
         self._lock = threading.Lock()
         self._tensors: dict[str, pb_utils.Tensor] = {t.name(): t for t in request.inputs}
+        # Each tensor's batch size, 0 where it comes from a model that does not batch (Triton's
+        # TensorData::batch_size_): a tensor passes between a batching and a non-batching
+        # model by gaining or losing a batch dimension of 1 (`_reshaped_dims`).
+        batching = ensemble.config.max_batch_size > 0
+        self._batch: dict[str, int] = {
+            name: batch_size if batching else 0 for name in self._tensors
+        }
+        self._step_batch: dict[int, int] = {}  # submit id -> its request's batch size
         self._fresh: set[str] = set()  # requested outputs produced since the last response
         self._requested = (
             frozenset(request.requested_outputs)
@@ -231,15 +239,31 @@ class EnsembleRun:
             if index in self._fired and not self.ensemble.decoupled:
                 continue
             self._fired.add(index)
-            inputs = [
-                handed_over(self._tensors[tensor], step_input)
-                for step_input, tensor in step.input_map.items()
-            ]
+            config = self._step_config(step)
+            batching = config is not None and config.max_batch_size > 0
+            dims = {i.name: list(i.dims) for i in config.input} if config is not None else {}
+            inputs = []
+            for step_input, tensor in step.input_map.items():
+                value = handed_over(self._tensors[tensor], step_input)
+                if step_input in dims:
+                    shape = _reshaped_dims(
+                        dims[step_input], batching, self._batch[tensor], value.shape()
+                    )
+                    if shape != value.shape():
+                        value = value._reshaped(shape)
+                inputs.append(value)
             submit_id = self._next_id
             self._next_id += 1
             self._in_flight[submit_id] = None
+            shapes = [i.shape() for i in inputs]
+            self._step_batch[submit_id] = shapes[0][0] if batching and shapes[0] else 0
             ready.append((submit_id, step, inputs))
         return ready
+
+    def _step_config(self, step: Any) -> mc.ModelConfig | None:
+        """The config of the model a step runs, where this process serves it."""
+        model = self.ensemble.models.get(step.model_name)
+        return getattr(model, "config", None) if model is not None else None
 
     def _submit_all(self, ready: list[tuple[int, Any, list[pb_utils.Tensor]]]) -> None:
         for submit_id, step, inputs in ready:
@@ -297,7 +321,7 @@ class EnsembleRun:
             if self._closed:
                 return
             if response is not None:
-                outgoing, ready = self._consume(step, response)
+                outgoing, ready = self._consume(step, response, self._step_batch[submit_id])
             # The last step's final response: nothing can run any more (steps it made ready
             # are in flight already), so whatever it made is the run's last response.
             last = final and self._in_flight.keys() == {submit_id}
@@ -318,7 +342,7 @@ class EnsembleRun:
             self._maybe_finish()
 
     def _consume(
-        self, step: Any, response: pb_utils.InferenceResponse
+        self, step: Any, response: pb_utils.InferenceResponse, batch_size: int
     ) -> tuple[pb_utils.InferenceResponse | None, list[tuple[int, Any, list[pb_utils.Tensor]]]]:
         """Take a step's outputs (under the lock): a decoupled ensemble's next response once
         every requested output has a new value, and the steps now ready (marked in flight)."""
@@ -328,6 +352,7 @@ class EnsembleRun:
             if target is None:
                 continue
             self._tensors[target] = handed_over(tensor, target)
+            self._batch[target] = batch_size
             changed.add(target)
             if target in self._requested:
                 self._fresh.add(target)
@@ -407,8 +432,15 @@ class EnsembleRun:
     def _outputs(self) -> pb_utils.InferenceResponse:
         # Triton collects the outputs in a std::unordered_map filled in config order, and
         # answers in that map's order [V: pipeline answers SUM before RESULT].
-        names = tuple(o.name for o in self.ensemble.config.output if o.name in self._requested)
-        tensors = [self._tensors[name] for name in triton_input_order(names)]
+        config = self.ensemble.config
+        names = tuple(o.name for o in config.output if o.name in self._requested)
+        dims = {o.name: list(o.dims) for o in config.output}
+        batching = config.max_batch_size > 0
+        tensors = []
+        for name in triton_input_order(names):
+            tensor = self._tensors[name]
+            shape = _reshaped_dims(dims[name], batching, self._batch.get(name, 0), tensor.shape())
+            tensors.append(tensor if shape == tensor.shape() else tensor._reshaped(shape))
         return pb_utils.InferenceResponse._create(tensors, None, self._sequence_parameters)
 
 
@@ -424,6 +456,28 @@ def _remote_respond(step: Any, respond: Respond) -> Any:
         respond(response, final)
 
     return remote_respond
+
+
+def _reshaped_dims(
+    config_dims: list[int], allow_batching: bool, batch_size: int, dims: list[int]
+) -> list[int]:
+    """Triton's EnsembleContext::ReshapeTensorDims: a tensor from a non-batching model that
+    matches a batching model's dims gains a batch dimension of 1; a batch of 1 going to a
+    non-batching model whose dims it does not match loses it; otherwise it stays as it is."""
+    if allow_batching == (batch_size != 0):
+        return dims
+    if allow_batching:
+        return [1, *dims] if _dims_match(config_dims, dims) else dims
+    if not _dims_match(config_dims, dims) and batch_size == 1:
+        return dims[1:]
+    return dims
+
+
+def _dims_match(config_dims: list[int], dims: list[int]) -> bool:
+    """Triton's CompareDimsWithWildcard: the same rank, each dim equal or -1 in the config."""
+    return len(config_dims) == len(dims) and all(
+        c == -1 or c == d for c, d in zip(config_dims, dims, strict=True)
+    )
 
 
 def _needed_steps(steps: list[Any], requested: frozenset[str]) -> list[tuple[int, Any]]:

@@ -238,3 +238,52 @@ def test_steps_are_looked_up_live(repo):
     assert error.message() == (
         "in ensemble 'versioned_ens', Request for unknown model: 'versioned' is not found"
     )
+
+
+IDENTITY = """import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]
+            )
+            for r in requests
+        ]
+"""
+
+
+def test_tensors_gain_and_lose_a_batch_dimension_between_batching_and_other_steps(tmp_path):
+    """Triton's ReshapeTensorDims (qa/L0_simple_ensemble's max_queue_size ensembles): a
+    non-batching ensemble's [1] reaches a batching step (max_batch_size 1, dims [1]) as [1, 1],
+    and that step's batch of 1 reaches a non-batching step (dims [1]) and the ensemble's
+    output as [1] again."""
+    io = 'input [{{ name: "IN" data_type: TYPE_FP32 dims: [ 1 ] }}]\n' + (
+        'output [{{ name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }}]\n'
+    )
+    for name, batch in (("batching", 1), ("flat", 0)):
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "1" / "model.py").write_text(IDENTITY)
+        (tmp_path / name / "config.pbtxt").write_text(
+            f'backend: "python"\nmax_batch_size: {batch}\n' + io.format()
+        )
+    (tmp_path / "ens" / "1").mkdir(parents=True)
+    (tmp_path / "ens" / "config.pbtxt").write_text(
+        'platform: "ensemble"\nmax_batch_size: 0\n'
+        + io.format()
+        + "ensemble_scheduling { step [\n"
+        '  { model_name: "batching" model_version: -1 input_map { key: "IN" value: "IN" }'
+        ' output_map { key: "OUT" value: "mid" } },\n'
+        '  { model_name: "flat" model_version: -1 input_map { key: "IN" value: "mid" }'
+        ' output_map { key: "OUT" value: "OUT" } } ] }\n'
+    )
+    loaded = load_repository([tmp_path])
+    try:
+        assert loaded.failures == {}
+        value = np.array([0.5], dtype=np.float32)
+        response = loaded.models["ens"].infer(InferRequest([pb_utils.Tensor("IN", value)]), 20)
+        assert response.error() is None
+        assert response.output_tensors()[0].as_numpy().tolist() == [0.5]
+    finally:
+        loaded.close()
