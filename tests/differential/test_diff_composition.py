@@ -114,12 +114,22 @@ def test_bls_gather(composition: Pair):
 
 
 def test_bls_decoupled_ensemble_final_rides_on_its_last_response(composition: Pair):
-    """A decoupled ensemble's last data response carries FINAL (no trailing empty response):
-    `repeat_dec`'s flag-only FINAL comes before `to_float` answers the last value, and the
-    response made once no step is in flight is sent with FINAL [V]."""
+    """A decoupled ensemble's responses through BLS, and its end: the response made once no
+    step is in flight carries FINAL, so when `repeat_dec`'s flag-only FINAL comes before
+    `to_float` answers the last value there is no trailing empty response [V]. Which of the
+    two comes first is a race between two models' threads; Triton's steps talk to their stub
+    processes over IPC, which makes the producer's FINAL first nearly always, where the
+    bridge's in-process steps can let the consumer answer first. Then FINAL goes alone and the
+    iterator ends with an empty response, as Triton does in that order (README, ensembles):
+    the data responses must match, and a trailing one, if any, must be empty."""
     spec = {"model": "streaming", "inputs": [["COUNT", "INT32", [2]]], "decoupled": True}
     triton, bridge = both(composition, probe(spec))
-    assert bridge == triton
+    assert not isinstance(triton, Failure), triton
+    empty = {"error": None, "outputs": {}}
+    assert triton["responses"][-1] != empty  # Triton: FINAL rode on the last data response
+    data = [r for r in bridge["responses"] if r != empty]
+    assert data == triton["responses"]
+    assert bridge["responses"][len(data) :] in ([], [empty])
 
 
 # -- ensembles ----------------------------------------------------------------------------------
