@@ -15,6 +15,13 @@
   time all requested outputs have new values they go out as one response of the ensemble; the
   one made when no step is left in flight carries FINAL, else FINAL goes alone (as Triton's).
 
+With `ensemble_scheduling { max_inflight_requests: N }` (Triton 2.63 on) each step has a
+`StepLimiter` shared by every request of the ensemble: at most N of that step's requests are in
+flight at once. A step made ready by a model's response waits for a slot on that model's thread
+(its `send()` blocks: backpressure on a decoupled producer, as in Triton); one made ready on an
+event loop (a request's first steps) waits in the limiter's queue instead and is submitted by
+the thread that frees a slot. A cancelled request waits for nothing.
+
 Composing models are looked up by name when a step runs, in the loaded repository (hot reload
 replaces entries of that dict in place), then among the models other processes serve when a
 `RemoteModels` is installed (remote.py): a remote step streams and fails exactly as a local one.
@@ -35,10 +42,13 @@ response_cache.py); the statistics count hits and misses as a model's.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -52,6 +62,90 @@ from ..scheduling.stats import ModelStats
 from ..validation import RequestError, RequestValidator, triton_input_order, unknown_model_error
 from .scope import Scope
 from .tensors import handed_over
+
+log = logging.getLogger(__name__)
+
+# A step ready to be sent: (submit id, step index, the step, its inputs).
+ReadyStep = tuple[int, int, Any, list[pb_utils.Tensor]]
+
+# How long a step waits for a slot before it goes ahead anyway (Triton's kMutexTimeoutSeconds).
+LIMITER_WAIT_S = 300.0
+
+
+class StepLimiter:
+    """Triton's StepInflightRequestLimiter: one step's requests in flight, across all requests
+    of the ensemble, at most `limit`."""
+
+    def __init__(self, limit: int, ensemble: str, step: int) -> None:
+        self.limit = limit
+        self.ensemble = ensemble
+        self.step = step
+        self._count = 0
+        self._changed = threading.Condition()
+        # Submissions that could not wait where they were made (on an event loop), in order.
+        self._deferred: deque[tuple[EnsembleRun, Callable[[], None]]] = deque()
+
+    def acquire(self, cancelled: Callable[[], bool], timeout: float = LIMITER_WAIT_S) -> None:
+        """Wait for a slot and take it; a cancelled request, or one that waited `timeout`,
+        takes one anyway (Triton's words for the latter)."""
+        with self._changed:
+            fits = self._changed.wait_for(
+                lambda: cancelled() or (self._count < self.limit and not self._deferred),
+                timeout,
+            )
+            if not fits:
+                log.error(
+                    "[Internal Error] Ensemble '%s' unable to schedule step %d (inflight: %d >= "
+                    "limit: %d) for %d seconds. Proceeding to avoid deadlock.",
+                    self.ensemble,
+                    self.step,
+                    self._count,
+                    self.limit,
+                    timeout,
+                )
+            self._count += 1
+
+    def acquire_or_defer(self, run: EnsembleRun, submit: Callable[[], None]) -> bool:
+        """Take a slot now (True), or queue `submit` to be called, holding a slot, once one is
+        free (False). Never waits."""
+        with self._changed:
+            if run.cancelled or (self._count < self.limit and not self._deferred):
+                self._count += 1
+                return True
+            self._deferred.append((run, submit))
+            return False
+
+    def release(self) -> None:
+        with self._changed:
+            if self._count == 0:
+                log.error("[Internal Error] step inflight request limiter underflow")
+                return
+            self._count -= 1
+            ready = None
+            if self._deferred and self._count < self.limit:
+                ready = self._deferred.popleft()[1]
+                self._count += 1
+            self._changed.notify()
+        if ready is not None:
+            ready()
+
+    def cancelled(self, run: EnsembleRun) -> None:
+        """`run` was cancelled: its queued submissions go now, and its waits end."""
+        with self._changed:
+            mine = [submit for owner, submit in self._deferred if owner is run]
+            self._deferred = deque(item for item in self._deferred if item[0] is not run)
+            self._count += len(mine)
+            self._changed.notify_all()
+        for submit in mine:
+            submit()
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class EnsembleModel:
@@ -76,6 +170,11 @@ class EnsembleModel:
         self.instances: list[Any] = []  # none of its own: its steps' instances do the work
         self.scope = scope if scope is not None else Scope()
         self._steps = list(config.ensemble_scheduling.step)
+        limit = config.ensemble_scheduling.max_inflight_requests
+        self.limiters: list[StepLimiter] = []
+        if limit > 0:
+            log.info("Ensemble model '%s' configured with max_inflight_requests: %d", name, limit)
+            self.limiters = [StepLimiter(limit, name, i) for i in range(len(self._steps))]
         self._runs: set[EnsembleRun] = set()
         self._idle = threading.Condition()
         self._closing = False
@@ -189,6 +288,7 @@ class EnsembleRun:
             name: batch_size if batching else 0 for name in self._tensors
         }
         self._step_batch: dict[int, int] = {}  # submit id -> its request's batch size
+        self._held: dict[int, StepLimiter] = {}  # submit id -> the limiter it holds a slot of
         self._fresh: set[str] = set()  # requested outputs produced since the last response
         self._requested = (
             frozenset(request.requested_outputs)
@@ -221,6 +321,10 @@ class EnsembleRun:
         self._submit_all(ready)
         self._maybe_finish()
 
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
     def cancel(self) -> None:
         with self._lock:
             self._cancelled = True
@@ -228,8 +332,10 @@ class EnsembleRun:
         for handle in handles:
             if handle is not None and hasattr(handle, "cancel"):
                 handle.cancel()
+        for limiter in self.ensemble.limiters:
+            limiter.cancelled(self)
 
-    def _ready_steps(self, changed: set[str]) -> list[tuple[int, Any, list[pb_utils.Tensor]]]:
+    def _ready_steps(self, changed: set[str]) -> list[ReadyStep]:
         """Steps to (re)submit after `changed` tensors got values (called under the lock)."""
         ready = []
         for index, step in self._steps:
@@ -257,7 +363,7 @@ class EnsembleRun:
             self._in_flight[submit_id] = None
             shapes = [i.shape() for i in inputs]
             self._step_batch[submit_id] = shapes[0][0] if batching and shapes[0] else 0
-            ready.append((submit_id, step, inputs))
+            ready.append((submit_id, index, step, inputs))
         return ready
 
     def _step_config(self, step: Any) -> mc.ModelConfig | None:
@@ -265,43 +371,75 @@ class EnsembleRun:
         model = self.ensemble.models.get(step.model_name)
         return getattr(model, "config", None) if model is not None else None
 
-    def _submit_all(self, ready: list[tuple[int, Any, list[pb_utils.Tensor]]]) -> None:
-        for submit_id, step, inputs in ready:
-            request = InferRequest(
-                inputs=inputs,
-                requested_outputs=sorted(step.output_map.keys()),
-                request_id=self.request.request_id,
-                parameters=dict(self.request.parameters),
-                model_version=step.model_version,
-            )
-
-            def respond(
-                response: pb_utils.InferenceResponse | None,
-                final: bool,
-                submit_id: int = submit_id,
-                step: Any = step,
-            ) -> None:
-                self._step_responded(submit_id, step, response, final)
-
-            model = self.ensemble.models.get(step.model_name)
-            remote = self.ensemble.scope.remote if model is None else None
-            if self.request.trace is not None and (model is not None or remote is not None):
-                request.trace = self.request.trace.child("ENSEMBLE_STEP")
-            if model is not None:
-                handle = model.submit(request, respond)
-            elif remote is not None:
-                # Served by another process: the same step, through the remote seam.
-                handle = remote.submit(step.model_name, request, _remote_respond(step, respond))
-            else:
-                message = unknown_model_error(step.model_name)
-                respond(_error(message, pb_utils.TritonError.NOT_FOUND), True)
+    def _submit_all(self, ready: list[ReadyStep]) -> None:
+        limiters = self.ensemble.limiters
+        for submit_id, index, step, inputs in ready:
+            if not limiters:
+                self._submit(submit_id, step, inputs)
                 continue
+            limiter = limiters[index]
             with self._lock:
-                if submit_id in self._in_flight:
-                    self._in_flight[submit_id] = handle
-                cancelled = self._cancelled
-            if cancelled and handle is not None and hasattr(handle, "cancel"):
-                handle.cancel()
+                self._held[submit_id] = limiter
+            if _on_event_loop():  # never wait there: the submission queues instead
+
+                def submit(submit_id: int = submit_id, step: Any = step, inputs: Any = inputs):
+                    self._submit(submit_id, step, inputs)
+
+                if not limiter.acquire_or_defer(self, submit):
+                    continue
+            else:
+                limiter.acquire(lambda: self._cancelled)
+            self._submit(submit_id, step, inputs)
+
+    def _release(self, submit_id: int) -> None:
+        """The step's request ended: its slot is free (called outside the lock)."""
+        with self._lock:
+            limiter = self._held.pop(submit_id, None)
+        if limiter is not None:
+            limiter.release()
+
+    def _submit(self, submit_id: int, step: Any, inputs: list[pb_utils.Tensor]) -> None:
+        """Send one step's request (holding its limiter's slot, where it has one)."""
+        with self._lock:
+            queued_in_vain = self._closed and submit_id in self._held
+        if queued_in_vain:  # the run failed while it waited for a slot: nothing is sent
+            self._release(submit_id)
+            return
+        request = InferRequest(
+            inputs=inputs,
+            requested_outputs=sorted(step.output_map.keys()),
+            request_id=self.request.request_id,
+            parameters=dict(self.request.parameters),
+            model_version=step.model_version,
+        )
+
+        def respond(
+            response: pb_utils.InferenceResponse | None,
+            final: bool,
+            submit_id: int = submit_id,
+            step: Any = step,
+        ) -> None:
+            self._step_responded(submit_id, step, response, final)
+
+        model = self.ensemble.models.get(step.model_name)
+        remote = self.ensemble.scope.remote if model is None else None
+        if self.request.trace is not None and (model is not None or remote is not None):
+            request.trace = self.request.trace.child("ENSEMBLE_STEP")
+        if model is not None:
+            handle = model.submit(request, respond)
+        elif remote is not None:
+            # Served by another process: the same step, through the remote seam.
+            handle = remote.submit(step.model_name, request, _remote_respond(step, respond))
+        else:
+            message = unknown_model_error(step.model_name)
+            respond(_error(message, pb_utils.TritonError.NOT_FOUND), True)
+            return
+        with self._lock:
+            if submit_id in self._in_flight:
+                self._in_flight[submit_id] = handle
+            cancelled = self._cancelled
+        if cancelled and handle is not None and hasattr(handle, "cancel"):
+            handle.cancel()
 
     def _step_responded(
         self,
@@ -310,12 +448,14 @@ class EnsembleRun:
         response: pb_utils.InferenceResponse | None,
         final: bool,
     ) -> None:
+        if final:
+            self._release(submit_id)
         error = response.error() if response is not None else None
         if error is not None:
             message = f"in ensemble '{self.ensemble.name}', {error.message()}"
             self._close(_error(message, error.code()))
             return
-        ready: list[tuple[int, Any, list[pb_utils.Tensor]]] = []
+        ready: list[ReadyStep] = []
         outgoing = None
         with self._lock:
             if self._closed:
@@ -343,7 +483,7 @@ class EnsembleRun:
 
     def _consume(
         self, step: Any, response: pb_utils.InferenceResponse, batch_size: int
-    ) -> tuple[pb_utils.InferenceResponse | None, list[tuple[int, Any, list[pb_utils.Tensor]]]]:
+    ) -> tuple[pb_utils.InferenceResponse | None, list[ReadyStep]]:
         """Take a step's outputs (under the lock): a decoupled ensemble's next response once
         every requested output has a new value, and the steps now ready (marked in flight)."""
         changed = set()

@@ -7,6 +7,8 @@ Expected values and texts are Triton 2.51's for the same repository
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -270,9 +272,7 @@ def test_tensors_gain_and_lose_a_batch_dimension_between_batching_and_other_step
         )
     (tmp_path / "ens" / "1").mkdir(parents=True)
     (tmp_path / "ens" / "config.pbtxt").write_text(
-        'platform: "ensemble"\nmax_batch_size: 0\n'
-        + io.format()
-        + "ensemble_scheduling { step [\n"
+        'platform: "ensemble"\nmax_batch_size: 0\n' + io.format() + "ensemble_scheduling { step [\n"
         '  { model_name: "batching" model_version: -1 input_map { key: "IN" value: "IN" }'
         ' output_map { key: "OUT" value: "mid" } },\n'
         '  { model_name: "flat" model_version: -1 input_map { key: "IN" value: "mid" }'
@@ -285,5 +285,141 @@ def test_tensors_gain_and_lose_a_batch_dimension_between_batching_and_other_step
         response = loaded.models["ens"].infer(InferRequest([pb_utils.Tensor("IN", value)]), 20)
         assert response.error() is None
         assert response.output_tensors()[0].as_numpy().tolist() == [0.5]
+    finally:
+        loaded.close()
+
+
+# -- max_inflight_requests (Triton 2.63 on; qa/L0_simple_ensemble EnsembleBackpressureTest) ----
+
+
+class _Run:
+    cancelled = False
+
+
+def test_step_limiter_queues_what_cannot_wait_and_frees_it_in_order():
+    from model_repository_loader.composition.ensemble import StepLimiter
+
+    limiter = StepLimiter(1, "e", 1)
+    run, sent = _Run(), []
+    assert limiter.acquire_or_defer(run, lambda: sent.append("a"))  # type: ignore[arg-type]
+    assert not limiter.acquire_or_defer(run, lambda: sent.append("b"))  # type: ignore[arg-type]
+    assert not limiter.acquire_or_defer(run, lambda: sent.append("c"))  # type: ignore[arg-type]
+    limiter.release()  # a's slot goes to b, which is sent on this thread
+    assert sent == ["b"]
+    limiter.cancelled(run)  # a cancelled request waits for nothing
+    assert sent == ["b", "c"]
+
+
+def test_step_limiter_wait_is_bounded(caplog):
+    from model_repository_loader.composition.ensemble import StepLimiter
+
+    limiter = StepLimiter(1, "e", 2)
+    limiter.acquire(lambda: False)
+    started = time.monotonic()
+    limiter.acquire(lambda: False, timeout=0.2)  # goes ahead past the bound, as Triton does
+    assert time.monotonic() - started >= 0.2
+    assert (
+        "[Internal Error] Ensemble 'e' unable to schedule step 2 (inflight: 1 >= limit: 1) for 0 "
+        "seconds. Proceeding to avoid deadlock." in caplog.text
+    )
+
+
+PRODUCER = """import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            for _ in range(6):
+                out = pb_utils.Tensor("OUT", np.array([0.5], dtype=np.float32))
+                sender.send(pb_utils.InferenceResponse([out]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+CONSUMER = """import json
+import os
+import logging
+import threading
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            folder = json.loads(request.parameters())["spans"]
+            start = time.monotonic()
+            time.sleep(0.1)
+            with open(os.path.join(folder, f"{start}-{time.monotonic()}"), "w"):
+                pass
+            data = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", data)]))
+        return responses
+"""
+
+
+@pytest.mark.parametrize("limit", [0, 1])
+def test_max_inflight_requests_bounds_a_steps_requests(tmp_path, caplog, limit):
+    """A decoupled producer's six responses each run a consumer with two instances: with
+    `max_inflight_requests: 1` one at a time (the producer's send() waits), without it side by
+    side. Every response arrives, the last with FINAL."""
+    io = (
+        'input [{ name: "IN" data_type: TYPE_FP32 dims: [ 1 ] }]\n'
+        'output [{ name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }]\n'
+    )
+    models = tmp_path / "models"
+    for name, code, extra in (
+        ("producer", PRODUCER, "model_transaction_policy { decoupled: true }\n"),
+        (
+            "consumer",
+            CONSUMER,
+            "instance_group [{ count: 2 kind: KIND_CPU }]\n"
+            'parameters { key: "BRIDGE_INSTANCE_KIND" value { string_value: "thread" } }\n',
+        ),
+    ):
+        (models / name / "1").mkdir(parents=True)
+        (models / name / "1" / "model.py").write_text(code)
+        (models / name / "config.pbtxt").write_text(f'backend: "python"\n{io}{extra}')
+    (models / "ens" / "1").mkdir(parents=True)
+    setting = f"max_inflight_requests: {limit}\n" if limit else ""
+    (models / "ens" / "config.pbtxt").write_text(
+        f'platform: "ensemble"\n{io}ensemble_scheduling {{ {setting} step [\n'
+        '  { model_name: "producer" model_version: -1 input_map { key: "IN" value: "IN" }'
+        ' output_map { key: "OUT" value: "mid" } },\n'
+        '  { model_name: "consumer" model_version: -1 input_map { key: "IN" value: "mid" }'
+        ' output_map { key: "OUT" value: "OUT" } } ] }\n'
+    )
+    spans = tmp_path / "spans"
+    spans.mkdir()
+    with caplog.at_level(logging.INFO):
+        loaded = load_repository([models])
+    try:
+        assert loaded.failures == {}
+        configured = "Ensemble model 'ens' configured with max_inflight_requests: 1"
+        assert (configured in caplog.text) == (limit == 1)
+        got: list[tuple[Any, bool]] = []
+        done = threading.Event()
+
+        def respond(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+            outputs = None if response is None else len(response.output_tensors())
+            got.append((outputs, final))
+            if final:
+                done.set()
+
+        request = InferRequest(
+            [pb_utils.Tensor("IN", np.array([1], dtype=np.float32))],
+            parameters={"spans": str(spans)},
+        )
+        loaded.models["ens"].submit(request, respond)
+        assert done.wait(20)
+        assert [outputs for outputs, _ in got if outputs] == [1] * 6
+        assert got[-1][1] and not any(final for _, final in got[:-1])
+        intervals = sorted(tuple(map(float, p.name.split("-"))) for p in spans.iterdir())
+        overlaps = any(b[0] < a[1] for a, b in zip(intervals, intervals[1:], strict=False))
+        assert overlaps == (limit == 0)
     finally:
         loaded.close()
