@@ -68,8 +68,14 @@ def test_compute_capability_below_the_minimum_is_not_used() -> None:
     assert supported_gpu_ids(visible, 9.5) == ()
 
 
+def _nvml_answers() -> bool:
+    with devices.nvml_session() as nvml:
+        return nvml is not None
+
+
+@pytest.mark.skipif(_nvml_answers(), reason="NVML answers here: a GPU host")
 def test_no_nvml_driver_means_no_gpus() -> None:
-    # This machine has NVML's Python package (the gpu extra) but no driver library.
+    # CI has NVML's Python package (the gpu extra) but no driver library.
     assert devices.visible_devices() == []
 
 
