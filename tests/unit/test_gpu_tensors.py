@@ -191,14 +191,31 @@ def test_bytes_cannot_be_exported_from_a_gpu_tensor_either() -> None:
         tensor.to_dlpack()
 
 
-@pytest.mark.skipif(cuda.bindings_installed() is False, reason="cuda-bindings not installed")
+def _cuda_missing() -> str | None:
+    """Why CUDA cannot be used here (these tests need that), or None on a GPU host."""
+    if not cuda.bindings_installed():
+        return "cuda-bindings not installed"
+    try:
+        cuda.require_device()
+    except cuda.CudaUnavailable as exc:
+        return str(exc)
+    return None
+
+
+WITHOUT_CUDA = pytest.mark.skipif(
+    _cuda_missing() in (None, "cuda-bindings not installed"),
+    reason="needs cuda-bindings on a host where CUDA cannot be used",
+)
+
+
+@WITHOUT_CUDA
 def test_without_a_driver_the_host_copy_says_why() -> None:
     tensor = Tensor.from_dlpack("OUT", Producer().capsule())
     with pytest.raises(cuda.CudaUnavailable, match="cuda"):
         tensor._array  # what a wire would read  # noqa: B018
 
 
-@pytest.mark.skipif(cuda.bindings_installed() is False, reason="cuda-bindings not installed")
+@WITHOUT_CUDA
 def test_a_gpu_object_on_a_host_without_cuda_gets_tritons_text() -> None:
     gpu_tensor = Tensor.from_dlpack("OUT", Producer().capsule())
     # An object with __dlpack__ on CUDA (here our own GPU tensor): its stream must be waited for.
