@@ -25,7 +25,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.harness import BridgeServer
-from tests.harness.gpu import gpu_missing
+from tests.harness.gpu import cuda_usable
 
 SHM = Path("/dev/shm")
 SECRET = b"not for clients " * 8
@@ -177,7 +177,7 @@ def test_a_truncated_region_is_an_error_and_the_server_keeps_serving(door, clien
     assert path_out.read_bytes()[:16] == FOUR.tobytes()
 
 
-@pytest.mark.skipif(gpu_missing() is None, reason="a GPU is here: tests/gpu registers for real")
+@pytest.mark.skipif(cuda_usable(), reason="CUDA works here: tests/gpu registers for real")
 def test_cuda_shared_memory_is_refused_as_triton_without_gpus(clients) -> None:
     handle = base64.b64encode(bytes(64))  # a cudaIpcMemHandle_t, as both clients take it
     with pytest.raises(InferenceServerException) as grpc_error:

@@ -20,3 +20,16 @@ def gpu_missing() -> str | None:
     if not torch.cuda.is_available():
         return f"the installed torch ({torch.__version__}) has no CUDA"
     return None
+
+
+@functools.cache
+def cuda_usable() -> bool:
+    """Whether CUDA itself works here (a driver and a device), torch or not: where it does, the
+    server registers CUDA shared memory and copies GPU tensors for real."""
+    from model_repository_loader.gpu import cuda
+
+    try:
+        cuda.require_device()
+    except cuda.CudaUnavailable:
+        return False
+    return True

@@ -19,6 +19,7 @@ import pytest
 from model_repository_loader.composition.tensors import handed_over
 from model_repository_loader.gpu import cuda
 from model_repository_loader.pb_utils import Tensor, TritonModelException
+from tests.harness.gpu import cuda_usable
 
 _KDL_CUDA = 2
 _DEVICE = 3
@@ -191,19 +192,8 @@ def test_bytes_cannot_be_exported_from_a_gpu_tensor_either() -> None:
         tensor.to_dlpack()
 
 
-def _cuda_missing() -> str | None:
-    """Why CUDA cannot be used here (these tests need that), or None on a GPU host."""
-    if not cuda.bindings_installed():
-        return "cuda-bindings not installed"
-    try:
-        cuda.require_device()
-    except cuda.CudaUnavailable as exc:
-        return str(exc)
-    return None
-
-
 WITHOUT_CUDA = pytest.mark.skipif(
-    _cuda_missing() in (None, "cuda-bindings not installed"),
+    not cuda.bindings_installed() or cuda_usable(),
     reason="needs cuda-bindings on a host where CUDA cannot be used",
 )
 
