@@ -44,22 +44,37 @@ WORKERS=(-n 2 --dist loadfile)
 # minutes): a step of their own, so that the main pass keeps its memory small; one case at a time
 # (their memory is the point), their output printed after the dynamo pass's. Side by side the two
 # took 5:49 where one after the other take ~7:20 (4:52 + 2:26; ~14 GB used at most).
-# Both are skipped when pytest was given a selection.
+# With them, qa/L0_backend_python/model_readiness's case of over a minute (~1.5 minutes); and
+# beside all, qa/L0_simple_ensemble's two EnsembleBackpressureTest cases of minutes (~4.5
+# minutes): their models' sleeps, hardly any CPU.
+# All are skipped when pytest was given a selection.
 if [ "$#" -eq 0 ] || [ "$*" = "-p no:cacheprovider" ]; then
   heavy_log=$(mktemp)
   DYN_BRIDGE_UPSTREAM_HEAVY=1 .venv/bin/python -m pytest "$@" \
-    tests/upstream/test_qa_backend_python.py -k bls_memory >"$heavy_log" 2>&1 &
+    tests/upstream/test_qa_backend_python.py -k "bls_memory or (model_readiness and minutes)" \
+    >"$heavy_log" 2>&1 &
   heavy=$!
+  slow_log=$(mktemp)
+  DYN_BRIDGE_UPSTREAM_HEAVY=1 .venv/bin/python -m pytest "$@" \
+    tests/upstream/test_qa_backend_python.py -k "EnsembleBackpressureTest and minutes" \
+    >"$slow_log" 2>&1 &
+  slow=$!
   dynamo_status=0
   DYN_BRIDGE_FRONTEND=dynamo .venv/bin/python -m pytest "${WORKERS[@]}" "$@" tests/differential \
     --ignore-glob='tests/differential/test_diff_http*' || dynamo_status=$?
   heavy_status=0
   wait "$heavy" || heavy_status=$?
-  echo "== tests/upstream/test_qa_backend_python.py -k bls_memory (DYN_BRIDGE_UPSTREAM_HEAVY=1)"
+  slow_status=0
+  wait "$slow" || slow_status=$?
+  echo "== tests/upstream/test_qa_backend_python.py -k 'bls_memory or (model_readiness and" \
+    "minutes)' (DYN_BRIDGE_UPSTREAM_HEAVY=1)"
   cat "$heavy_log"
-  rm -f "$heavy_log"
+  echo "== tests/upstream/test_qa_backend_python.py -k 'EnsembleBackpressureTest and minutes'"
+  cat "$slow_log"
+  rm -f "$heavy_log" "$slow_log"
   if [ "$dynamo_status" -ne 0 ]; then exit "$dynamo_status"; fi
   if [ "$heavy_status" -ne 0 ]; then exit "$heavy_status"; fi
+  if [ "$slow_status" -ne 0 ]; then exit "$slow_status"; fi
 fi
 
 # The product must work with numpy 1.x too (a repository's models may pin it): the in-process

@@ -27,12 +27,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tests.harness.gpu import gpu_missing
-from tests.upstream.support import ARCHIVE, Run, run_in_namespace
+from tests.upstream.support import ARCHIVE, HERE, Run, run_in_namespace
 
 QA = "server/qa"
 CASE_TIMEOUT_S = 60
 CLIENT_TIMEOUT_S = 240.0
 L0 = f"{QA}/L0_backend_python"
+UNITTEST_JUNIT = HERE / "unittest_junit.py"
 
 
 class Layout:
@@ -88,6 +89,9 @@ class Layout:
             config.write(line + "\n")
 
 
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)  # unittest.IsolatedAsyncioTestCase's too
+
+
 def upstream_cases(test_file: str) -> list[str]:
     """`Class::test_name` of every test method (and `test_name` of every test function) in one
     upstream test file, read from the archive's source."""
@@ -99,7 +103,7 @@ def upstream_cases(test_file: str) -> list[str]:
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             cases += [f"{node.name}::{name}" for name in _test_methods(node.body)]
-        elif isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+        elif isinstance(node, FUNCTIONS) and node.name.startswith("test"):
             cases.append(node.name)
     return cases
 
@@ -109,7 +113,7 @@ def _test_methods(body: list[ast.stmt]) -> list[str]:
     its GPU cases under `if not _test_jetson and not _test_windows:`)."""
     names = []
     for item in body:
-        if isinstance(item, ast.FunctionDef) and item.name.startswith("test"):
+        if isinstance(item, FUNCTIONS) and item.name.startswith("test"):
             names.append(item.name)
         elif isinstance(item, ast.If):
             names += _test_methods(item.body) + _test_methods(item.orelse)
@@ -128,12 +132,15 @@ class Step:
     select: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
     case_timeout: int = CASE_TIMEOUT_S
+    # "pytest", or "unittest" for a file whose cases only run under unittest's own runner
+    # (qa/common test_util.TestResultCollector's), as its test.sh runs it: unittest_junit.py.
+    runner: str = "pytest"
 
     folder: str = ""
 
     def cases(self) -> list[str]:
         every = upstream_cases(f"{self.folder}/{self.test_file}")
-        return [case for case in every if not self.select or case in self.select]
+        return [case for case in every if not self.select or _selected(case, self.select)]
 
     def junit(self) -> str:
         return f"{self.label}.report.xml"
@@ -143,7 +150,21 @@ class Step:
         # Cases are named one by one when some are left out: pytest's --deselect matches node
         # ids by prefix (deselecting test_a would also drop test_a_b).
         cases = self.cases() if self.skip or self.select else []
-        targets = [f"{self.test_file}::{case}" for case in cases if case not in self.skip]
+        chosen = [case for case in cases if case not in self.skip]
+        if self.runner == "unittest":
+            # test.sh's `python FILE Class -v`, each case's outcome written as junit XML.
+            return " ".join(
+                [
+                    *prefix,
+                    sys.executable,
+                    str(UNITTEST_JUNIT),
+                    f"--junitxml={self.junit()}",
+                    f"--timeout={self.case_timeout}",
+                    self.test_file,
+                    *(case.replace("::", ".") for case in chosen),
+                ]
+            )
+        targets = [f"{self.test_file}::{case}" for case in chosen]
         return " ".join(
             [
                 *prefix,
@@ -162,6 +183,11 @@ class Step:
                 *(targets or [self.test_file]),
             ]
         )
+
+
+def _selected(case: str, select: tuple[str, ...]) -> bool:
+    """`Class::case` named in `select`, itself or by its class (test.sh's `FILE Class`)."""
+    return any(case == name or case.startswith(f"{name}::") for name in select)
 
 
 @dataclass
@@ -200,6 +226,8 @@ class Phase:
     steps run against it, and the checks test.sh makes on its log after it stopped."""
 
     name: str
+    # The qa folder, relative to qa/L0_backend_python ("" for it, "../L0_parameters" for
+    # another qa folder).
     folder: str
     layout: Callable[[Layout], None]
     steps: list[Step]
@@ -209,9 +237,14 @@ class Phase:
     # `{root}` in a value is the folder the archive is unpacked in.
     env: dict[str, str] = field(default_factory=dict)
     server_log: str = "server.log"
-    log_checks: dict[str, Callable[[str], None]] = field(default_factory=dict)
-    # Commands test.sh runs before its pytest (e.g. a `curl` to /v2/logging), in the folder.
+    # test.sh's checks after the server stopped: on its log (`grep`), on files (`[ -e … ]`).
+    log_checks: dict[str, Callable[[PhaseRun], None]] = field(default_factory=dict)
+    # Commands test.sh runs before its pytest (e.g. a `curl` to /v2/logging), and after it
+    # while the server still runs (e.g. its `wait_for_server_live`), in the folder.
     before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    # The folder under the qa folder that test.sh lays the models out in (its MODELDIR).
+    models_dir: str = "models"
     # False where the folder ships a models/ of its own that test.sh adds to.
     fresh_models: bool = True
     # False where test.sh expects the server to fail its start (`run_server_nowait; wait`).
@@ -228,6 +261,7 @@ class PhaseRun:
     cases: dict[str, CaseResults]
     commands: dict[str, str]
     server_log: str
+    folder: Path
 
     def outcome(self, label: str, case: str) -> tuple[str, str]:
         results = self.cases.get(label)
@@ -244,7 +278,7 @@ def run_phase(root: Path, phase: Phase, skipped: set[str]) -> PhaseRun:
     each step's pytest in the qa folder inside a namespace; `skipped` holds the `label::case`
     ids left out."""
     qa_folder = root / L0 / phase.folder
-    models = qa_folder / "models"
+    models = qa_folder / phase.models_dir
     if phase.fresh_models:
         shutil.rmtree(models, ignore_errors=True)
     phase.layout(Layout(root, models))
@@ -276,7 +310,7 @@ def run_phase(root: Path, phase: Phase, skipped: set[str]) -> PhaseRun:
     run = run_in_namespace(
         models,
         qa_folder,
-        [*phase.before, *(step.command() for step in steps)],
+        [*phase.before, *(step.command() for step in steps), *phase.after],
         server_args=phase.server_args,
         client_env=env,
         client_timeout=max([CLIENT_TIMEOUT_S, *(step.case_timeout * 2 for step in steps)]),
@@ -292,4 +326,5 @@ def run_phase(root: Path, phase: Phase, skipped: set[str]) -> PhaseRun:
     cases = {step.label: CaseResults.read(qa_folder / step.junit()) for step in steps}
     log_path = qa_folder / phase.server_log
     log = log_path.read_text(errors="replace") if log_path.exists() else ""
-    return PhaseRun(run, cases, {step.label: step.command() for step in steps}, log)
+    commands = {step.label: step.command() for step in steps}
+    return PhaseRun(run, cases, commands, log, qa_folder)
