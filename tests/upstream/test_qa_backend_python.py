@@ -1136,7 +1136,7 @@ SKIPPED: dict[str, str] = {
         "bridge restarts a dead instance process at once, where python_backend 26.07 leaves it "
         "dead, so 'sleep 1' later it may be READY again. A dead instance process making "
         "the model NOT READY with Triton's log text is tested in tests/e2e/"
-        "test_model_readiness.py (docs/frontend_differences.md)"
+        "test_readiness_checks.py (docs/frontend_differences.md)"
     ),
     **{
         f"L0_parameters[{case}]::InferenceParametersTest::{case}": (
