@@ -262,6 +262,17 @@ def request_elements(request: dict[str, Any]) -> int:
     return total
 
 
+def release_raw_inputs(request: dict[str, Any]) -> None:
+    """Drop a decoded request's raw input contents (`bytes`) from its dict. A decoded BYTES
+    tensor holds objects of its own, a numeric one a copy or a view (which keeps what it views
+    alive by itself): the dict's reference is then only what keeps a second copy of every input
+    alive until the answer, for a caller that still holds the dict (the in-process door)."""
+    for tensor in request.get("tensors") or ():
+        data = tensor.get("data") if isinstance(tensor, dict) else None
+        if isinstance(data, dict) and isinstance(data.get("values"), bytes | bytearray):
+            data["values"] = b""
+
+
 async def decode_request_in_slices(
     request: dict[str, Any], model_name: str = "", limits: BytesLimits | None = None
 ) -> InferRequest:

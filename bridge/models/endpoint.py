@@ -55,6 +55,7 @@ from ..codec import (
     encode_response,
     output_sinks,
     raw_bytes_size,
+    release_raw_inputs,
     request_elements,
     wants_bridge_form,
     wants_empty_final_response,
@@ -323,6 +324,9 @@ class ModelWorker:
                     inference = await decode_request_in_slices(request, self.name, limits)
                 else:
                     inference = decode_request(request, self.name, limits)
+                # The tensors own (or view) their data now: the request's bytes need not stay
+                # beside them while the model runs (an in-process door's dict lives that long).
+                release_raw_inputs(request)
                 if bridge:
                     inference.model_version = parse_model_version(
                         str(request.get("model_version") or "")

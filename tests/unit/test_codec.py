@@ -9,7 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bridge.codec import decode_request, decode_tensor, encode_response, encode_tensor
+from bridge.codec import (
+    decode_request,
+    decode_tensor,
+    encode_response,
+    encode_tensor,
+    release_raw_inputs,
+)
+from bridge.serialized_bytes import encode
 from model_repository_loader.pb_utils import InferenceResponse, Tensor
 from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import RequestError
@@ -174,3 +181,31 @@ def test_undecodable_tensor_is_invalid_arg():
     with pytest.raises(RequestError) as caught:
         decode_request({"tensors": [broken]})
     assert str(caught.value).startswith("malformed inference input: ValueError: ")
+
+
+def test_a_decoded_request_lets_go_of_its_raw_contents() -> None:
+    """Issue 38, finding 7: once decoded, the bridge form's raw bytes are dropped from the
+    request dict (an in-process door holds that dict until the answer), and the tensors keep
+    what they need."""
+
+    strings = np.array([b"ab", b"cde"], dtype=np.object_)
+    numbers = np.arange(3, dtype=np.float32)
+    request = {
+        "model": "m",
+        "tensors": [
+            {
+                "metadata": {"name": "S", "data_type": "Bytes", "shape": [2]},
+                "data": {"data_type": "Bytes", "values": encode(strings)},
+            },
+            {
+                "metadata": {"name": "F", "data_type": "Float32", "shape": [3]},
+                "data": {"data_type": "Float32", "values": numbers.tobytes()},
+            },
+        ],
+    }
+    decoded = decode_request(request)
+    release_raw_inputs(request)
+    assert [t["data"]["values"] for t in request["tensors"]] == [b"", b""]
+    by_name = {t.name(): t.as_numpy() for t in decoded.inputs}
+    assert by_name["S"].tolist() == [b"ab", b"cde"]
+    np.testing.assert_array_equal(by_name["F"], numbers)

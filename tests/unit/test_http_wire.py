@@ -395,3 +395,32 @@ def test_a_compressed_body_is_bounded_once_inflated(encoding: str):
     )
     with pytest.raises(DoorError, match="cut short"):
         _decompress(packed[: len(packed) // 2], encoding)
+
+
+def test_an_inference_body_is_not_kept_by_the_request() -> None:
+    """Issue 38, finding 7: Starlette's `Request.body()` keeps the body for the handler's life,
+    beside the decoded inputs while the model runs; the door reads it without that."""
+    from starlette.requests import ClientDisconnect, Request
+
+    from bridge.frontends.triton.http.bodies import read_body
+
+    messages = [
+        {"type": "http.request", "body": b"abc", "more_body": True},
+        {"type": "http.request", "body": b"def", "more_body": False},
+    ]
+
+    async def receive() -> dict:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def read() -> tuple[bytes, BaseException | None]:
+        request = Request({"type": "http", "method": "POST", "headers": []}, receive)
+        body = await read_body(request)
+        try:
+            await request.body()  # nothing kept: the stream is consumed
+        except (RuntimeError, ClientDisconnect) as exc:
+            return body, exc
+        return body, None
+
+    body, refused = asyncio.run(read())
+    assert body == b"abcdef"
+    assert refused is not None

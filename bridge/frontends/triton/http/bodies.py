@@ -78,6 +78,14 @@ def json_document(
         raise internal(f"{PARSE_FAILED}: {exc}") from None
 
 
+async def read_body(request: Request) -> bytes:
+    """The whole body, not kept by the request: Starlette's `Request.body()` caches it for the
+    handler's whole life, so an inference body would stay beside its decoded inputs while the
+    model runs (issue 38: BYTES requests cost several times their size)."""
+    chunks = [chunk async for chunk in request.stream()]
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 async def read_json(
     request: Request,
     *,

@@ -35,6 +35,7 @@ from ..header_forward import forward_into
 from ..service import Target, single_answer
 from ..shm import SharedMemory
 from ..tensor_checks import run_deferred
+from .bodies import read_body
 from .error_status import error_response
 from .limits import DEFAULT_MAX_INPUT_SIZE, decompressed_too_large, off_loop
 from .tensors import (
@@ -156,7 +157,7 @@ async def _infer(request: Request, trace: WireTrace | None) -> Response:
         if target.decoupled:
             raise DoorError(ErrorCode.UNSUPPORTED, DECOUPLED)
         try:
-            raw = await request.body()
+            raw = await read_body(request)
         except ClientDisconnect:  # gone before its body arrived: nobody to answer, nothing to log
             return Response(b"", status_code=400)
         if trace is not None:
