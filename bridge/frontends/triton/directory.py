@@ -280,14 +280,8 @@ class Directory:
 
     async def stats(self) -> list[StatsRow]:
         """Every worker's per-version statistics (control op `stats`), one list over all."""
-        answers = await self._index.ask_each(control_request(Op.STATS))
-        rows: list[StatsRow] = []
-        for answer in answers:
-            if answer is not None and "error" in answer:
-                log.warning("a worker answered %s with %r", Op.STATS, answer)
-            elif answer:
-                rows.extend(StatsRow.from_wire(row) for row in answer.get("models", ()))
-        return rows
+        rows = await self._model_rows(control_request(Op.STATS), Op.STATS)
+        return [StatsRow.from_wire(row) for row in rows]
 
     async def runtime_ready(
         self, name: str = "", version: int = -1, owners: list[int] | None = None
@@ -295,16 +289,24 @@ class Directory:
         """Triton's runtime readiness (control op `ready`): `name`'s `version` is ready on one
         of `owners`; `name` "": every loaded version on every worker is (strict server
         readiness). Each worker asks its models' instances and logs why one is not ready."""
-        answers = await self._index.ask_each(ready_request(name, version), owners)
-        rows: list[ReadyRow] = []
-        for answer in answers:
-            if answer is not None and "error" in answer:
-                log.warning("a worker answered %s with %r", Op.READY, answer)
-            elif answer:
-                rows.extend(ReadyRow.from_wire(row) for row in answer.get("models", ()))
+        answered = await self._model_rows(ready_request(name, version), Op.READY, owners)
+        rows = [ReadyRow.from_wire(row) for row in answered]
         if name:
             return any(not row.reason for row in rows)
         return all(not row.reason for row in rows)
+
+    async def _model_rows(
+        self, request: dict[str, Any], op: str, owners: list[int] | None = None
+    ) -> list[Any]:
+        """The `models` rows every worker (or those of `owners`) answered `request` with; a
+        worker's error answer is logged and counts for nothing."""
+        rows: list[Any] = []
+        for answer in await self._index.ask_each(request, owners):
+            if answer is not None and "error" in answer:
+                log.warning("a worker answered %s with %r", op, answer)
+            elif answer:
+                rows.extend(answer.get("models", ()))
+        return rows
 
     async def tell_every_worker(
         self, request: dict[str, Any], instance_ids: list[int] | None = None
