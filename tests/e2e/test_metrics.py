@@ -122,12 +122,12 @@ def test_metrics_of_process_instances(bridge_server, repository) -> None:
     labels = {"model": "counted_process", "version": "1"}
     # The failed request counts when the instance process reports its batch done, which may
     # come after its client has the error (seen once under a loaded CI run).
-    samples = wait_until(
-        lambda: (s := scrape(server.metrics_port))
-        if value(s, "nv_inference_request_failure", reason="BACKEND", **labels) == 1
-        else None,
-        "the failed request to be counted",
-    )
+    def counted() -> dict | None:
+        samples = scrape(server.metrics_port)
+        failed = value(samples, "nv_inference_request_failure", reason="BACKEND", **labels)
+        return samples if failed == 1 else None
+
+    samples = wait_until(counted, "the failed request to be counted")
     assert value(samples, "nv_inference_request_success", **labels) == 4
     assert value(samples, "nv_inference_count", **labels) == 8
     assert value(samples, "counted_process_requests", kind="ok") == 3
