@@ -51,7 +51,7 @@ from .logs import (
     redirect_output,
 )
 from .serialized_bytes import DEFAULT_MAX_DECODED_SIZE, DEFAULT_MAX_ELEMENTS, BytesLimits
-from .tuning import runtime_threads
+from .tuning import request_plane_timeout, runtime_threads
 
 if TYPE_CHECKING:
     from .frontends.triton import DoorOptions, HttpOptions
@@ -1040,6 +1040,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Before Dynamo's runtime starts: it reads its logging settings once, and its thread counts.
     quiet_targets = configure_dynamo_logging(args.log_verbose, os.environ)
     runtime_threads(os.environ)
+    request_plane_timeout(os.environ)
     with hide_filter_banner(quiet_targets):  # Dynamo reads DYN_LOG when first imported
         from .metrics.triton import parse_metrics_config
         from .options import Timings

@@ -1,5 +1,5 @@
-"""Process-wide tuning measured on the serving path: the C heap, the threads' scheduling, and
-the size of Dynamo's runtime's blocking pool.
+"""Process-wide tuning measured on the serving path: the C heap, the threads' scheduling, the
+size of Dynamo's runtime's blocking pool, and the request plane's timeout.
 
 ## Keep large buffers in the C heap between requests (glibc's malloc), instead of fresh pages
 
@@ -58,6 +58,18 @@ runtime threads blocked there, SIGTERM ignored; Dynamo's own standalone frontend
 `DYN_RUNTIME_NUM_WORKER_THREADS`, the bridge sets the blocking pool to
 max(MIN_BLOCKING_THREADS, 4 × CPUs) before Dynamo's runtime is made (threads are started only
 when needed: the cap costs nothing until then).
+
+## How long a caller waits for a worker to take a request (`request_plane_timeout`)
+
+On the TCP request plane the caller waits `DYN_TCP_REQUEST_TIMEOUT` seconds (Dynamo's default:
+5) for the worker to acknowledge a request; the worker acknowledges on receipt, before the
+model runs (measured: a 3 s model answered with the timeout at 1 s). Until then a worker cut
+off by a partition holds every request sent its way, and a timeout is what ejects it
+(bridge/cluster/instances.py): measured on three network namespaces, a 20 s cut of one of two
+workers took the door from ~800 req/s to 0-16 req/s for the whole cut. The bridge therefore
+sets 1 s (the variable's smallest value: whole seconds) unless the user set it. The bound covers
+the transfer of the request itself, so a link that needs more than a second for the largest
+request (32 MiB at most, `DYN_TCP_MAX_MESSAGE_SIZE`: 0.3 s at 1 Gbit/s) needs a larger value.
 """
 
 from __future__ import annotations
@@ -86,6 +98,20 @@ def runtime_threads(environ: MutableMapping[str, str], cpus: int | None = None) 
     value = str(max(MIN_BLOCKING_THREADS, 4 * count))
     environ["DYN_RUNTIME_MAX_BLOCKING_THREADS"] = value
     return value
+
+
+REQUEST_PLANE_TIMEOUT_VARIABLE = "DYN_TCP_REQUEST_TIMEOUT"
+REQUEST_PLANE_TIMEOUT_S = 1
+
+
+def request_plane_timeout(environ: MutableMapping[str, str]) -> int:
+    """Set DYN_TCP_REQUEST_TIMEOUT to REQUEST_PLANE_TIMEOUT_S unless the user chose it; the
+    seconds in force (Dynamo reads whole seconds; a value it cannot read leaves its 5)."""
+    value = environ.setdefault(REQUEST_PLANE_TIMEOUT_VARIABLE, str(REQUEST_PLANE_TIMEOUT_S))
+    try:
+        return max(0, int(value))
+    except ValueError:
+        return 5
 
 
 # mallopt parameters (malloc.h)

@@ -34,6 +34,7 @@ from typing import Any
 
 from dynamo.runtime import DistributedRuntime
 
+from .instances import PING_TIMEOUT_S, Outliers, instance_gone
 from .protocol import IndexAnswer, Op, control_path, control_request
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ OP_TIMEOUT_S: dict[Op, float | None] = {
     Op.UNLOAD: None,
     # Each instance's is_ready() is bounded by the worker (5 s, as Triton), one after another.
     Op.READY: 60.0,
+    Op.PING: PING_TIMEOUT_S,
 }
 # While lookups use the cache: how old it may get before it is asked again (see the module doc;
 # a quarter second moves callers to a reloaded model's new endpoint well within the worker's
@@ -63,15 +65,6 @@ REFRESH_S = 0.25
 # control endpoint itself at start-up, when this process serves it too): discovery lists a new
 # instance within a second or two; a longer wait means it is not coming.
 INSTANCE_WAIT_S = 10.0
-# What Dynamo's client says when the instance it was asked to reach has no handler any more
-# (the request never ran, so sending it elsewhere is safe).
-_GONE_TEXTS = ("TCP connection to", "unknown endpoint", "not found for endpoint")
-
-
-def instance_gone(exc: BaseException) -> bool:
-    """The request could not reach the instance: it is gone (crashed, or its runtime stopped)."""
-    text = str(exc)
-    return text.startswith("Unavailable:") and any(t in text for t in _GONE_TEXTS)
 
 
 class EndpointWithdrawn(Exception):
@@ -109,6 +102,9 @@ class ClusterIndex:
         self.on_round: list[Callable[[IndexRound], Awaitable[None]]] = []
         # Called with the control instances that appeared since the last round (not waited on).
         self.on_new_workers: list[Callable[[list[int]], None]] = []
+        # The workers this process found unreachable, pinged until they answer (instances.py):
+        # shared by the door's routes and BLS calls, since an instance is a whole process.
+        self.outliers = Outliers(self._ping, self.instance_ids)
 
     async def start(self) -> None:
         """Watch the control endpoint from now on, and keep the cache fresh while it is used.
@@ -131,6 +127,7 @@ class ClusterIndex:
     def stop(self) -> None:
         if self._refresher is not None:
             self._refresher.cancel()
+        self.outliers.stop()
 
     def instance_ids(self) -> list[int]:
         return list(self._control.instance_ids())
@@ -220,6 +217,10 @@ class ClusterIndex:
             timeout = OP_TIMEOUT_S[Op(str(op))]
         except ValueError:  # not an op of ours: the worker answers INVALID_ARG at once
             timeout = ANSWER_TIMEOUT_S
+        if timeout is not None and instance_id in self.outliers:
+            # Found unreachable: an index round or a statistics call must not wait the full
+            # bound for it while it is cut off (its probe says when it is back).
+            timeout = min(timeout, PING_TIMEOUT_S)
         try:
             async with asyncio.timeout(timeout):
                 stream = await self._control.direct(request, instance_id, annotated=False)
@@ -240,6 +241,10 @@ class ClusterIndex:
                     self._gone_logged.add(instance_id)
                     log.info("worker %x is gone (until its lease ends): %s", instance_id, exc)
         return None
+
+    async def _ping(self, instance_id: int) -> bool:
+        """Whether the worker's control endpoint answers (within PING_TIMEOUT_S)."""
+        return await self.ask(instance_id, control_request(Op.PING)) is not None
 
     async def ask_each(
         self, request: dict[str, Any], instance_ids: list[int] | None = None

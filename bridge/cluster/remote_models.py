@@ -9,9 +9,10 @@ remote.py), installed by the ModelManager. The loader asks it only for names not
   loaded somewhere since) and when a cached endpoint has no instance any more (a reload moved
   the model to a new generation, or its worker stopped). This process's own entries are
   skipped: its models are local, and the loader never asks for them.
-- How a request goes: `client.round_robin(request, annotated=False, context=...)` on the model's
-  endpoint (the ClusterIndex's client of it), in the bridge form (codec.py): raw `bytes` both ways,
-  no per-element work, errors as items. Dynamo routes between replicas.
+- How a request goes: through an `Instances` (instances.py) of the model's endpoint (the
+  ClusterIndex's client of it), as the door sends: the replica with the fewest of this
+  process's calls in flight, workers found unreachable left out until they answer. In the
+  bridge form (codec.py): raw `bytes` both ways, no per-element work, errors as items.
 - Threads: the loader calls from a model's thread (BLS `exec`), an executor thread
   (`async_exec`), or the event loop itself (an ensemble's first steps). Everything Dynamo is done
   on the runtime's loop, scheduled with `run_coroutine_threadsafe`; only `find` waits for it,
@@ -41,7 +42,9 @@ from model_repository_loader.pb_utils import InferenceResponse, TritonError
 from model_repository_loader.tracing import RequestTrace
 
 from ..codec import decode_bridge_item, encode_bridge_request
+from .arrival import stamp
 from .index import ClusterIndex, EndpointWithdrawn, IndexRound
+from .instances import Failure, Instances, classify
 from .protocol import IndexRow
 
 log = logging.getLogger(__name__)
@@ -89,6 +92,8 @@ class DynamoRemoteModels:
         self._own_worker = own_worker
         # model name → where it is served, from the index's latest round; replaced whole
         self._targets: dict[str, _Entry] = {}
+        # endpoint → how its instances are chosen (on the loop); kept while its client is
+        self._instances: dict[str, Instances] = {}
         index.on_round.append(self._merge)
 
     async def start(self) -> None:
@@ -192,11 +197,18 @@ class DynamoRemoteModels:
             except EndpointWithdrawn:
                 client = None
             if client is not None and client.instance_ids():
+                instances = self._instances.get(entry.endpoint)
+                if instances is None or instances.client is not client:
+                    instances = Instances(client, self._index.outliers)
+                    self._instances[entry.endpoint] = instances
                 try:
-                    return await client.round_robin(body, annotated=False, context=call.context)
+                    return await instances.open(stamp(body), call.context)
                 except Exception as exc:  # no worker left on it, connection refused ...
+                    if classify(exc) is Failure.UNREACHABLE:
+                        raise  # it may have reached the worker: never sent twice
                     log.debug("'%s' at %s: %r; looking again", name, entry.endpoint, exc)
             self._index.forget_endpoint(entry.endpoint)
+            self._instances.pop(entry.endpoint, None)
         return None
 
     def _withdrawn(self, entry: _Entry) -> Callable[[], Awaitable[bool]]:

@@ -43,6 +43,7 @@ from model_repository_loader.validation import (
     parse_model_version,
 )
 
+from ..cluster.arrival import ARRIVALS
 from ..codec import (
     LARGE_REQUEST_ELEMENTS,
     OFF_LOOP_BYTES,
@@ -60,7 +61,7 @@ from ..codec import (
     wants_bridge_form,
     wants_empty_final_response,
 )
-from ..errors import request_failed
+from ..errors import request_failed, to_dynamo_exception
 from ..serialized_bytes import BytesLimits
 from ..transport.shm_exchange import open_inputs
 
@@ -382,6 +383,13 @@ class ModelWorker:
         empty_final = self._decoupled and wants_empty_final_response(request)
         responses = _Responses(loop, self.name)
         request_id = request.get("id") or ""
+        # Not started when its caller already gave up on it (bridge/cluster/arrival.py).
+        late = ARRIVALS.refusal(request, context, self.name)
+        if late is not None:
+            if not bridge:
+                raise to_dynamo_exception(late)
+            yield bridge_error(late, final=True, rejected=True)
+            return
         refused, pending, model, trace = await self._admit(request, bridge, responses)
         if refused is not None:
             failure = request_failed(self.name, request_id, refused)  # logs its one line

@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bridge.frontends.triton.routes import NOT_TAKEN_RETRIES, _first_taker, _unloading
+from bridge.cluster.arrival import late_text
+from bridge.frontends.triton.routes import NOT_TAKEN_RETRIES, _first_taker, _not_started
 from bridge.frontends.triton.service import without_loans
 
 REFUSED = "Unavailable: Worker disconnected before response stream was established"
@@ -73,7 +74,7 @@ def test_only_so_often_and_never_after_an_item_or_for_other_errors() -> None:
     assert len(calls) == 1
 
 
-def test_a_replica_unloading_the_model_is_passed_by() -> None:
+def test_a_replica_not_started_the_model_is_passed_by() -> None:
     unloading = {
         "error": {
             "code": "UNAVAILABLE",
@@ -84,10 +85,14 @@ def test_a_replica_unloading_the_model_is_passed_by() -> None:
     }
     queue_full = {"error": {"code": "UNAVAILABLE", "message": "Exceeds maximum queue size"},
                   "final": True, "rejected": True}  # fmt: skip
-    assert _unloading(unloading) and not _unloading(queue_full) and not _unloading({"final": 1})
+    late = {"error": {"code": "UNAVAILABLE", "message": late_text(1200)}, "final": True,
+            "rejected": True}  # fmt: skip
+    assert _not_started(unloading) and _not_started(late)
+    assert not _not_started(queue_full) and not _not_started({"final": 1})
+    assert not _not_started({**late, "rejected": False})  # an answer the model gave
 
     async def collect_refusing(start) -> list:
-        return [i async for i in _first_taker(start, Stopped(), refused=_unloading)]
+        return [i async for i in _first_taker(start, Stopped(), refused=_not_started)]
 
     start, calls = starts([unloading], [{"final": True, "tensors": []}])
     assert asyncio.run(collect_refusing(start)) == [{"final": True, "tensors": []}]

@@ -16,13 +16,9 @@ and including the final one (docs/worker_protocol.md §2):
   (model_cards.py): Dynamo's standard form on the request plane, converted at the door
   (foreign.py).
 
-Instances that are gone: a worker that crashed (or whose runtime Dynamo shut down when it lost
-its etcd lease) stays listed until its lease expires, and Dynamo's own `round_robin` keeps
-sending it a request each time its 5 s inhibition ends (spec dynamo_runtime.md §5). A request
-to such an instance fails before it reaches any handler ("TCP connection to … failed",
-"unknown endpoint", "instance_id=… not found", ai-dynamo-runtime 1.6.1, measured), so
-`Instances` sends it on to another instance and leaves the gone one out of the rotation for
-GONE_S; a worker restarted meanwhile is a new instance, served at once.
+Which instance a request-plane route sends to, and which instances it leaves out (gone, or
+unreachable and ejected until they answer a ping), is `Instances`' (bridge/cluster/instances.py);
+the ejected ones are shared with BLS calls through the process's `ClusterIndex.outliers`.
 
 A replica that is stopping may refuse a request before it took it (Dynamo's request plane says
 "Worker disconnected before response stream was established", or "Worker removed before request
@@ -41,7 +37,6 @@ does one that arrives over the request plane.
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
@@ -49,65 +44,12 @@ from dynamo.runtime import Context
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
-from ...cluster.index import instance_gone
+from ...cluster.arrival import arrived_late, stamp
+from ...cluster.instances import Instances, Outliers
 from ...cluster.protocol import read_error
 from ...transport.shm_exchange import ShmDoor
 from ...transport.shm_regions import RegionError
 from .foreign import bridge_items, to_standard_request
-
-# How long an instance that was found gone is left out of the rotation before it is tried
-# again (it may only have been unreachable for a moment): Dynamo's own inhibition period.
-GONE_S = 5.0
-# Instances one request tries at most: after a restart of every worker, the dead half of the
-# list comes first as often as not, until each has been found gone once.
-MAX_TRIES = 4
-
-
-class Instances:
-    """Round robin over an endpoint's instances that are not known to be gone (see module doc).
-
-    Opening a stream that fails because the instance is gone is tried again on another
-    instance (MAX_TRIES in all); any other failure is the caller's."""
-
-    __slots__ = ("client", "_gone", "_turn")
-
-    def __init__(self, client: Any) -> None:
-        self.client = client  # a Dynamo endpoint client
-        self._gone: dict[int, float] = {}  # instance id -> loop time it was found gone
-        self._turn = itertools.count()
-
-    def _candidates(self) -> list[int]:
-        now = asyncio.get_running_loop().time()
-        ids = sorted(self.client.instance_ids())
-        for instance_id in [i for i, t in self._gone.items() if i not in ids or now - t > GONE_S]:
-            del self._gone[instance_id]
-        if not ids:
-            return []
-        turn = next(self._turn) % len(ids)
-        rotated = ids[turn:] + ids[:turn]
-        # The gone ones last: tried only when nothing else is listed.
-        return [i for i in rotated if i not in self._gone] + [i for i in rotated if i in self._gone]
-
-    async def open(
-        self,
-        request: Any,
-        context: Context,
-        shape: Callable[[int, Any], Any] | None = None,
-    ) -> AsyncIterator[Any]:
-        """`shape(instance_id, request)`, when given, is what that instance is sent."""
-        # The first, then others while they turn out gone (fast: nothing listens there).
-        candidates = self._candidates()[:MAX_TRIES]
-        if not candidates:  # Dynamo's own answer: "No workers available for endpoint …"
-            return await self.client.round_robin(request, annotated=False, context=context)
-        for attempt, instance_id in enumerate(candidates):
-            sent = request if shape is None else shape(instance_id, request)
-            try:
-                return await self.client.direct(sent, instance_id, annotated=False, context=context)
-            except Exception as exc:
-                if not instance_gone(exc) or attempt == len(candidates) - 1:
-                    raise
-                self._gone[instance_id] = asyncio.get_running_loop().time()
-        raise AssertionError("unreachable")
 
 
 class Route(Protocol):
@@ -141,14 +83,18 @@ NOT_TAKEN_RETRIES = 3
 NOT_TAKEN_PAUSE_S = 0.05  # lets the client see the replica's record withdrawn
 
 
-def _unloading(item: Any) -> bool:
-    """A bridge worker's answer for a request that reached a version it is unloading (a replica
-    stopping): rejected before the model saw it (model_repository_loader.model.unavailable_text)."""
+def _not_started(item: Any) -> bool:
+    """A bridge worker's answer for a request the model never saw, which another replica may
+    take: the version is being unloaded (a replica stopping;
+    model_repository_loader.model.unavailable_text), or the request reached the worker late
+    enough that it took this caller for gone (bridge/cluster/arrival.py)."""
     error = item.get("error") if isinstance(item, dict) else None
     if not isinstance(error, dict) or not item.get("rejected"):
         return False
     code, message = read_error(error)
-    return code == ErrorCode.UNAVAILABLE and message.endswith("is not ready: it is being unloaded")
+    return code == ErrorCode.UNAVAILABLE and (
+        message.endswith("is not ready: it is being unloaded") or arrived_late(message)
+    )
 
 
 async def _first_taker(
@@ -184,8 +130,10 @@ class RequestPlaneRoute:
 
     __slots__ = ("instances", "shm", "answer_bytes")
 
-    def __init__(self, client: Any, shm: ShmDoor | None = None) -> None:
-        self.instances = Instances(client)
+    def __init__(
+        self, client: Any, shm: ShmDoor | None = None, outliers: Outliers | None = None
+    ) -> None:
+        self.instances = Instances(client, outliers)
         self.shm = shm
         # The size of the last answer (0: inline; None: none yet): what the next request offers.
         self.answer_bytes: int | None = None
@@ -195,10 +143,10 @@ class RequestPlaneRoute:
         shape = exchange.request_for if exchange is not None else None
 
         def start() -> Awaitable[Any]:
-            return self.instances.open(body, context, shape)
+            return self.instances.open(stamp(body), context, shape)
 
         def refused(item: Any) -> bool:  # sent again: to another replica, or in bytes
-            return _unloading(item) or (exchange is not None and exchange.refused(item))
+            return _not_started(item) or (exchange is not None and exchange.refused(item))
 
         answered = False
         try:
@@ -227,8 +175,8 @@ class StandardFormRoute:
 
     __slots__ = ("instances", "model")
 
-    def __init__(self, client: Any, model: str) -> None:
-        self.instances = Instances(client)
+    def __init__(self, client: Any, model: str, outliers: Outliers | None = None) -> None:
+        self.instances = Instances(client, outliers)
         self.model = model
 
     async def generate(self, body: dict, context: Context) -> AsyncIterator[dict]:

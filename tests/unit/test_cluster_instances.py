@@ -1,0 +1,208 @@
+"""Choosing an endpoint's instance (bridge/cluster/instances.py) and refusing requests that
+arrived after their caller gave up (bridge/cluster/arrival.py), in memory. End to end, on three
+network namespaces with a link cut: tests/e2e/test_multi_host.py and benchmarks/partition.py.
+
+`Endpoint` below stands for a Dynamo endpoint client: it has the two calls `Instances` makes
+(`instance_ids`, `direct`), and answers them as ai-dynamo-runtime 1.6.1 was measured to
+(the texts are the runtime's)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from bridge.cluster import arrival
+from bridge.cluster.arrival import Arrivals, stamp
+from bridge.cluster.instances import Failure, Instances, Outliers, classify
+
+TIMED_OUT = RuntimeError("DeadlineExceeded: TCP request to 10.213.0.11:44429 timed out")
+REFUSED = RuntimeError("Unavailable: TCP connection to 10.213.0.11:44429 failed: refused")
+
+
+class Endpoint:
+    """Instances that answer at once (a list of items), fail to open (an exception), or hold the
+    request open until `release` (a stalled worker)."""
+
+    def __init__(self, **behaviour: Any) -> None:
+        self.behaviour = {int(k[1:]): v for k, v in behaviour.items()}  # "i1" -> 1
+        self.sent: list[int] = []
+        self.release = asyncio.Event()
+
+    def instance_ids(self) -> list[int]:
+        return list(self.behaviour)
+
+    async def direct(self, request: Any, instance_id: int, **_: Any) -> AsyncIterator[dict]:
+        self.sent.append(instance_id)
+        outcome = self.behaviour[instance_id]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return self._items(outcome)
+
+    async def _items(self, outcome: Any) -> AsyncIterator[dict]:
+        if outcome == "stall":
+            await self.release.wait()
+        yield {"final": True}
+
+
+def outliers(answers: bool = False) -> Outliers:
+    async def ping(instance_id: int) -> bool:
+        return answers
+
+    return Outliers(ping, lambda: [1, 2, 3])
+
+
+async def drain(stream: AsyncIterator[dict]) -> list[dict]:
+    return [item async for item in stream]
+
+
+def test_the_failures_are_told_apart() -> None:
+    assert classify(TIMED_OUT) is Failure.UNREACHABLE
+    assert classify(REFUSED) is Failure.GONE
+    assert classify(RuntimeError("Unavailable: unknown endpoint x")) is Failure.GONE
+    assert classify(RuntimeError("InvalidRequest: ValueError: bad")) is Failure.OTHER
+
+
+def test_new_requests_pass_a_stalled_instance_by() -> None:
+    """A worker that holds its requests (cut off) gets no more while a replica answers."""
+
+    async def run() -> list[int]:
+        endpoint = Endpoint(i1="stall", i2=[])
+        instances = Instances(endpoint, outliers())
+        held = asyncio.ensure_future(drain(await instances.open({}, None)))
+        await asyncio.sleep(0)
+        for _ in range(6):
+            await drain(await instances.open({}, None))
+        endpoint.release.set()
+        await held
+        return endpoint.sent
+
+    sent = asyncio.run(run())
+    assert sent.count(1) == 1 and sent.count(2) == 6
+
+
+def test_replicas_share_requests_while_they_answer() -> None:
+    async def run() -> list[int]:
+        endpoint = Endpoint(i1=[], i2=[], i3=[])
+        instances = Instances(endpoint, outliers())
+        for _ in range(9):
+            await drain(await instances.open({}, None))
+        return endpoint.sent
+
+    sent = asyncio.run(run())
+    assert sorted(sent.count(i) for i in (1, 2, 3)) == [3, 3, 3]
+
+
+def test_an_unreachable_instance_is_ejected_and_its_request_not_sent_again() -> None:
+    async def run() -> tuple[list[int], bool]:
+        endpoint = Endpoint(i1=TIMED_OUT, i2=[])
+        shared = outliers()
+        instances = Instances(endpoint, shared)
+        endpoint.sent.clear()
+        failed = 0
+        for _ in range(5):
+            try:
+                await drain(await instances.open({}, None))
+            except RuntimeError as exc:
+                assert exc is TIMED_OUT
+                failed += 1
+        ejected = 1 in shared
+        shared.stop()
+        return endpoint.sent, ejected and failed == endpoint.sent.count(1)
+
+    sent, ejected_after_its_failures = asyncio.run(run())
+    assert ejected_after_its_failures
+    assert sent.count(1) <= 1  # once ejected, nothing more went to it
+    assert sent.count(2) >= 4
+
+
+def test_an_ejected_instance_comes_back_when_it_answers_its_ping() -> None:
+    async def run() -> tuple[bool, bool]:
+        shared = outliers(answers=True)
+        shared.eject(1, TIMED_OUT)
+        out = 1 in shared
+        await asyncio.sleep(0.7)  # one probe period and its ping
+        return out, 1 in shared
+
+    assert asyncio.run(run()) == (True, False)
+
+
+def test_a_gone_instance_is_passed_by_at_once() -> None:
+    async def run() -> list[int]:
+        endpoint = Endpoint(i1=REFUSED, i2=[])
+        instances = Instances(endpoint, outliers())
+        for _ in range(3):
+            await drain(await instances.open({}, None))
+        return endpoint.sent
+
+    sent = asyncio.run(run())
+    assert sent.count(1) == 1 and sent.count(2) == 3  # the refused request went to 2 too
+
+
+def test_when_every_instance_is_out_one_is_still_tried() -> None:
+    async def run() -> list[int]:
+        endpoint = Endpoint(i1=[])
+        shared = outliers()
+        shared.eject(1, TIMED_OUT)
+        await drain(await Instances(endpoint, shared).open({}, None))
+        shared.stop()
+        return endpoint.sent
+
+    assert asyncio.run(run()) == [1]
+
+
+# -- arrival.py -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def caller_waits_1s() -> Any:
+    arrival.set_caller_timeout(1.0)
+    yield
+    arrival.set_caller_timeout(None)
+
+
+def sent_ago(seconds: float, sender: str = "door") -> list:
+    return [sender, time.monotonic_ns() - int(seconds * 1e9), 1000]
+
+
+def test_a_request_later_than_its_callers_wait_is_refused(caller_waits_1s: Any) -> None:
+    arrivals = Arrivals()
+    assert arrivals.late_ms(sent_ago(0.002)) is None  # the first sets the smallest delay
+    assert arrivals.late_ms(sent_ago(0.5)) is None
+    late = arrivals.late_ms(sent_ago(3.0))
+    assert late is not None and 1900 < late < 2100
+    error = arrivals.refusal({"sent": sent_ago(3.0)}, None, "m")
+    assert error is not None and error.code() == error.UNAVAILABLE
+    assert "arrived after its caller gave up" in error.message()
+
+
+def test_the_clocks_of_two_hosts_need_not_agree(caller_waits_1s: Any) -> None:
+    """Only the delay beyond the smallest one counts: a caller whose clock is 1 h behind."""
+    arrivals = Arrivals()
+    assert arrivals.late_ms(sent_ago(3600.001, "far")) is None
+    assert arrivals.late_ms(sent_ago(3600.4, "far")) is None
+    assert arrivals.late_ms(sent_ago(3602.0, "far")) is not None
+    assert arrivals.late_ms(sent_ago(0.001, "near")) is None  # callers are kept apart
+
+
+def test_unstamped_requests_and_stopped_contexts(caller_waits_1s: Any) -> None:
+    class Context:
+        def __init__(self, stopped: bool) -> None:
+            self.stopped = stopped
+
+        def is_stopped(self) -> bool:
+            return self.stopped
+
+        def is_killed(self) -> bool:
+            return False
+
+    arrivals = Arrivals()
+    assert arrivals.refusal({}, Context(False), "m") is None
+    refused = arrivals.refusal({}, Context(True), "m")
+    assert refused is not None and refused.code() == refused.UNAVAILABLE
+    assert stamp({})["sent"][2] == 1000
+    arrival.set_caller_timeout(None)
+    assert "sent" not in stamp({})  # no known wait (NATS): not stamped
