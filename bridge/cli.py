@@ -588,6 +588,15 @@ def build_parser() -> argparse.ArgumentParser:
         "(default false, as tritonserver 2.70 on; status requests answer either way)",
     )
     p.add_argument(
+        "--max-shm-regions",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="the most shared memory regions (system and CUDA together) clients may have "
+        "registered at once (default 1024); past it a registration is refused UNAVAILABLE "
+        "until one is unregistered. tritonserver has no such limit",
+    )
+    p.add_argument(
         "--strict-readiness",
         type=_bool,
         nargs="?",
@@ -961,6 +970,14 @@ def resolve_http_limits(
     return limits
 
 
+def resolve_max_shm_regions(args: argparse.Namespace) -> int:
+    """`--max-shm-regions`, or the door's default (shm.py, imported only once parsed)."""
+    from .frontends.triton.shm import DEFAULT_MAX_REGIONS
+
+    regions: int | None = args.max_shm_regions
+    return DEFAULT_MAX_REGIONS if regions is None else regions
+
+
 def resolve_max_input_size(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """`--http-max-input-size`: the triton door's HTTP port and the control port, whatever the
     front door; parser.error unless positive."""
@@ -1095,6 +1112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         exit_on_error=args.exit_on_error,
         strict_readiness=args.strict_readiness,
         allow_client_shm=args.allow_client_shm,
+        max_shm_regions=resolve_max_shm_regions(args),
         model_control_mode=args.model_control_mode,
         load_models=tuple(args.load_models),
         control_port=args.control_port,
