@@ -358,7 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="every HTTP port: at most N open connections each; at the cap the connection "
-        "idle longest makes room, else the new one is answered 503 and closed (default 1024)",
+        "idle longest makes room, else the request waited on longest (408), else the new one "
+        "is answered 503 and closed (default 1024)",
     )
     p.add_argument(
         "--http-max-connections-per-client",
@@ -366,8 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="every HTTP port: at most N open connections from one client (an IPv4 address or "
-        "an IPv6 /64); at the cap its connection idle longest makes room, else its new one is "
-        "answered 503 and closed (default 256)",
+        "an IPv6 /64); at the cap its connection idle longest makes room, else its request "
+        "waited on longest (408), else its new one is answered 503 and closed (default 256)",
     )
     p.add_argument(
         "--grpc-max-connections",
