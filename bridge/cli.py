@@ -358,7 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="every HTTP port: at most N open connections each; at the cap the connection "
-        "idle longest makes room, else the new one is answered 503 and closed (default 1024)",
+        "idle longest makes room, else the request waited on longest (408), else the new one "
+        "is answered 503 and closed (default 1024)",
     )
     p.add_argument(
         "--http-max-connections-per-client",
@@ -366,8 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="every HTTP port: at most N open connections from one client (an IPv4 address or "
-        "an IPv6 /64); at the cap its connection idle longest makes room, else its new one is "
-        "answered 503 and closed (default 256)",
+        "an IPv6 /64); at the cap its connection idle longest makes room, else its request "
+        "waited on longest (408), else its new one is answered 503 and closed (default 256)",
     )
     p.add_argument(
         "--grpc-max-connections",
@@ -586,6 +587,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BOOL",
         help="let clients register system and CUDA shared memory regions for their tensors "
         "(default false, as tritonserver 2.70 on; status requests answer either way)",
+    )
+    p.add_argument(
+        "--max-shm-regions",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="the most shared memory regions (system and CUDA together) clients may have "
+        "registered at once (default 1024); past it a registration is refused UNAVAILABLE "
+        "until one is unregistered. tritonserver has no such limit",
     )
     p.add_argument(
         "--strict-readiness",
@@ -961,6 +971,14 @@ def resolve_http_limits(
     return limits
 
 
+def resolve_max_shm_regions(args: argparse.Namespace) -> int:
+    """`--max-shm-regions`, or the door's default (shm.py, imported only once parsed)."""
+    from .frontends.triton.shm import DEFAULT_MAX_REGIONS
+
+    regions: int | None = args.max_shm_regions
+    return DEFAULT_MAX_REGIONS if regions is None else regions
+
+
 def resolve_max_input_size(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """`--http-max-input-size`: the triton door's HTTP port and the control port, whatever the
     front door; parser.error unless positive."""
@@ -1096,6 +1114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         exit_on_error=args.exit_on_error,
         strict_readiness=args.strict_readiness,
         allow_client_shm=args.allow_client_shm,
+        max_shm_regions=resolve_max_shm_regions(args),
         model_control_mode=args.model_control_mode,
         load_models=tuple(args.load_models),
         control_port=args.control_port,

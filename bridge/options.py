@@ -13,6 +13,7 @@ from model_repository_loader.scheduling.rate_limiter import ResourceLimit
 
 from .frontends.triton.http.connections import ConnectionLimits
 from .frontends.triton.http.limits import DEFAULT_MAX_INPUT_SIZE
+from .frontends.triton.shm import DEFAULT_MAX_REGIONS
 from .metrics.triton import MetricsConfig
 from .restrictions import Restriction
 from .serialized_bytes import BytesLimits
@@ -94,6 +95,8 @@ class ServerOptions:
     strict_readiness: bool = True
     # tritonserver's --allow-client-shm (2.70 on): clients may register shared memory regions.
     allow_client_shm: bool = False
+    # `--max-shm-regions`: the most client regions (system and CUDA) the door holds at once.
+    max_shm_regions: int = DEFAULT_MAX_REGIONS
     loader: ConfigOptions = field(default_factory=ConfigOptions)
     model_control_mode: str = "poll"
     load_models: tuple[str, ...] = ()  # explicit mode's start-up set; "*" = all

@@ -166,14 +166,18 @@ OTHER_FILES = 1024
 
 def _fit_open_files(options: ServerOptions) -> ServerOptions:
     """Room for every listener's connection cap (tuning.py): the triton door's gRPC cap, unless
-    given, is what the open-file limit leaves after the HTTP listeners' caps and the rest
-    (gRPC core cannot close an idle connection to make room, so a smaller cap would let idle
-    connections lock new clients out); a warning when the hard limit leaves too little."""
+    given, is what the open-file limit leaves after the HTTP listeners' caps, the clients'
+    shared memory regions and the rest (gRPC core cannot close an idle connection to make
+    room, so a smaller cap would let idle connections lock new clients out); a warning when
+    the hard limit leaves too little."""
     files = open_files_to_hard_limit()
     listeners = 1 + int(options.control_port is not None) + int(options.http is not None)
     needed = listeners * options.http_limits.max_connections + OTHER_FILES
     door = options.door
     if door is not None and options.role != "worker":
+        if options.allow_client_shm:
+            # A client's region on an object of its own keeps a descriptor (shm.py).
+            needed += options.max_shm_regions
         if door.max_connections is None:
             room = max(files - needed, LEAST_CONNECTIONS)
             door = dataclasses.replace(door, max_connections=room)

@@ -88,6 +88,7 @@ class TritonDoorRole:
             bridge_made=self.shm.made,
             strict_readiness=self.options.strict_readiness,
             allow_client_shm=self.options.allow_client_shm,
+            max_shm_regions=self.options.max_shm_regions,
         )
         self.grpc = GrpcServer(self.service, self.door_options)
         if self.options.http is not None:

@@ -7,8 +7,10 @@
 - A POST body that stops arriving on `/v2/models/<m>/infer` is answered 408 and closed within
   the body deadline (before, only load/unload had one).
 - Connection caps: past `--http-max-connections` a new HTTP connection makes room by closing
-  one idle between requests, or, when none is idle, is answered 503 and closed while gRPC, the
-  metrics and control ports still answer, and HTTP answers again once connections close;
+  one idle between requests, else the request the server has waited on longest (its body
+  stalled), or, when every connection is being answered, is answered 503 and closed while
+  gRPC, the metrics and control ports still answer, and HTTP answers again once connections
+  close;
   past `--grpc-max-connections` gRPC closes new connections while HTTP still answers.
 - The metrics port passes only `GET /health` and `GET /live` through to Dynamo's frontend
   (and serves `/metrics`): its other routes are 404, other methods 405.
@@ -21,6 +23,7 @@ Every wait is bounded; deadlines are set small through the flags so the tests st
 
 from __future__ import annotations
 
+import json
 import re
 import select
 import socket
@@ -191,14 +194,39 @@ def _idle_http_connections(port: int, count: int) -> list[socket.socket]:
     return held
 
 
-def _busy_http_connections(port: int, count: int) -> list[socket.socket]:
-    """`count` connections inside a request head (the server accepts them in this order)."""
+def _answering_http_connections(
+    server: BridgeServer, count: int, folder: Path
+) -> tuple[list[socket.socket], Path]:
+    """`count` connections, each with a whole `pool` request held in its model until the gate
+    (the path returned) exists: requests being answered, which no cap closes for room. Waits
+    until the door has them all (two executing, the rest queued)."""
+    gate = folder / "gate"
     held = []
-    for _ in range(count):
-        sock = _connect(port)
-        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: localhost\r\n")
+    for i in range(count):
+        body = json.dumps(
+            {
+                "parameters": {"gate": str(gate), "started": str(folder / f"started{i}")},
+                "inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [i]}],
+            }
+        ).encode()
+        sock = _connect(server.http_port)
+        sock.sendall(
+            b"POST /v2/models/pool/infer HTTP/1.1\r\nHost: localhost\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
         held.append(sock)
-    return held
+
+    def all_in() -> bool:
+        started = len(list(folder.glob("started*")))
+        queued = re.search(
+            r'^nv_inference_pending_request_count\{model="pool",version="1"\} (\d+)',
+            httpx.get(server.metrics_url, timeout=30).text,
+            re.MULTILINE,
+        )
+        return started == 2 and queued is not None and int(queued.group(1)) == count - 2
+
+    wait_until(all_in, "the door to hold every request")
+    return held, gate
 
 
 def _http_served(server: BridgeServer) -> bool:
@@ -209,9 +237,9 @@ def _http_served(server: BridgeServer) -> bool:
         return False
 
 
-def test_past_the_http_cap_new_connections_get_503_and_the_rest_serves(capped) -> None:
+def test_past_the_http_cap_new_connections_get_503_and_the_rest_serves(capped, tmp_path) -> None:
     wait_until(lambda: _http_served(capped), "HTTP to answer")
-    held = _busy_http_connections(capped.http_port, HTTP_CAP)
+    held, gate = _answering_http_connections(capped, HTTP_CAP, tmp_path)
     try:
         for _ in range(3):
             with _connect(capped.http_port) as extra:
@@ -223,14 +251,38 @@ def test_past_the_http_cap_new_connections_get_503_and_the_rest_serves(capped) -
         assert httpx.get(capped.metrics_url, timeout=30).status_code == 200
         control = f"http://{LOCALHOST}:{capped.control_port}/v2/health/live"
         assert httpx.get(control, timeout=30).status_code == 200
-        # The connections held are still served.
-        held[0].sendall(b"\r\n")
-        assert held[0].recv(4096).startswith(b"HTTP/1.1 200")
+        # The requests held are still answered.
+        gate.write_text("open")
+        for sock in held:
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
     finally:
+        gate.touch()
         for sock in held:
             sock.close()
     wait_until(lambda: _http_served(capped), "HTTP to answer once the connections held close")
     assert "connections open, the most allowed (--http-max-connections)" in capped.log_text
+
+
+def test_at_the_http_cap_a_stalled_request_makes_room(capped) -> None:
+    wait_until(lambda: _http_served(capped), "HTTP to answer")
+    held = []
+    try:
+        for _ in range(HTTP_CAP):
+            # A body the door waits for: its 100 Continue says the handler is reading it.
+            held.append(_connect(capped.http_port))
+            held[-1].sendall(
+                b"POST /v2/models/echo/infer HTTP/1.1\r\nHost: localhost\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 1000\r\n"
+                b"Expect: 100-continue\r\n\r\n"
+            )
+            assert held[-1].recv(4096).startswith(b"HTTP/1.1 100 Continue")
+            held[-1].sendall(b"{")  # ... and then it stalls
+        assert _http_served(capped)  # a new client is served ...
+        closed = [sock for sock in held if _closed_within(sock, 0.2) is not None]
+        assert len(closed) == 1, closed  # ... in the room of one stalled request
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def test_at_the_http_cap_an_idle_connection_makes_room(capped) -> None:

@@ -7,8 +7,14 @@ import os
 
 import pytest
 
-from bridge.cli import build_parser, parse_with_environment, resolve_door
+from bridge.cli import (
+    build_parser,
+    parse_with_environment,
+    resolve_door,
+    resolve_max_shm_regions,
+)
 from bridge.frontends.triton.grpc.restrictions import parse_restricted_protocol
+from bridge.frontends.triton.shm import DEFAULT_MAX_REGIONS
 from bridge.restrictions import Restriction
 
 
@@ -94,3 +100,16 @@ def test_restricted_protocol_values() -> None:
             parse_restricted_protocol([bad])
     with pytest.raises(ValueError, match="can not be specified in multiple config groups"):
         parse_restricted_protocol(["health:k=v", "health:k=w"])
+
+
+def test_max_shm_regions_defaults_to_the_door_s_cap_and_says_so(capsys) -> None:
+    parser = build_parser()
+    given = parse_with_environment(parser, ["--max-shm-regions", "7"], {})
+    assert resolve_max_shm_regions(given) == 7
+    default = parse_with_environment(parser, [], {})
+    assert resolve_max_shm_regions(default) == DEFAULT_MAX_REGIONS
+    # The help names the default without importing the door to build the parser.
+    help_text = " ".join(parser.format_help().split())
+    assert f"registered at once (default {DEFAULT_MAX_REGIONS})" in help_text
+    with pytest.raises(SystemExit):
+        parse_with_environment(parser, ["--max-shm-regions", "0"], {})

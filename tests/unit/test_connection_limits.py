@@ -296,6 +296,8 @@ def test_past_the_cap_a_connection_is_answered_503_and_closed() -> None:
         state = ServerState()
         capped = ConnectionLimits(max_connections=2)
         kept = [connect(_ok, state, capped) for _ in range(2)]
+        for transport in kept:  # being answered (the handler takes 1 s): none makes room
+            transport.protocol.data_received(b"GET /?1 HTTP/1.1\r\nHost: x\r\n\r\n")
         extra = connect(_ok, state, capped)
         assert extra.written.startswith(b"HTTP/1.1 503") and extra.closed
         assert len(state.connections) == 2 and not any(t.closed for t in kept)
@@ -347,23 +349,111 @@ def test_one_client_at_its_cap_leaves_room_for_others() -> None:
         idle_b = connect(_ok, state, capped, peer="127.0.0.2")
         idle_b.protocol.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         assert await until(lambda: _answered(idle_b))
+        # Two requests being answered (the handler takes 2 s): neither is closed for room.
         busy = [connect(_ok, state, capped, peer="127.0.0.1") for _ in range(2)]
         for transport in busy:
-            transport.protocol.data_received(b"POST / HTTP/1.1\r\nContent-Length: 9\r\n\r\n")
-        # Past its cap, with none of its own idle: refused, and another client's idle
+            transport.protocol.data_received(b"GET /?2 HTTP/1.1\r\nHost: x\r\n\r\n")
+        # Past its cap, with none of its own to close: refused, and another client's idle
         # connection is left alone.
         refused = connect(_ok, state, capped, peer="127.0.0.1")
         assert refused.closed and b"too many connections from this client" in refused.written
         assert refused.written.startswith(b"HTTP/1.1 503") and not idle_b.closed
-        # An IPv6 client is its /64; another client is served.
+        assert not any(t.closed for t in busy)
+        # An IPv6 client is its /64: its third connection takes the room of its first (silent
+        # since it connected), and closes nobody else's.
         ipv6 = [connect(_ok, state, capped, peer=f"2001:db8::{i}") for i in (1, 2, 3)]
-        assert [t.closed for t in ipv6] == [False, False, True]
+        assert [t.closed for t in ipv6] == [True, False, False]
+        assert ipv6[0].written == b""  # it sent nothing: nothing is sent back
         assert not connect(_ok, state, capped, peer="::ffff:127.0.0.3").closed
-        # The client's own idle connection makes room for it.
-        busy[0].protocol.data_received(b"123456789")
-        assert await until(lambda: _answered(busy[0]))
+        assert not ipv6[1].closed and not ipv6[2].closed
+        # Once answered, the client's own idle connection makes room for it.
+        assert await until(lambda: _answered(busy[0]) and _answered(busy[1]))
         assert not connect(_ok, state, capped, peer="127.0.0.1").closed
-        assert busy[0].closed and not busy[1].closed
+        assert sum(t.closed for t in busy) == 1
+
+    asyncio.run(main())
+
+
+STALLED_POST = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{"
+
+
+def test_at_its_cap_a_client_s_stalled_request_makes_room_for_its_new_one() -> None:
+    async def main() -> None:
+        state = ServerState()
+        capped = ConnectionLimits(
+            header_timeout=30, body_timeout=30, max_connections_per_client=3
+        )
+        stalled = [connect(_ok, state, capped) for _ in range(3)]
+        for transport in stalled:  # a body begun, then nothing: the server waits on them
+            transport.protocol.data_received(STALLED_POST)
+            await asyncio.sleep(0.02)
+        new = connect(_ok, state, capped)
+        assert not new.closed and not new.written
+        # The one silent longest is answered 408 and closed; the others stay.
+        assert [t.closed for t in stalled] == [True, False, False]
+        assert stalled[0].written.startswith(b"HTTP/1.1 408")
+        # The newcomer is served, on the same address as the stalled ones.
+        new.protocol.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert await until(lambda: _answered(new))
+        # A flood from that address rotates through its own stalled connections: at most the
+        # cap is held, and the newest always gets in.
+        flood = [connect(_ok, state, capped) for _ in range(50)]
+        for transport in flood:
+            transport.protocol.data_received(STALLED_POST)
+        assert sum(not t.closed for t in [*stalled, new, *flood]) == 3
+        assert not any(t.closed for t in flood[-3:])
+
+    asyncio.run(main())
+
+
+def test_a_steady_upload_is_not_closed_for_room_before_a_stalled_one() -> None:
+    async def main() -> None:
+        state = ServerState()
+        capped = ConnectionLimits(
+            header_timeout=30, body_timeout=30, max_connections_per_client=2
+        )
+        steady = connect(_ok, state, capped)  # the older of the two: age is not the rule
+        steady.protocol.data_received(STALLED_POST)
+        stalled = connect(_ok, state, capped)
+        stalled.protocol.data_received(STALLED_POST)
+        for _ in range(5):  # the steady one keeps sending; the stalled one does not
+            await asyncio.sleep(0.02)
+            steady.protocol.data_received(b"x" * 1000)
+        new = connect(_ok, state, capped)
+        assert not new.closed
+        assert stalled.closed and stalled.written.startswith(b"HTTP/1.1 408")
+        assert not steady.closed and not steady.written
+
+    asyncio.run(main())
+
+
+def test_a_connection_lingering_after_its_408_makes_room_first() -> None:
+    async def main() -> None:
+        state = ServerState()
+        capped = ConnectionLimits(header_timeout=0.1, body_timeout=30, max_connections=2)
+        late = connect(_ok, state, capped)
+        late.protocol.data_received(b"GET / HTTP/1.1\r\n")  # a head that never ends: 408
+        assert await until(lambda: late.eof)  # answered, lingering before it closes
+        stalled = connect(_ok, state, capped)
+        stalled.protocol.data_received(STALLED_POST)
+        assert not connect(_ok, state, capped).closed
+        assert late.closed and not stalled.closed
+
+    asyncio.run(main())
+
+
+def test_a_body_the_server_stopped_reading_is_not_closed_for_room() -> None:
+    async def main() -> None:
+        state = ServerState()
+        capped = ConnectionLimits(
+            header_timeout=30, body_timeout=30, max_connections_per_client=1
+        )
+        held = connect(_ok, state, capped)
+        held.protocol.data_received(STALLED_POST)
+        held.protocol.flow.pause_reading()  # the server's wait, not the client's
+        new = connect(_ok, state, capped)
+        assert new.closed and new.written.startswith(b"HTTP/1.1 503")
+        assert not held.closed
 
     asyncio.run(main())
 

@@ -382,3 +382,62 @@ def test_a_region_held_by_a_request_is_unregistered_when_it_ends(memory, made):
         memory.write("r", 0, 4, "OUTPUT0", b"abcd")
     assert memory.regions == {}
     assert (SHM / key[1:]).read_bytes()[:4] == b"abcd"
+
+
+# -- the cap on regions (--max-shm-regions) --------------------------------------------------------
+
+
+def full() -> tuple[ErrorCode, str]:
+    return (
+        ErrorCode.UNAVAILABLE,
+        "failed to register shared memory region 'past': the server holds 2 shared memory "
+        "regions, its limit (--max-shm-regions); unregister one first",
+    )
+
+
+def test_past_the_cap_a_registration_is_refused_and_opens_nothing(made):
+    memory = SharedMemory(max_regions=2)
+    try:
+        memory.register("a", new_object(made), 0, 64)
+        memory.register("b", new_object(made), 0, 64)
+        before = open_descriptors()
+        with pytest.raises(DoorError) as caught:
+            memory.register("past", new_object(made), 0, 64)
+        assert (caught.value.code, caught.value.message) == full()
+        assert open_descriptors() == before
+        assert sorted(memory.regions) == ["a", "b"]
+        memory.unregister("a")  # a slot freed is a slot taken
+        memory.register("past", new_object(made), 0, 64)
+        assert sorted(memory.regions) == ["b", "past"]
+    finally:
+        memory.close()
+
+
+def test_at_the_cap_the_request_s_own_faults_come_first(made):
+    memory = SharedMemory(max_regions=1)
+    try:
+        key = new_object(made)
+        memory.register("a", key, 0, 64)
+        with pytest.raises(DoorError) as taken:
+            memory.register("a", new_object(made), 0, 64)
+        assert taken.value.code == ErrorCode.ALREADY_EXISTS
+        with pytest.raises(DoorError) as same_key:
+            memory.register("b", key, 0, 64)
+        assert same_key.value.code == ErrorCode.INTERNAL
+    finally:
+        memory.close()
+
+
+def test_a_region_in_use_counts_until_its_last_request_ends(made):
+    memory = SharedMemory(max_regions=2)
+    try:
+        memory.register("a", new_object(made), 0, 64)
+        memory.register("b", new_object(made), 0, 64)
+        with memory.holding(["a"]):
+            memory.unregister("a")  # deferred: it still holds its descriptor
+            with pytest.raises(DoorError) as caught:
+                memory.register("past", new_object(made), 0, 64)
+            assert (caught.value.code, caught.value.message) == full()
+        memory.register("past", new_object(made), 0, 64)
+    finally:
+        memory.close()

@@ -49,7 +49,7 @@ from .door_error import DoorError
 from .log_trace_settings import LogSettings, TraceSettings
 from .model_cards import FOREIGN_VERSION
 from .routes import LocalRoute
-from .shm import SharedMemory, made_by_nobody
+from .shm import DEFAULT_MAX_REGIONS, SharedMemory, made_by_nobody
 
 SERVER_NAME = "triton"
 SERVER_VERSION = "2.51.0"  # the Triton release whose behaviour the door follows
@@ -198,6 +198,7 @@ class TritonService:
         bridge_made: Callable[[Identity], bool] = made_by_nobody,
         strict_readiness: bool = True,
         allow_client_shm: bool = True,
+        max_shm_regions: int = DEFAULT_MAX_REGIONS,
     ) -> None:
         self.directory = directory
         # tritonserver's --strict-readiness: server readiness includes every model's.
@@ -207,7 +208,9 @@ class TritonService:
         self._ready = ready  # the composition root's own readiness (starting, stopping)
         # Clients' system shared memory; never one of the door's own regions (`bridge_made`:
         # the door's ShmDoor.made, shm.py).
-        self.shm = SharedMemory(bridge_made=bridge_made, allowed=allow_client_shm)
+        self.shm = SharedMemory(
+            bridge_made=bridge_made, allowed=allow_client_shm, max_regions=max_shm_regions
+        )
         self.logging = LogSettings(directory)
         self.trace = TraceSettings(directory, trace)
         self.exiting = False  # shutdown began: answer as Triton does while it exits

@@ -69,6 +69,14 @@ holds its mapping by reference: a request that copies from or to it keeps it ope
 unregistering meanwhile closes it after the copy. Where CUDA cannot be used (no GPU, no
 driver, no cuda-bindings) `register_cuda` raises CudaUnavailable and each wire answers as
 Triton does on a host without GPUs.
+
+How many regions, system and CUDA together, one door holds is capped (`max_regions`,
+`--max-shm-regions`; Triton has no cap): each system region on an object of its own keeps a
+descriptor open, and each CUDA region a device mapping, so without a cap a client could take the
+descriptors that connections and the request plane need, one registration at a time. Past the
+cap a registration is UNAVAILABLE (HTTP 503, gRPC UNAVAILABLE; Triton's code for what frees
+itself later, as a full queue is) until a region is unregistered; a region unregistered while in
+use counts until its last request ends, since until then it holds its descriptor.
 """
 
 from __future__ import annotations
@@ -110,6 +118,11 @@ LEND_MIN_BYTES = 1 << 19
 # O_NONBLOCK: a FIFO put there between the type check and the open must not hold the loop.
 _OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
+
+# The most regions (system and CUDA together) a door holds by default: far more than clients
+# register in practice (perf_analyzer registers a few per input and output), and well inside
+# the open-file limit the server raises at start (bridge/tuning.py).
+DEFAULT_MAX_REGIONS = 1024
 
 # What `holding` returns while no region is registered.
 _NOTHING_HELD = contextlib.nullcontext()
@@ -232,9 +245,12 @@ class SharedMemory:
         directory: str = SHM_DIRECTORY,
         bridge_made: Callable[[Identity], bool] = made_by_nobody,
         allowed: bool = True,
+        max_regions: int = DEFAULT_MAX_REGIONS,
     ) -> None:
         # --allow-client-shm: without it no region can be registered (status still answers).
         self.allowed = allowed
+        # --max-shm-regions: what registrations may hold open (module doc).
+        self.max_regions = max_regions
         self.regions: dict[str, Region] = {}
         self.cuda_regions: dict[str, CudaRegion] = {}
         self.directory = directory
@@ -259,6 +275,7 @@ class SharedMemory:
         if any(region.key == key for region in self.regions.values()):
             # Triton maps an object once: a second region on the same key is refused [V].
             raise DoorError(ErrorCode.INTERNAL, f"Invalid shared memory region: '{key}'")
+        self._check_room(name)  # before the object is opened: no descriptor past the cap
         fd = open_object(key, self.directory)
         failed = f"failed to register shared memory region '{name}': "
         try:
@@ -296,12 +313,24 @@ class SharedMemory:
                 ErrorCode.ALREADY_EXISTS, f"shared memory region '{name}' already in manager"
             )
 
+    def _check_room(self, name: str) -> None:
+        """Refuse a new region once the door holds `max_regions` (module doc); after the
+        request's own checks, so a client still learns what is wrong with its request."""
+        if len(self.regions) + len(self.cuda_regions) >= self.max_regions:
+            raise DoorError(
+                ErrorCode.UNAVAILABLE,
+                f"failed to register shared memory region '{name}': the server holds "
+                f"{self.max_regions} shared memory regions, its limit (--max-shm-regions); "
+                "unregister one first",
+            )
+
     def register_cuda(self, name: str, handle: bytes, device_id: int, byte_size: int) -> None:
         """A client's device memory under `name`. CudaUnavailable where CUDA cannot be used
         (before anything else is checked: the wires then answer as Triton without GPUs)."""
         self.require_allowed()
         cuda.require_device()
         self._check_new(name)
+        self._check_room(name)
         if len(handle) != cuda.IPC_HANDLE_BYTES:
             raise DoorError(
                 ErrorCode.INVALID_ARG, f"failed to register shared memory region '{name}': "

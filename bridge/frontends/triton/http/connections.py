@@ -32,12 +32,20 @@ metrics port each have their own):
   limited);
 - a **connection cap** (`--http-max-connections`) and a **cap per client**
   (`--http-max-connections-per-client`; a client is an IPv4 address, or an IPv6 /64, the
-  block one host is usually given). At either cap, the connection idle longest between
-  requests (of that client, for its own cap) makes room: it is closed, as nginx drains its
-  keep-alive connections when it runs out. When none is idle, the new connection is answered
-  503 and closed at once. So one client cannot hold a listener: the others are still served,
-  and one listener cannot starve the others of file descriptors (bridge/tuning.py raises the
-  soft RLIMIT_NOFILE to the hard one, well above the caps).
+  block one host is usually given). At either cap a connection already there makes room
+  (of that client, for its own cap): first the one idle longest between requests (or one
+  answered 408 or 431 and lingering), closed as nginx drains its keep-alive connections when
+  it runs out; else the one the server has waited
+  on longest for the rest of a request (its head or its body: silent the longest, whatever its
+  deadlines still allow), answered 408 and closed. A connection being answered, or whose body
+  the server has stopped reading, is never closed for room; when every one is, the new
+  connection is answered 503 and closed at once. So neither idle nor stalled connections keep
+  a new client out, even one at the same address (every local client is 127.0.0.1): it is
+  served as Triton serves it, and a stalled request makes room before one whose bytes keep
+  coming (a steady upload is heard from every few milliseconds; a connection sending a byte
+  now and then is silent longer). One client cannot hold a listener, and one listener cannot
+  starve the others of file descriptors (bridge/tuning.py raises the soft RLIMIT_NOFILE to the
+  hard one, well above the caps).
 
 tritonserver has none of these flags (its HTTP server is libevhtp's, with no read deadlines
 and no connection caps), so the names are the bridge's, in the style of the other `--http-*`
@@ -270,17 +278,61 @@ class LimitedProtocol(HttpToolsProtocol):
             and not self.transport.is_closing()
         )
 
+    def lingering(self) -> bool:
+        return self._lingering and not self.transport.is_closing()
+
+    def waiting_on_client(self) -> bool:
+        """The server waits for the client's bytes and has begun no answer: a new connection
+        that sent nothing, a request's head, or its body while the server is reading it (a
+        body the server stopped reading is the server's wait, not the client's)."""
+        if self.transport.is_closing() or self._lingering:
+            return False
+        if self._head_timer is not None:
+            return not self._answering()  # not a pipelined head behind an answer
+        cycle = self.cycle
+        return (
+            self._body_timer is not None
+            and not self.flow.read_paused
+            and (cycle is None or not cycle.response_started)
+        )
+
     def _make_room(self, mine: Collection[LimitedProtocol]) -> str | None:
-        """Close an idle connection where a cap is reached; the flag of the cap that has no
-        room, or None."""
+        """Close a connection where a cap is reached (module doc); the flag of the cap that
+        has no room, or None."""
         limits = self.limits
-        if _full(mine, limits.max_connections_per_client) and not _close_longest_idle(mine):
+        if _full(mine, limits.max_connections_per_client) and not self._room_in(mine, PER_CLIENT):
             return PER_CLIENT
         # Every connection of a listener is one of these (no WebSocket protocol is served).
         connections = cast("set[LimitedProtocol]", self.server_state.connections)
-        if _full(connections, limits.max_connections) and not _close_longest_idle(connections):
+        if _full(connections, limits.max_connections) and not self._room_in(
+            connections, PER_LISTENER
+        ):
             return PER_LISTENER
         return None
+
+    def _room_in(self, connections: Collection[LimitedProtocol], flag: str) -> bool:
+        """Close one of `connections` to make room (module doc); False when none may be."""
+        if _close_longest_idle(connections):
+            return True
+        stalled = [c for c in connections if c.waiting_on_client()]
+        if not stalled:
+            return False
+        # Silent longest: a steady client's bytes keep its last_heard a moment ago.
+        victim = min(stalled, key=lambda c: c.last_heard)
+        # The victim's transport names the listener (this one's is not set up yet).
+        self._warn_full(victim.transport, flag, evicting=True)
+        victim.evict()
+        return True
+
+    def evict(self) -> None:
+        """Closed to make room while its request is not all in: 408, as a deadline would
+        answer it (nothing to a new connection that sent nothing), and closed at once (no
+        lingering: the room is needed now). Its handler, if one awaits the body, sees the
+        client gone when the connection is lost (uvicorn's connection_lost)."""
+        self._cancel_timers()
+        if self._request_begun:
+            self.transport.write(_TIMEOUT_408)
+        self.transport.close()
 
     def _answering(self) -> bool:
         cycle = self.cycle
@@ -348,30 +400,38 @@ class LimitedProtocol(HttpToolsProtocol):
         transport.write_eof()
         self.loop.call_later(LINGER_S, transport.close)
 
-    def _warn_full(self, transport: asyncio.Transport, flag: str) -> None:
+    def _warn_full(self, transport: asyncio.Transport, flag: str, evicting: bool = False) -> None:
+        """One line per listener, cap and outcome every CAP_WARNING_EVERY_S while at a cap:
+        new connections refused (503), or stalled requests closed to make room (408)."""
         now = time.monotonic()
         warnings = type(self).last_cap_warning
-        if now - warnings.get(flag, -CAP_WARNING_EVERY_S) < CAP_WARNING_EVERY_S:
+        which = f"{flag} evicting" if evicting else flag
+        if now - warnings.get(which, -CAP_WARNING_EVERY_S) < CAP_WARNING_EVERY_S:
             return
-        warnings[flag] = now
+        warnings[which] = now
         address = transport.get_extra_info("sockname")
         where = f"{address[0]}:{address[1]}" if address else "?"
+        outcome = (
+            "the request waited on longest is answered 408 and closed to make room"
+            if evicting
+            else "new connections are answered 503 and closed"
+        )
         if flag == PER_LISTENER:
             log.warning(
-                "HTTP on %s: %d connections open, the most allowed (%s): new connections are "
-                "answered 503 and closed",
+                "HTTP on %s: %d connections open, the most allowed (%s): %s",
                 where,
                 self.limits.max_connections,
                 flag,
+                outcome,
             )
         else:
             log.warning(
-                "HTTP on %s: client %s has %d connections open, the most allowed (%s): its new "
-                "connections are answered 503 and closed",
+                "HTTP on %s: client %s has %d connections open, the most allowed (%s): %s",
                 where,
                 self._client,
                 self.limits.max_connections_per_client,
                 flag,
+                outcome,
             )
 
 
@@ -385,8 +445,9 @@ def _full(connections: Collection[LimitedProtocol], cap: int) -> bool:
 
 def _close_longest_idle(connections: Collection[LimitedProtocol]) -> bool:
     """Close the connection idle between requests that was heard from longest ago, if any;
-    True when one was."""
-    idle = [c for c in connections if c.idle()]
+    True when one was. One lingering after its 408 or 431 counts as idle: it was answered,
+    and only waits to close."""
+    idle = [c for c in connections if c.idle() or c.lingering()]
     if not idle:
         return False
     min(idle, key=lambda c: c.last_heard).transport.close()
