@@ -39,7 +39,6 @@ from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
 from . import heap
-from .cluster.arrival import set_caller_timeout
 from .cluster.index import ClusterIndex
 from .control import ControlPort
 from .frontends.triton.grpc.server import LEAST_CONNECTIONS
@@ -55,6 +54,7 @@ from .roles.ports import PortUnavailable, check_free, door_listeners, listeners
 from .roles.runtime import RuntimeSettingsError, check_services, start_runtime
 from .roles.triton_door import TritonDoorRole
 from .roles.worker import WorkerRole
+from .transport.arrival import set_caller_timeout
 from .tuning import (
     batch_scheduling,
     keep_large_buffers,
@@ -282,7 +282,7 @@ async def serve(options: ServerOptions) -> None:
         await worker.load()  # before the runtime: the status table comes first, as in Triton
 
     runtime = start_runtime(options.discovery_backend, options.request_plane, options.role)
-    # What this process stamps on the requests it sends to other workers (cluster/arrival.py):
+    # What this process stamps on the requests it sends to other workers (transport/arrival.py):
     # how long the TCP request plane waits for them to take one.
     tcp = options.request_plane == "tcp"
     set_caller_timeout(request_plane_timeout(os.environ) if tcp else None)

@@ -19,9 +19,9 @@ anything (Envoy's LEAST_REQUEST; Dynamo's `round_robin` would keep sending it it
   (`DYN_TCP_REQUEST_TIMEOUT`; bridge processes default it to 1 s, bridge/tuning.py), or its
   connection broke. The request may have reached the worker, so it is **not** sent again: the
   caller gets UNAVAILABLE, and a worker never starts a request that arrives after its caller
-  gave up (arrival.py). The instance is *ejected* (`Outliers`, shared by every endpoint of this
-  process, since an instance is a whole process): left out until it answers a ping of its
-  control endpoint, probed every PROBE_S in the background.
+  gave up (bridge/transport/arrival.py). The instance is *ejected* (`Outliers`, shared by
+  every endpoint of this process, since an instance is a whole process): left out until it
+  answers a ping of its control endpoint, probed every PROBE_S in the background.
 
 Instances out of rotation are still tried when no other is listed (a lone worker that comes
 back is used at once, not after its probe).

@@ -42,7 +42,7 @@ from model_repository_loader.pb_utils import InferenceResponse, TritonError
 from model_repository_loader.tracing import RequestTrace
 
 from ..codec import decode_bridge_item, encode_bridge_request
-from .arrival import stamp
+from ..transport.arrival import stamp
 from .index import ClusterIndex, EndpointWithdrawn, IndexRound
 from .instances import Failure, Instances, classify
 from .protocol import IndexRow

@@ -43,7 +43,6 @@ from model_repository_loader.validation import (
     parse_model_version,
 )
 
-from ..cluster.arrival import ARRIVALS
 from ..codec import (
     LARGE_REQUEST_ELEMENTS,
     OFF_LOOP_BYTES,
@@ -63,6 +62,7 @@ from ..codec import (
 )
 from ..errors import request_failed, to_dynamo_exception
 from ..serialized_bytes import BytesLimits
+from ..transport.arrival import ARRIVALS
 from ..transport.shm_exchange import open_inputs
 
 log = logging.getLogger(__name__)
@@ -383,7 +383,7 @@ class ModelWorker:
         empty_final = self._decoupled and wants_empty_final_response(request)
         responses = _Responses(loop, self.name)
         request_id = request.get("id") or ""
-        # Not started when its caller already gave up on it (bridge/cluster/arrival.py).
+        # Not started when its caller already gave up on it (bridge/transport/arrival.py).
         late = ARRIVALS.refusal(request, context, self.name)
         if late is not None:
             if not bridge:

@@ -1,5 +1,5 @@
 """Choosing an endpoint's instance (bridge/cluster/instances.py) and refusing requests that
-arrived after their caller gave up (bridge/cluster/arrival.py), in memory. End to end, on three
+arrived after their caller gave up (bridge/transport/arrival.py), in memory. End to end, on three
 network namespaces with a link cut: tests/e2e/test_multi_host.py and benchmarks/partition.py.
 
 `Endpoint` below stands for a Dynamo endpoint client: it has the two calls `Instances` makes
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from bridge.cluster import arrival
-from bridge.cluster.arrival import Arrivals, stamp
 from bridge.cluster.instances import Failure, Instances, Outliers, classify
+from bridge.transport import arrival
+from bridge.transport.arrival import Arrivals, stamp
 
 TIMED_OUT = RuntimeError("DeadlineExceeded: TCP request to 10.213.0.11:44429 timed out")
 REFUSED = RuntimeError("Unavailable: TCP connection to 10.213.0.11:44429 failed: refused")

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bridge.cluster.arrival import late_text
 from bridge.frontends.triton.routes import NOT_TAKEN_RETRIES, _first_taker, _not_started
 from bridge.frontends.triton.service import without_loans
+from bridge.transport.arrival import late_text
 
 REFUSED = "Unavailable: Worker disconnected before response stream was established"
 

@@ -44,9 +44,9 @@ from dynamo.runtime import Context
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
-from ...cluster.arrival import arrived_late, stamp
 from ...cluster.instances import Instances, Outliers
 from ...cluster.protocol import read_error
+from ...transport.arrival import arrived_late, stamp
 from ...transport.shm_exchange import ShmDoor
 from ...transport.shm_regions import RegionError
 from .foreign import bridge_items, to_standard_request
@@ -87,7 +87,7 @@ def _not_started(item: Any) -> bool:
     """A bridge worker's answer for a request the model never saw, which another replica may
     take: the version is being unloaded (a replica stopping;
     model_repository_loader.model.unavailable_text), or the request reached the worker late
-    enough that it took this caller for gone (bridge/cluster/arrival.py)."""
+    enough that it took this caller for gone (bridge/transport/arrival.py)."""
     error = item.get("error") if isinstance(item, dict) else None
     if not isinstance(error, dict) or not item.get("rejected"):
         return False
