@@ -58,8 +58,15 @@ def _environment(host_address: str, etcd: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def start_cluster(network: Network, workdir: Path) -> dict[str, Any]:
-    a, b, c = network["a"], network["b"], network["c"]
+def start_cluster(
+    network: Network,
+    workdir: Path,
+    repository: Path = REPOSITORY,
+    worker_hosts: tuple[str, ...] = ("b", "c"),
+) -> dict[str, Any]:
+    """etcd and the door on host `a`, a worker serving `repository` on each of `worker_hosts`;
+    returns once the door answers on gRPC (the caller waits for its models)."""
+    a = network["a"]
     etcd_url = f"http://{a.address}:{ETCD_PORT}"
     etcd = a.spawn(
         [
@@ -78,15 +85,16 @@ def start_cluster(network: Network, workdir: Path) -> dict[str, Any]:
     etcd.wait_http(f"{etcd_url}/health")
     bridge = [sys.executable, "-m", "bridge"]
     workers = {}
-    for host in (b, c):
+    for name in worker_hosts:
+        host = network[name]
         env = _environment(host.address, etcd_url, DYN_TCP_RPC_HOST=host.address)
-        workers[host.name] = host.spawn(
+        workers[name] = host.spawn(
             [
                 *bridge,
                 "--role",
                 "worker",
                 "--model-repository",
-                str(REPOSITORY),
+                str(repository),
                 "--metrics-port",
                 str(METRICS_PORT),
                 "--metrics-address",
@@ -102,9 +110,7 @@ def start_cluster(network: Network, workdir: Path) -> dict[str, Any]:
         name="frontend",
     )
     door.wait_until(lambda: accepts(a.address, DOOR_PORT), "the door's gRPC port", 120.0)
-    url = f"{a.address}:{DOOR_PORT}"
-    _wait_both_serve(network, url)
-    return {"url": url, "door": door, "workers": workers}
+    return {"url": f"{a.address}:{DOOR_PORT}", "door": door, "workers": workers}
 
 
 def _executions(address: str) -> float:
@@ -118,7 +124,7 @@ def _executions(address: str) -> float:
     return 0.0
 
 
-def _wait_both_serve(network: Network, url: str, timeout: float = 120.0) -> None:
+def wait_both_serve(network: Network, url: str, timeout: float = 120.0) -> None:
     client = grpcclient.InferenceServerClient(url)
     inputs = _inputs()
     deadline = time.monotonic() + timeout
@@ -264,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         Network(["a", "b", "c"], workdir=Path(tmp) / "hosts") as network,
     ):
         cluster = start_cluster(network, Path(tmp))
+        wait_both_serve(network, cluster["url"])
         result = load(cluster["url"], args, network)
         summary = summarize(result, args)
         print(format_table(result, summary, args))

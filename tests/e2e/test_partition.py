@@ -1,0 +1,131 @@
+"""A worker cut off by a partition (issue 39 items 1 and 2), on simulated hosts (network
+namespaces, tests/harness/hosts.py; as root, required in CI): etcd and the triton door on host
+`a`, workers on `b` (and `c`), the TCP request plane, the layout of benchmarks/partition.py and
+of docs/deployment.md "Several hosts".
+
+* With a replica, a cut worker costs the requests it had in flight and nothing else: the door
+  sends new requests to the replica at once (fewest in flight), ejects the cut worker at its
+  first timeout, and takes it back once it answers its ping again.
+* A request the door reported failed (the worker never acknowledged it in time) is not run when
+  the link comes back: the worker sees it arrive after its caller gave up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from benchmarks import partition
+from tests.harness.hosts import Network, require_hosts
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture
+def network(tmp_path: Path):
+    require_hosts()
+    with Network(["a", "b", "c"], workdir=tmp_path / "hosts") as made:
+        yield made
+
+
+def test_a_cut_worker_costs_only_its_requests_in_flight(network: Network, tmp_path: Path) -> None:
+    cluster = partition.start_cluster(network, tmp_path)
+    partition.wait_both_serve(network, cluster["url"])
+    args = argparse.Namespace(seconds=16, cut_at=4, cut_for=7, concurrency=8, client_timeout=60.0)
+    result = partition.load(cluster["url"], args, network)
+    summary = partition.summarize(result, args)
+    print(partition.format_table(result, summary, args))
+    # Without ejection and fewest-in-flight, every client ends up waiting on the cut worker and
+    # each of its requests fails: a failure per client per 5 s for the whole cut.
+    assert summary["failed"] <= args.concurrency, result["errors"]
+    during = result["answered"][args.cut_at + 1 : args.cut_at + args.cut_for]
+    assert all(during), f"a second of the cut with no answer: {during}"
+    assert result["b_executions_after_restore"] > 0, "the cut worker never served again"
+    frontend_log = cluster["door"].log_text()
+    assert "does not answer" in frontend_log and "answers again" in frontend_log
+
+
+RECORDER = textwrap.dedent(
+    """
+    import os
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            responses = []
+            for request in requests:
+                x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+                with open(os.environ["RECORD_FILE"], "a") as record:
+                    record.write(f"{int(x[0])}\\n")
+                out = pb_utils.Tensor("Y", x.astype(np.int32))
+                responses.append(pb_utils.InferenceResponse([out]))
+            return responses
+    """
+)
+
+
+def _recorder_repository(root: Path) -> Path:
+    model = root / "recorder"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(
+        'name: "recorder"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "X", data_type: TYPE_INT32, dims: [ 1 ] } ]\n'
+        'output [ { name: "Y", data_type: TYPE_INT32, dims: [ 1 ] } ]\n'
+    )
+    (model / "1" / "model.py").write_text(RECORDER)
+    return root
+
+
+def _call(client: grpcclient.InferenceServerClient, value: int) -> str:
+    tensor = grpcclient.InferInput("X", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
+    try:
+        client.infer("recorder", [tensor], client_timeout=30)
+    except Exception as exc:
+        return str(exc)
+    return "ok"
+
+
+def test_requests_the_door_gave_up_on_are_not_run_later(
+    network: Network, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = tmp_path / "record.txt"
+    record.touch()
+    monkeypatch.setenv("RECORD_FILE", str(record))  # the worker inherits it
+    repository = _recorder_repository(tmp_path / "models")
+    cluster = partition.start_cluster(network, tmp_path, repository, worker_hosts=("b",))
+    client = grpcclient.InferenceServerClient(cluster["url"])
+    deadline = time.monotonic() + 120
+    while _call(client, 1) != "ok":
+        assert time.monotonic() < deadline, "the recorder never answered"
+        time.sleep(0.5)
+
+    b = network["b"]
+    b.cut()
+    try:
+        failures = [_call(client, value) for value in (101, 102, 103)]
+    finally:
+        b.restore()
+    assert all("timed out" in f for f in failures), failures
+    # The requests are delivered when TCP retransmits them (backing off: up to ~15 s after the
+    # link is back); the worker says each one arrived late instead of running it.
+    worker = cluster["workers"]["b"]
+    worker.wait_until(
+        lambda: worker.log_text().count("after its caller gave up: not run") >= 1,
+        "the worker to refuse a late request",
+        60.0,
+    )
+    deadline = time.monotonic() + 120
+    while _call(client, 2) != "ok":  # b serves again: whatever was on its way has arrived
+        assert time.monotonic() < deadline, "the worker never served again"
+        time.sleep(0.5)
+    time.sleep(2)
+    ran = record.read_text().split()
+    assert not {"101", "102", "103"} & set(ran), ran
