@@ -7,9 +7,10 @@ multi-host tests (issue 39) and the partition tests and benchmarks built on them
   /24 in 10.213.0.0/16 that no interface or route of the machine uses yet, so the test
   process reaches every host directly (it polls their ports and scrapes their metrics);
 * one network namespace per host, `dbh-<pid>-<name>`, holding `lo` and an `eth0` (one end of a
-  veth pair; the other end, `dbh<pid>v<i>`, is a port of the bridge) with the host's address,
-  and a default route through the bridge, so each host has one non-loopback interface and a
-  route out as a real one does (Dynamo picks "this host's address" from its interfaces).
+  veth pair; the other end, `dbh<pid>v<i>`, is a port of the bridge) with the host's address.
+  No default route unless asked (`default_route=True`: through the bridge's address): a host
+  reaches the subnet and nothing else, so a packet meant elsewhere fails at once ("Network is
+  unreachable") and never leaves the machine, even where this machine forwards packets.
 
 A host's name lookups go to a resolver on its own loopback (`/etc/netns/<namespace>/resolv.conf`,
 which `ip netns exec` puts over /etc/resolv.conf), where nothing listens: the machine's resolver
@@ -343,8 +344,14 @@ class Host:
 class Network:
     """Simulated hosts named `names` on a bridge of their own; a context manager."""
 
-    def __init__(self, names: Iterable[str], workdir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        names: Iterable[str],
+        workdir: str | os.PathLike[str] | None = None,
+        default_route: bool = False,
+    ) -> None:
         self.names = list(names)
+        self.default_route = default_route
         if len(set(self.names)) != len(self.names) or not self.names:
             raise ValueError(f"host names must be distinct and not none: {self.names}")
         self.pid = os.getpid()
@@ -404,7 +411,8 @@ class Network:
             _ip("-n", host.netns, "addr", "add", f"{host.address}/{prefix}", "dev", "eth0")
             _ip("-n", host.netns, "link", "set", "lo", "up")
             _ip("-n", host.netns, "link", "set", "eth0", "up")
-            _ip("-n", host.netns, "route", "add", "default", "via", self.gateway)
+            if self.default_route:
+                _ip("-n", host.netns, "route", "add", "default", "via", self.gateway)
             _ip("link", "set", host.port, "master", self.bridge)
             _ip("link", "set", host.port, "up")
             self.hosts[name] = host
