@@ -264,7 +264,7 @@ async def serve(options: ServerOptions) -> None:
     # (spec dynamo_runtime.md §5): it reads the variable when the runtime starts.
     if options.role == "frontend":
         os.environ.pop("DYN_SYSTEM_PORT", None)
-    await check_services(options.discovery_backend, options.request_plane)
+    await check_services(options.discovery_backend, options.request_plane, options.role)
     check_free(listeners(options))  # before anything slow: one line naming the flag
     worker = WorkerRole(options) if options.role != "frontend" else None
     frontend: FrontendRole | TritonDoorRole | None = None

@@ -22,6 +22,10 @@ Its rules, set here once:
   the round is `complete` only when every instance left out was gone.
 - Model endpoint clients: made once per endpoint and kept (`endpoint_client`); a new one waits
   INSTANCE_WAIT_S for its first instance, unless the caller finds the endpoint withdrawn.
+- Workers this process cannot reach: each round first probes the request-plane address of every
+  worker new to it (address_probe.py); one that does not accept a connection is left out of the
+  round (its models are not ready through it), of `instance_ids()` and of every model endpoint's
+  client, and probed again every PROBE_AGAIN_S until it answers.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Any
 
 from dynamo.runtime import DistributedRuntime
 
+from .address_probe import AddressProbe, ReachableClient
 from .instances import PING_TIMEOUT_S, Outliers, instance_gone
 from .protocol import IndexAnswer, Op, control_path, control_request
 
@@ -95,7 +100,8 @@ class ClusterIndex:
         self._asked = 0  # refresh tickets handed out
         self._answered = 0  # the newest ticket a round answered
         self._gone_logged: set[int] = set()  # control instances found gone (said once)
-        self._clients: dict[str, Any] = {}  # model endpoint → its Dynamo client
+        self._clients: dict[str, ReachableClient] = {}  # model endpoint → its Dynamo client
+        self.probe = AddressProbe(self.invalidate)  # the workers this process cannot reach
         self._refresher: asyncio.Future[None] | None = None
         # Awaited with each new round before `fresh()` returns it: the readers' own views of it
         # (the door's merged entries, BLS's targets), made once per round, off the hot path.
@@ -104,7 +110,7 @@ class ClusterIndex:
         self.on_new_workers: list[Callable[[list[int]], None]] = []
         # The workers this process found unreachable, pinged until they answer (instances.py):
         # shared by the door's routes and BLS calls, since an instance is a whole process.
-        self.outliers = Outliers(self._ping, self.instance_ids)
+        self.outliers = Outliers(self._ping, self._listed)
 
     async def start(self) -> None:
         """Watch the control endpoint from now on, and keep the cache fresh while it is used.
@@ -128,9 +134,16 @@ class ClusterIndex:
         if self._refresher is not None:
             self._refresher.cancel()
         self.outliers.stop()
+        self.probe.close()
+
+    def _listed(self) -> list[int]:
+        """Every bridge worker discovery lists, reachable or not."""
+        return list(self._control.instance_ids())
 
     def instance_ids(self) -> list[int]:
-        return list(self._control.instance_ids())
+        """The bridge workers listed, less those this process cannot reach."""
+        left_out = self.probe.unreachable
+        return [i for i in self._control.instance_ids() if i not in left_out]
 
     # -- the cache ----------------------------------------------------------------------------
 
@@ -183,7 +196,10 @@ class ClusterIndex:
                     log.warning("refreshing the model index failed: %s", exc)
 
     async def _ask_round(self) -> IndexRound:
-        ids = self.instance_ids()
+        listed = list(self._control.instance_ids())
+        # Before anything is asked of a new worker: can this process reach it at all?
+        unreachable = await self.probe.check(self._control.instances())
+        ids = [i for i in listed if i not in unreachable]
         gone: set[int] = set()
         answers = await asyncio.gather(*(self._index_of(i, gone) for i in ids))
         complete = True
@@ -191,11 +207,12 @@ class ClusterIndex:
         for instance_id, answer in zip(ids, answers, strict=True):
             if answer is None:
                 # A worker that is gone stays listed until its lease expires; it serves
-                # nothing, so the index lacks nothing without it.
+                # nothing, so the index lacks nothing without it (nor without one this
+                # process cannot reach, left out above: nothing of it is served here).
                 complete = complete and instance_id in gone
             else:
                 heard.append((instance_id, IndexAnswer.from_wire(answer)))
-        return IndexRound(self.current.number + 1, tuple(heard), frozenset(ids), complete)
+        return IndexRound(self.current.number + 1, tuple(heard), frozenset(listed), complete)
 
     async def _index_of(self, instance_id: int, gone: set[int]) -> dict[str, Any] | None:
         answer = await self.ask(instance_id, control_request(Op.INDEX), gone)
@@ -257,12 +274,13 @@ class ClusterIndex:
     # -- model endpoints ----------------------------------------------------------------------
 
     async def endpoint_client(self, endpoint: str, withdrawn: Callable[[], Awaitable[bool]]) -> Any:
-        """A Dynamo client of a model endpoint, made once and kept. A new one that lists no
+        """A Dynamo client of a model endpoint (listing only the instances this process can
+        reach), made once and kept. A new one that lists no
         instance asks `withdrawn()` (which looks at a fresh index) before it waits:
         EndpointWithdrawn at once when the endpoint is gone for good."""
         client = self._clients.get(endpoint)
         if client is None:
-            client = await self._runtime.endpoint(endpoint).client()
+            client = ReachableClient(await self._runtime.endpoint(endpoint).client(), self.probe)
             if not client.instance_ids():
                 if await withdrawn():
                     raise EndpointWithdrawn("no instance, and the index no longer names it")

@@ -7,13 +7,21 @@ warning per attempt, and the process serves nothing meanwhile (spec dynamo_runti
 So the bridge first opens a TCP connection to each service it needs, with a short timeout, and
 stops with one line naming the variable and the address when none answers; then it logs in as
 Dynamo will (credentials.py: ETCD_AUTH_*, NATS_AUTH_*, NATS_TLS_*), for the same reason.
+
+Before those, the addresses the process advertises (`check_advertised`): with etcd or
+kubernetes discovery other hosts send it requests (DYN_TCP_RPC_HOST) and responses
+(DYN_TCP_RESPONSE_STREAM_HOST) where it says; Dynamo accepts an unset, loopback or foreign one
+without a word, and the process then reports READY while nothing reaches it. The rules are in
+`check_advertised`'s doc and docs/deployment.md ("Several hosts").
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
+import socket
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -32,7 +40,9 @@ NATS_DEFAULT = "nats://localhost:4222"
 CONNECT_TIMEOUT_S = 3.0
 
 # The request plane's listening addresses (worker side, and the response streams of a caller).
-_REQUEST_PLANE_HOSTS = ("DYN_TCP_RPC_HOST", "DYN_TCP_RESPONSE_STREAM_HOST")
+RPC_HOST = "DYN_TCP_RPC_HOST"
+RESPONSE_STREAM_HOST = "DYN_TCP_RESPONSE_STREAM_HOST"
+_REQUEST_PLANE_HOSTS = (RPC_HOST, RESPONSE_STREAM_HOST)
 
 
 class RuntimeSettingsError(Exception):
@@ -110,30 +120,130 @@ async def check_reachable(services: list[Service], timeout: float = CONNECT_TIME
             )
 
 
+def advertised_variables(request_plane: str, role: str) -> tuple[str, ...]:
+    """The variables naming where other hosts reach this process. DYN_TCP_RPC_HOST: where a
+    process that serves endpoints (worker, all) takes requests, on the tcp request plane only
+    (on nats they arrive through NATS). DYN_TCP_RESPONSE_STREAM_HOST, on either plane (Dynamo
+    sends every response back over TCP): where a process that calls other processes takes the
+    answers, which every role does: a frontend's requests, and a worker's BLS calls, ensemble
+    steps and control ops to other workers (the issue's worker without it failed a BLS call
+    after 10 s as "Model 'preprocess' is not ready")."""
+    if role == "frontend" or request_plane != "tcp":
+        return (RESPONSE_STREAM_HOST,)
+    return (RPC_HOST, RESPONSE_STREAM_HOST)
+
+
 def place_request_plane(
     discovery: str, request_plane: str, role: str, environ: MutableMapping[str, str]
 ) -> None:
     """Where the TCP request plane listens. Unset, Dynamo binds an interface of its choosing.
 
     `mem` and `file` discovery are one host: pin to loopback unless the user chose otherwise.
-    With etcd or kubernetes other hosts must reach this process, so the address is the user's
-    to give (a routable one); say so once when it is missing: DYN_TCP_RPC_HOST where a process
-    serves endpoints (worker, all), DYN_TCP_RESPONSE_STREAM_HOST where a frontend takes the
-    responses back.
+    With etcd or kubernetes the addresses are the user's to give (check_advertised); a process
+    that serves endpoints and names its request plane's address takes its response streams on
+    the same address unless told otherwise: it is an address of this host the others reach.
     """
     if discovery in ("mem", "file"):
         for variable in _REQUEST_PLANE_HOSTS:
             environ.setdefault(variable, "127.0.0.1")
         return
-    if request_plane != "tcp":
+    rpc_host = environ.get(RPC_HOST, "").strip()
+    if role != "frontend" and rpc_host and not environ.get(RESPONSE_STREAM_HOST, "").strip():
+        environ[RESPONSE_STREAM_HOST] = rpc_host
+        log.info("%s unset: response streams on %s (%s)", RESPONSE_STREAM_HOST, rpc_host, RPC_HOST)
+
+
+def _bare(host: str) -> str:
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def _resolved(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The addresses `host` (an address or a name) stands for; OSError when it resolves to none."""
+    try:
+        return [ipaddress.ip_address(_bare(host))]
+    except ValueError:
+        pass
+    found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in found]
+
+
+def _all_loopback(hosts: list[str]) -> bool:
+    try:
+        return bool(hosts) and all(a.is_loopback for h in hosts for a in _resolved(h))
+    except OSError:  # a name that does not resolve here is not this host's loopback
+        return False
+
+
+def _address_problem(value: str, one_host: bool) -> str | None:
+    """What keeps the other hosts from reaching this process at `value` (what it "is"), or
+    None."""
+    if not value:
+        if one_host:
+            return None  # every process is on this host: whatever Dynamo picks is reachable
+        return "not set (Dynamo would advertise an interface of its own choosing)"
+    try:
+        addresses = _resolved(value)
+    except OSError as exc:
+        return f"a name that does not resolve ({exc.strerror or exc})"
+    if any(a.is_unspecified for a in addresses):
+        # Measured: Dynamo binds every interface and advertises the one it picks itself.
+        return "every interface (Dynamo would advertise one of its own choosing)"
+    if not one_host and all(a.is_loopback for a in addresses):
+        return "a loopback address"
+    error = ""
+    for address in addresses:
+        family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((str(address), 0))
+                return None
+            except OSError as exc:
+                error = exc.strerror or str(exc)
+    return f"not an address of this host (cannot bind it: {error})"
+
+
+def check_advertised(
+    discovery: str,
+    request_plane: str,
+    role: str,
+    environ: Mapping[str, str],
+    services: list[Service],
+) -> None:
+    """Raise RuntimeSettingsError, naming every variable at fault, unless the other hosts can
+    reach this process where it advertises itself (after place_request_plane).
+
+    `mem` and `file` discovery are one host (pinned to loopback). With etcd, one host too when
+    every service it talks to (etcd, and NATS when used) is on loopback: nobody elsewhere can
+    find this process, so loopback is right and Dynamo's own pick works. Otherwise, and always
+    with kubernetes, each address must be set, not loopback nor every interface, and one this
+    host can bind. Dynamo alone starts anyway: with an unset or wrong address it advertised one
+    the cluster could not reach (every request to it failed while it reported READY, issue 39),
+    or on nats left the client waiting 90 s for a response that never came; with an address
+    not of this host it failed only when the first endpoint was served, after the models
+    loaded ("Cannot assign requested address")."""
+    if discovery in ("mem", "file"):
         return
-    variable = "DYN_TCP_RESPONSE_STREAM_HOST" if role == "frontend" else "DYN_TCP_RPC_HOST"
-    if not environ.get(variable):
-        log.warning(
-            "%s is not set: Dynamo picks an interface of this host on its own for the request "
-            "plane; set it to an address the other hosts can reach (docs/deployment.md)",
-            variable,
-        )
+    hosts = [host for service in services for host, _ in service.addresses]
+    one_host = discovery == "etcd" and _all_loopback(hosts)
+    variables = advertised_variables(request_plane, role)
+    problems: dict[str, list[str]] = {}  # what is wrong → the variables it is wrong with
+    for variable in variables:
+        value = environ.get(variable, "").strip()
+        problem = _address_problem(value, one_host)
+        if problem is not None:
+            problems.setdefault(problem, []).append(f"{variable}={value}" if value else variable)
+    if not problems:
+        return
+    said = "; ".join(
+        f"{' and '.join(names)} {'are' if len(names) > 1 else 'is'} {problem}"
+        for problem, names in problems.items()
+    )
+    reached = ", ".join(f"{s.variable}={s.value}" for s in services) or f"{discovery} discovery"
+    raise RuntimeSettingsError(
+        f"{said}: with {reached} other hosts must reach this process at "
+        f"{' and '.join(variables)}; set {'each' if len(variables) > 1 else 'it'} to an "
+        "address of this host that they reach (docs/deployment.md, Several hosts)"
+    )
 
 
 def check_system_port(environ: Mapping[str, str]) -> None:
@@ -152,11 +262,14 @@ def check_system_port(environ: Mapping[str, str]) -> None:
         )
 
 
-async def check_services(discovery: str, request_plane: str) -> None:
+async def check_services(discovery: str, request_plane: str, role: str) -> None:
     """Before anything slow (loading models): the settings the runtime reads are valid, the
-    services it will need answer, and take this process's credentials (credentials.py)."""
+    addresses this process advertises can be reached (check_advertised), the services it will
+    need answer, and take this process's credentials (credentials.py)."""
     check_system_port(os.environ)
     services = needed_services(discovery, request_plane, os.environ)
+    place_request_plane(discovery, request_plane, role, os.environ)
+    check_advertised(discovery, request_plane, role, os.environ, services)
     await check_reachable(services)
     try:
         await check_credentials(services, os.environ, CONNECT_TIMEOUT_S)
@@ -165,6 +278,7 @@ async def check_services(discovery: str, request_plane: str) -> None:
 
 
 def start_runtime(discovery: str, request_plane: str, role: str) -> DistributedRuntime:
-    """Dynamo's runtime on the running loop, its request plane placed (after check_services)."""
+    """Dynamo's runtime on the running loop, its request plane placed (check_services checked
+    it first; placing again is a no-op then)."""
     place_request_plane(discovery, request_plane, role, os.environ)
     return DistributedRuntime(asyncio.get_running_loop(), discovery, request_plane)

@@ -115,6 +115,34 @@ def test_unreachable_etcd_is_a_start_up_error(tmp_path) -> None:
     assert time.monotonic() - began < WAIT_S
 
 
+@pytest.mark.parametrize("role", ["worker", "frontend"])
+def test_an_address_other_hosts_cannot_reach_is_a_start_up_error(role: str, tmp_path) -> None:
+    # etcd on another host (nothing listens there: the addresses are checked before it is
+    # reached), and this process's address unset: Dynamo alone would advertise an interface it
+    # picks itself, report READY, and fail every request sent to it (issue 39).
+    environ = Worker(SERVING).environ()
+    for variable in ("DYN_TCP_RPC_HOST", "DYN_TCP_RESPONSE_STREAM_HOST"):
+        environ.pop(variable, None)
+    environ["ETCD_ENDPOINTS"] = "http://198.51.100.1:2379"
+    command = [sys.executable, "-m", "bridge", f"--role={role}", "--discovery-backend=etcd"]
+    if role == "worker":
+        command += ["--model-repository", str(SERVING)]
+    else:
+        environ["DYN_TCP_RESPONSE_STREAM_HOST"] = "127.0.0.1"
+    done = subprocess.run(
+        command, env=environ, capture_output=True, text=True, timeout=WAIT_S, cwd=tmp_path
+    )
+    assert done.returncode == 1, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1, done.stderr  # one line
+    if role == "worker":
+        assert "DYN_TCP_RPC_HOST and DYN_TCP_RESPONSE_STREAM_HOST are not set" in errors[0]
+    else:
+        assert "DYN_TCP_RESPONSE_STREAM_HOST=127.0.0.1 is a loopback address" in errors[0]
+    assert "ETCD_ENDPOINTS=http://198.51.100.1:2379" in errors[0]
+    assert "| Model" not in done.stdout  # refused before loading anything
+
+
 def test_worker_health_on_the_system_port_is_strict(
     started, file_kv, tmp_path, e2e_load_failures: Path
 ) -> None:

@@ -320,6 +320,16 @@ class Host:
         )
         return self.run([sys.executable, "-c", code], timeout=timeout + 10).returncode == 0
 
+    def add_interface(self, name: str, address: str) -> None:
+        """A second interface `name` with `address` (an interface address, "172.31.0.2/24") on a
+        network of its own that no other host reaches: what a host whose default route or chosen
+        address is on another network looks like. Removed with the namespace."""
+        peer = f"{name}p"  # the other end stays in the host, unconnected
+        _ip("-n", self.netns, "link", "add", name, "type", "veth", "peer", "name", peer)
+        _ip("-n", self.netns, "addr", "add", address, "dev", name)
+        _ip("-n", self.netns, "link", "set", peer, "up")
+        _ip("-n", self.netns, "link", "set", name, "up")
+
     def cut(self, mode: CutMode = "drop") -> None:
         """Cut this host off from every other (and from the test's namespace), both ways."""
         if mode == "drop":

@@ -11,6 +11,7 @@ import pytest
 from bridge.cli import Topology, build_parser, resolve_topology
 from bridge.roles.runtime import (
     RuntimeSettingsError,
+    check_advertised,
     check_reachable,
     check_system_port,
     needed_services,
@@ -189,21 +190,125 @@ def test_one_host_pins_the_request_plane_to_loopback(discovery: str) -> None:
     assert environ == {"DYN_TCP_RPC_HOST": "10.1.2.3", "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1"}
 
 
+# -- the addresses a process advertises (check_advertised) ------------------------------------
+
+REMOTE_ETCD = {"ETCD_ENDPOINTS": "http://10.213.250.1:2379"}
+LOCAL_ETCD = {"ETCD_ENDPOINTS": "http://127.0.0.1:2379"}
+NOT_THIS_HOST = "198.51.100.7"  # TEST-NET-2: never an address of a test machine
+
+
+def this_host_address() -> str | None:
+    """A non-loopback address of this machine, if it has one."""
+    for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
+        address = str(info[4][0])
+        if not address.startswith("127."):
+            return address
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("198.51.100.1", 9))  # no packet is sent: the route's source address
+        except OSError:
+            return None
+        address = str(probe.getsockname()[0])
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+def advertised(
+    role: str, environ: dict[str, str], discovery: str = "etcd", plane: str = "tcp"
+) -> dict[str, str]:
+    """place_request_plane then check_advertised, as check_services runs them; the environment
+    after."""
+    services = needed_services(discovery, plane, environ)
+    place_request_plane(discovery, plane, role, environ)
+    check_advertised(discovery, plane, role, environ, services)
+    return environ
+
+
 @pytest.mark.parametrize(
-    ("role", "variable"),
+    ("role", "plane", "variables"),
     [
-        ("worker", "DYN_TCP_RPC_HOST"),
-        ("all", "DYN_TCP_RPC_HOST"),
-        ("frontend", "DYN_TCP_RESPONSE_STREAM_HOST"),
+        ("worker", "tcp", ["DYN_TCP_RPC_HOST", "DYN_TCP_RESPONSE_STREAM_HOST"]),
+        ("all", "tcp", ["DYN_TCP_RPC_HOST", "DYN_TCP_RESPONSE_STREAM_HOST"]),
+        ("frontend", "tcp", ["DYN_TCP_RESPONSE_STREAM_HOST"]),
+        # On nats responses still come back over TCP (the issue's 90 s silent hang); a worker
+        # needs it for BLS calls and ensemble steps to other workers.
+        ("frontend", "nats", ["DYN_TCP_RESPONSE_STREAM_HOST"]),
+        ("worker", "nats", ["DYN_TCP_RESPONSE_STREAM_HOST"]),
     ],
 )
-@pytest.mark.parametrize("discovery", ["etcd", "kubernetes"])
-def test_cluster_warns_without_a_routable_address(discovery, role, variable, caplog) -> None:
-    environ: dict[str, str] = {}
-    place_request_plane(discovery, "tcp", role, environ)
-    assert environ == {}  # not pinned: other hosts must reach it
-    assert f"{variable} is not set" in caplog.text
-    caplog.clear()
-    place_request_plane(discovery, "tcp", role, {variable: "10.1.2.3"})
-    place_request_plane(discovery, "nats", role, {})  # requests travel through NATS
-    assert caplog.text == ""
+def test_several_hosts_refuse_an_unset_address(role, plane, variables) -> None:
+    with pytest.raises(RuntimeSettingsError) as refused_info:
+        advertised(role, dict(REMOTE_ETCD), plane=plane)
+    text = str(refused_info.value)
+    assert "\n" not in text
+    names = " and ".join(variables)
+    assert text.startswith(f"{names} {'are' if len(variables) > 1 else 'is'} not set"), text
+    if plane == "nats":
+        assert "DYN_TCP_RPC_HOST" not in text  # requests arrive through NATS
+    assert "ETCD_ENDPOINTS=http://10.213.250.1:2379" in text
+
+
+@pytest.mark.parametrize("value", ["127.0.0.1", "localhost", "::1"])
+def test_several_hosts_refuse_loopback(value: str) -> None:
+    with pytest.raises(
+        RuntimeSettingsError, match=f"DYN_TCP_RESPONSE_STREAM_HOST={value} is a loopback"
+    ):
+        advertised("frontend", {**REMOTE_ETCD, "DYN_TCP_RESPONSE_STREAM_HOST": value})
+
+
+def test_kubernetes_is_always_several_hosts() -> None:
+    with pytest.raises(RuntimeSettingsError, match="is a loopback address"):
+        advertised(
+            "frontend", {"DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1"}, discovery="kubernetes"
+        )
+
+
+def test_an_address_of_another_host_is_refused() -> None:
+    environ = {**REMOTE_ETCD, "DYN_TCP_RESPONSE_STREAM_HOST": NOT_THIS_HOST}
+    with pytest.raises(RuntimeSettingsError, match="is not an address of this host"):
+        advertised("frontend", environ)
+
+
+def test_every_interface_is_refused() -> None:
+    # Measured: with 0.0.0.0 Dynamo advertises an interface of its own choosing.
+    environ = {**REMOTE_ETCD, "DYN_TCP_RESPONSE_STREAM_HOST": "0.0.0.0"}
+    with pytest.raises(RuntimeSettingsError, match="=0.0.0.0 is every interface"):
+        advertised("frontend", environ)
+
+
+def test_an_unresolvable_name_is_refused() -> None:
+    environ = {**REMOTE_ETCD, "DYN_TCP_RESPONSE_STREAM_HOST": "no-such-host.invalid"}
+    with pytest.raises(RuntimeSettingsError, match="is a name that does not resolve"):
+        advertised("frontend", environ)
+
+
+@pytest.mark.parametrize("role", ["worker", "frontend", "all"])
+def test_one_host_with_etcd_on_loopback_takes_loopback_or_nothing(role: str) -> None:
+    pinned = {**LOCAL_ETCD, "DYN_TCP_RPC_HOST": "127.0.0.1", "DYN_TCP_RESPONSE_STREAM_HOST": "::1"}
+    assert advertised(role, dict(pinned)) == pinned
+    assert advertised(role, dict(LOCAL_ETCD)) == LOCAL_ETCD  # Dynamo's pick is this host's
+    # With NATS elsewhere, other hosts share the request plane: not one host any more.
+    nats = {**LOCAL_ETCD, "NATS_SERVER": "nats://10.213.250.1:4222"}
+    with pytest.raises(RuntimeSettingsError, match="NATS_SERVER=nats://10.213.250.1:4222"):
+        advertised(role, {**nats, "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1"}, plane="nats")
+
+
+def test_a_worker_takes_responses_on_its_request_plane_address() -> None:
+    address = this_host_address()
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address")
+    environ = advertised("worker", {**REMOTE_ETCD, "DYN_TCP_RPC_HOST": address})
+    assert environ["DYN_TCP_RESPONSE_STREAM_HOST"] == address
+    # Given, its own value is kept (and checked).
+    given = {
+        **REMOTE_ETCD,
+        "DYN_TCP_RPC_HOST": address,
+        "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1",
+    }
+    with pytest.raises(RuntimeSettingsError) as refused_info:
+        advertised("worker", given)
+    assert str(refused_info.value).startswith(
+        "DYN_TCP_RESPONSE_STREAM_HOST=127.0.0.1 is a loopback"
+    )
+    # A frontend does not borrow a worker's variable.
+    with pytest.raises(RuntimeSettingsError, match="DYN_TCP_RESPONSE_STREAM_HOST is not set"):
+        advertised("frontend", {**REMOTE_ETCD, "DYN_TCP_RPC_HOST": address})

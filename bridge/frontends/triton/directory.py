@@ -237,7 +237,7 @@ class Directory:
         name a bridge worker knows stays the bridge worker's."""
         assert self._cards is not None
         try:
-            cards = await self._cards.read()
+            cards = await self._cards.read(self._index.probe.unreachable)
         except Exception as exc:  # the bridge workers' models still count
             log.warning("reading Dynamo's model cards failed: %s", exc)
             return

@@ -87,6 +87,16 @@ def parse_card(text: str | bytes, namespace: str) -> tuple[str, str, mc.ModelCon
         return None
 
 
+def card_instance(key: str) -> int | None:
+    """The instance id a card's key ends with (`v1/mdc/<ns>/<component>/<endpoint>/<id in hex>`;
+    a file's name is the same path, escaped), None when it does not parse."""
+    last = urllib.parse.unquote(key).rsplit("/", 1)[-1]
+    try:
+        return int(last, 16)
+    except ValueError:
+        return None
+
+
 class ModelCards:
     """Reads the TensorBased cards of one namespace from Dynamo's discovery store."""
 
@@ -103,8 +113,12 @@ class ModelCards:
         self._parsed: dict[str, tuple[str, str, mc.ModelConfig] | None] = {}
         self._etcd_failing = False  # the last read from etcd failed (logged once per streak)
 
-    async def read(self) -> list[tuple[str, str, mc.ModelConfig]]:
-        """Every TensorBased card of the namespace now: (model name, endpoint, config)."""
+    async def read(
+        self, left_out: frozenset[int] = frozenset()
+    ) -> list[tuple[str, str, mc.ModelConfig]]:
+        """Every TensorBased card of the namespace now: (model name, endpoint, config), less
+        those of the instances `left_out` (workers this process cannot reach: a bridge worker
+        left out of the index would otherwise come back here as a foreign one)."""
         if self.backend == "file":
             items = await asyncio.to_thread(self._read_folder)
         elif self.backend == "etcd":
@@ -117,7 +131,11 @@ class ModelCards:
             known = key in self._parsed
             parsed[key] = self._parsed[key] if known else parse_card(text, self.namespace)
         self._parsed = parsed
-        return [card for card in parsed.values() if card is not None]
+        return [
+            card
+            for key, card in parsed.items()
+            if card is not None and card_instance(key) not in left_out
+        ]
 
     def _read_folder(self) -> list[tuple[str, bytes]]:
         # Dynamo escapes every character but letters and digits in the file name (`_` is %5F).
