@@ -113,7 +113,7 @@ def start_cluster(
     return {"url": f"{a.address}:{DOOR_PORT}", "door": door, "workers": workers}
 
 
-def _executions(address: str) -> float:
+def executions(address: str) -> float:
     """add_sub's executions so far on the worker at `address`, from its metrics."""
     import urllib.request
 
@@ -126,7 +126,7 @@ def _executions(address: str) -> float:
 
 def wait_both_serve(network: Network, url: str, timeout: float = 120.0) -> None:
     client = grpcclient.InferenceServerClient(url)
-    inputs = _inputs()
+    inputs = add_sub_inputs()
     deadline = time.monotonic() + timeout
     hosts = [network["b"].address, network["c"].address]
     while time.monotonic() < deadline:
@@ -134,7 +134,7 @@ def wait_both_serve(network: Network, url: str, timeout: float = 120.0) -> None:
             try:
                 for _ in range(8):
                     client.infer("add_sub", inputs, client_timeout=5)
-                if all(_executions(h) > 0 for h in hosts):
+                if all(executions(h) > 0 for h in hosts):
                     return
             except Exception:
                 pass
@@ -142,7 +142,7 @@ def wait_both_serve(network: Network, url: str, timeout: float = 120.0) -> None:
     raise RuntimeError("the two workers did not both serve add_sub through the door")
 
 
-def _inputs() -> list[grpcclient.InferInput]:
+def add_sub_inputs() -> list[grpcclient.InferInput]:
     data = np.arange(4, dtype=np.float32).reshape(1, 4)
     inputs = [grpcclient.InferInput(n, [1, 4], "FP32") for n in ("INPUT0", "INPUT1")]
     for tensor in inputs:
@@ -160,7 +160,7 @@ def load(url: str, args: argparse.Namespace, network: Network) -> dict[str, Any]
 
     def client() -> None:
         connection = grpcclient.InferenceServerClient(url)
-        inputs = _inputs()
+        inputs = add_sub_inputs()
         while time.monotonic() < end:
             try:
                 connection.infer("add_sub", inputs, client_timeout=args.client_timeout)
@@ -205,7 +205,7 @@ def load(url: str, args: argparse.Namespace, network: Network) -> dict[str, Any]
 def _executions_retrying(address: str) -> float:
     for _ in range(20):
         try:
-            return _executions(address)
+            return executions(address)
         except OSError:
             time.sleep(0.5)
     return float("nan")

@@ -74,6 +74,10 @@ class Arrivals:
     def refusal(self, request: dict[str, Any], context: Any, model: str) -> TritonError | None:
         """Triton's error for a request that must not start (see the module doc), else None."""
         if context is not None and (context.is_stopped() or context.is_killed()):
+            # Its caller cancelled it, or gave up and its response stream could not be opened.
+            log.info(
+                "a request for '%s' was not run: its caller went away before it started", model
+            )
             return TritonError(
                 "the request's caller went away before it started", TritonError.UNAVAILABLE
             )
