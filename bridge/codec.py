@@ -438,10 +438,10 @@ def wants_bridge_form(request: dict[str, Any]) -> bool:
     return request.get(BRIDGE_FORM) == 1
 
 
-def raw_contents(tensor: Tensor) -> bytes:
+def raw_contents(tensor: Tensor) -> bytes | bytearray:
     """A tensor's contents as KServe's raw contents: C order, little endian, BYTES with 4-byte
-    length prefixes (framed with numpy, serialized_bytes.py), FP16/BF16 as their 2-byte
-    patterns. One copy, no per-element Python work."""
+    length prefixes (framed into one `bytearray` with numpy, serialized_bytes.py), FP16/BF16 as
+    their 2-byte patterns. One copy, no per-element Python work."""
     if tensor._datatype == "BYTES":
         return serialized_bytes.encode(tensor._wire_array())
     return _little_endian(tensor).tobytes()  # C order whatever the array's layout
@@ -469,16 +469,21 @@ class OutputSink(Protocol):
         ...
 
 
-def encode_raw_tensor(tensor: Tensor, sink: OutputSink | None = None) -> dict[str, Any]:
+def encode_raw_tensor(
+    tensor: Tensor, sink: OutputSink | None = None, local: bool = False
+) -> dict[str, Any]:
     """A tensor in the bridge form; written with `sink` (module doc) when it is numeric and
-    the sink takes it, else as `bytes`."""
+    the sink takes it, else as `bytes`. `local`: the dict stays in this process (a unary answer
+    to the in-process door), so BYTES stay in the `bytearray` they were framed into; anything
+    else may cross the request plane, whose msgpack takes `bytes` only (one copy)."""
     dynamo_type = TO_DYNAMO[tensor._datatype]
     data: dict[str, Any] = {"data_type": dynamo_type}
     if sink is not None and _written(tensor, sink):
         data["values"] = b""
         data["written"] = True
     else:
-        data["values"] = raw_contents(tensor)
+        values = raw_contents(tensor)
+        data["values"] = values if local or isinstance(values, bytes) else bytes(values)
     return {
         "metadata": {
             "name": tensor._name,
@@ -520,6 +525,7 @@ def encode_bridge_response(
     final: bool,
     place: Callable[[list[Tensor]], tuple[list[dict[str, Any]], dict | None]] | None = None,
     sinks: dict[str, OutputSink] | None = None,
+    local: bool = False,
 ) -> dict[str, Any]:
     """A successful response (None: a flag-only FINAL) in the bridge form.
 
@@ -528,7 +534,7 @@ def encode_bridge_response(
     `{"final": true, "tensors": [], "empty": true}` (the caller decides whether its client
     wants it). `model_version` is the version that answered. `place` (a request in the shared
     memory form, bridge/transport/shm_exchange.py) gives the tensors' dicts and the answer's
-    `shm` entry instead.
+    `shm` entry instead. `local`: the answer stays in this process (`encode_raw_tensor`).
     """
     if response is None:
         return {
@@ -541,7 +547,7 @@ def encode_bridge_response(
     out: dict[str, Any] = {"model": model_name, "model_version": model_version}
     if place is None:
         out["tensors"] = [
-            encode_raw_tensor(t, sinks.get(t._name) if sinks else None)
+            encode_raw_tensor(t, sinks.get(t._name) if sinks else None, local)
             for t in response._output_tensors
         ]
     else:

@@ -189,6 +189,23 @@ def test_bridge_answers_round_trip():
     assert decode_bridge_item(empty) == (None, True, False)
 
 
+def test_bytes_answers_stay_in_their_framed_buffer_only_in_process():
+    """Issue 38 finding 7: a BYTES output is framed into one bytearray; a unary answer to the
+    in-process door keeps it (the wires send it as it is), anything that may cross the request
+    plane gets `bytes` (Dynamo's msgpack refuses a bytearray: "cannot be converted to
+    'PyBytes'", measured on 1.6.1)."""
+    response = InferenceResponse([stored("BYTES")])
+    expected = b"".join(struct.pack("<I", len(v)) + v for v in ARRAYS["BYTES"])
+    local = encode_bridge_response("m", "1", response, True, local=True)
+    crossing = encode_bridge_response("m", "1", response, True)
+    assert type(local["tensors"][0]["data"]["values"]) is bytearray
+    assert type(crossing["tensors"][0]["data"]["values"]) is bytes
+    assert local["tensors"][0]["data"]["values"] == crossing["tensors"][0]["data"]["values"]
+    assert crossing["tensors"][0]["data"]["values"] == expected
+    request = encode_bridge_request(InferRequest(inputs=[stored("BYTES")]))
+    assert type(request["tensors"][0]["data"]["values"]) is bytes
+
+
 def test_errors_are_items_with_their_code_name():
     item = bridge_error(TritonError("no", TritonError.NOT_FOUND), final=False)
     assert item == {"error": {"code": "NOT_FOUND", "message": "no"}, "final": False}
