@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import operator
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -113,8 +114,10 @@ def _decode_raw(
     model: str,
     request_id: str,
     budget: Budget | None,
-) -> np.ndarray:
-    """`raw` (KServe's raw contents) as the stored array of `datatype`, writable, in `shape`.
+) -> np.ndarray | serialized_bytes.Serialized:
+    """`raw` (KServe's raw contents) as the stored array of `datatype`, writable, in `shape`;
+    BYTES of SMALL bytes or more as a `Serialized`, checked now and decoded when the model
+    reads them (serialized_bytes.py).
 
     Numeric data is copied once (a memcpy): Triton hands models writable inputs, and `bytes`
     are read-only. A lent buffer (a writable memoryview, module doc) is used as it is.
@@ -134,13 +137,13 @@ def _decode_raw(
                 if budget is not None:
                     budget.charge_decoded(small[1])
                 return small[0].reshape(shape)
-        framing = serialized_bytes.scan(raw, keep_offsets=True)
+        framing = serialized_bytes.scan(raw)
         problem = serialized_bytes.framing_problem(framing, count, model, request_id, name)
         if problem is not None:
             raise RawContentsError(problem)
         if budget is not None:
             budget.charge_decoded(framing.decoded_size)
-        return serialized_bytes.decode(raw, framing).reshape(shape)
+        return serialized_bytes.Serialized(raw)
     raw_type = _RAW_TYPES[datatype]
     expected = count * raw_type.itemsize
     if len(raw) != expected:
@@ -175,6 +178,8 @@ def decode_tensor(
     if isinstance(values, bytes | memoryview):
         name = metadata["name"]
         array = _decode_raw(name, datatype, shape, values, model, request_id, budget)
+        if isinstance(array, serialized_bytes.Serialized):
+            return Tensor._from_source(name, array, _dims(shape), datatype)
         return Tensor._from_wire(name, array, datatype)
     if datatype == "BYTES" and budget is not None:
         _charge_bytes_list(budget, values)
@@ -182,6 +187,14 @@ def decode_tensor(
     if len(shape) != 1 or shape[0] != array.shape[0]:  # 1-D needs no reshape (the usual case)
         array = array.reshape(shape)
     return Tensor._from_wire(metadata["name"], array, datatype)
+
+
+def _dims(shape: list[int]) -> tuple[int, ...]:
+    """A shape numpy's reshape would take (a reshape checks it when the array is made)."""
+    dims = tuple(operator.index(d) for d in shape)
+    if any(d < 0 for d in dims):
+        raise ValueError(f"negative dimensions are not allowed: {shape}")
+    return dims
 
 
 def _charge_bytes_list(budget: Budget, values: list) -> None:

@@ -12,7 +12,9 @@ Python `bytes` per length prefix. Here:
   fixed-size ids) one numpy pass over a strided view of the prefixes settles it; otherwise one
   Python walk that keeps no per-element objects (the offsets only when decoding).
 - `decode` fills the one object array the model sees, a slice at a time (between slices the GIL
-  can go to the event loop), straight from the buffer.
+  can go to the event loop), straight from the buffer. `Serialized` puts that off until the
+  model reads the input: a request waiting for its instance holds its BYTES at their size, not
+  at the ~1.9× of their objects (issue 38 finding 7), every check having been made (`scan`).
 - `encode` frames an object array into one buffer of its framed size, a slice at a time with
   numpy: no `bytes` per prefix, no chunks joined.
 - `BytesLimits` caps what a request may cost once decoded (`--max-bytes-elements`,
@@ -22,6 +24,7 @@ Python `bytes` per length prefix. Here:
 from __future__ import annotations
 
 import struct
+import threading
 from array import array
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -251,6 +254,30 @@ def decode(data: Any, framing: Framing) -> np.ndarray:
         lengths = framing.lengths[first : first + SLICE]
         out[first : first + SLICE] = [raw[s : s + n] for s, n in zip(starts, lengths, strict=True)]
     return out
+
+
+class Serialized:
+    """A BYTES input whose framing was checked (`scan`), decoded when first asked for: a
+    `pb_utils.Tensor` source (`Tensor._from_source`). The buffer is let go once decoded.
+
+    It keeps no offsets (12 bytes an element) while it waits: the decode walks the buffer again.
+    """
+
+    __slots__ = ("_data", "_array", "_lock")
+
+    def __init__(self, data: bytes) -> None:
+        self._data: bytes | None = data
+        self._array: np.ndarray | None = None
+        self._lock = threading.Lock()  # two tensors over it, read on two threads: one decode
+
+    def array(self) -> np.ndarray:
+        with self._lock:
+            if self._array is None:
+                data = self._data
+                assert data is not None
+                self._array = decode(data, scan(data, keep_offsets=True))
+                self._data = None
+            return self._array
 
 
 def encode(items: np.ndarray) -> bytearray:

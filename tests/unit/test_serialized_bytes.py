@@ -150,3 +150,11 @@ def test_the_small_path_agrees_and_gives_up_on_any_fault():
     data = framed([b"a", b"bc"])
     for bad, count in ((data, 1), (data, 3), (data[:-1], 2), (data + b"\x01", 2)):
         assert serialized_bytes.decode_small(bad, count) is None
+
+
+def test_serialized_decodes_once_and_lets_go_of_its_buffer():
+    items = CASES["many lengths"]
+    source = serialized_bytes.Serialized(framed(items))
+    first = source.array()
+    assert first.tolist() == items and source.array() is first
+    assert source._data is None
