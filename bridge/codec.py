@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import operator
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -113,8 +114,10 @@ def _decode_raw(
     model: str,
     request_id: str,
     budget: Budget | None,
-) -> np.ndarray:
-    """`raw` (KServe's raw contents) as the stored array of `datatype`, writable, in `shape`.
+) -> np.ndarray | serialized_bytes.Serialized:
+    """`raw` (KServe's raw contents) as the stored array of `datatype`, writable, in `shape`;
+    BYTES of SMALL bytes or more as a `Serialized`, checked now and decoded when the model
+    reads them (serialized_bytes.py).
 
     Numeric data is copied once (a memcpy): Triton hands models writable inputs, and `bytes`
     are read-only. A lent buffer (a writable memoryview, module doc) is used as it is.
@@ -134,13 +137,13 @@ def _decode_raw(
                 if budget is not None:
                     budget.charge_decoded(small[1])
                 return small[0].reshape(shape)
-        framing = serialized_bytes.scan(raw, keep_offsets=True)
+        framing = serialized_bytes.scan(raw)
         problem = serialized_bytes.framing_problem(framing, count, model, request_id, name)
         if problem is not None:
             raise RawContentsError(problem)
         if budget is not None:
             budget.charge_decoded(framing.decoded_size)
-        return serialized_bytes.decode(raw, framing).reshape(shape)
+        return serialized_bytes.Serialized(raw)
     raw_type = _RAW_TYPES[datatype]
     expected = count * raw_type.itemsize
     if len(raw) != expected:
@@ -175,6 +178,8 @@ def decode_tensor(
     if isinstance(values, bytes | memoryview):
         name = metadata["name"]
         array = _decode_raw(name, datatype, shape, values, model, request_id, budget)
+        if isinstance(array, serialized_bytes.Serialized):
+            return Tensor._from_source(name, array, _dims(shape), datatype)
         return Tensor._from_wire(name, array, datatype)
     if datatype == "BYTES" and budget is not None:
         _charge_bytes_list(budget, values)
@@ -182,6 +187,14 @@ def decode_tensor(
     if len(shape) != 1 or shape[0] != array.shape[0]:  # 1-D needs no reshape (the usual case)
         array = array.reshape(shape)
     return Tensor._from_wire(metadata["name"], array, datatype)
+
+
+def _dims(shape: list[int]) -> tuple[int, ...]:
+    """A shape numpy's reshape would take (a reshape checks it when the array is made)."""
+    dims = tuple(operator.index(d) for d in shape)
+    if any(d < 0 for d in dims):
+        raise ValueError(f"negative dimensions are not allowed: {shape}")
+    return dims
 
 
 def _charge_bytes_list(budget: Budget, values: list) -> None:
@@ -438,10 +451,10 @@ def wants_bridge_form(request: dict[str, Any]) -> bool:
     return request.get(BRIDGE_FORM) == 1
 
 
-def raw_contents(tensor: Tensor) -> bytes:
+def raw_contents(tensor: Tensor) -> bytes | bytearray:
     """A tensor's contents as KServe's raw contents: C order, little endian, BYTES with 4-byte
-    length prefixes (framed with numpy, serialized_bytes.py), FP16/BF16 as their 2-byte
-    patterns. One copy, no per-element Python work."""
+    length prefixes (framed into one `bytearray` with numpy, serialized_bytes.py), FP16/BF16 as
+    their 2-byte patterns. One copy, no per-element Python work."""
     if tensor._datatype == "BYTES":
         return serialized_bytes.encode(tensor._wire_array())
     return _little_endian(tensor).tobytes()  # C order whatever the array's layout
@@ -469,16 +482,21 @@ class OutputSink(Protocol):
         ...
 
 
-def encode_raw_tensor(tensor: Tensor, sink: OutputSink | None = None) -> dict[str, Any]:
+def encode_raw_tensor(
+    tensor: Tensor, sink: OutputSink | None = None, local: bool = False
+) -> dict[str, Any]:
     """A tensor in the bridge form; written with `sink` (module doc) when it is numeric and
-    the sink takes it, else as `bytes`."""
+    the sink takes it, else as `bytes`. `local`: the dict stays in this process (a unary answer
+    to the in-process door), so BYTES stay in the `bytearray` they were framed into; anything
+    else may cross the request plane, whose msgpack takes `bytes` only (one copy)."""
     dynamo_type = TO_DYNAMO[tensor._datatype]
     data: dict[str, Any] = {"data_type": dynamo_type}
     if sink is not None and _written(tensor, sink):
         data["values"] = b""
         data["written"] = True
     else:
-        data["values"] = raw_contents(tensor)
+        values = raw_contents(tensor)
+        data["values"] = values if local or isinstance(values, bytes) else bytes(values)
     return {
         "metadata": {
             "name": tensor._name,
@@ -520,6 +538,7 @@ def encode_bridge_response(
     final: bool,
     place: Callable[[list[Tensor]], tuple[list[dict[str, Any]], dict | None]] | None = None,
     sinks: dict[str, OutputSink] | None = None,
+    local: bool = False,
 ) -> dict[str, Any]:
     """A successful response (None: a flag-only FINAL) in the bridge form.
 
@@ -528,7 +547,7 @@ def encode_bridge_response(
     `{"final": true, "tensors": [], "empty": true}` (the caller decides whether its client
     wants it). `model_version` is the version that answered. `place` (a request in the shared
     memory form, bridge/transport/shm_exchange.py) gives the tensors' dicts and the answer's
-    `shm` entry instead.
+    `shm` entry instead. `local`: the answer stays in this process (`encode_raw_tensor`).
     """
     if response is None:
         return {
@@ -541,7 +560,7 @@ def encode_bridge_response(
     out: dict[str, Any] = {"model": model_name, "model_version": model_version}
     if place is None:
         out["tensors"] = [
-            encode_raw_tensor(t, sinks.get(t._name) if sinks else None)
+            encode_raw_tensor(t, sinks.get(t._name) if sinks else None, local)
             for t in response._output_tensors
         ]
     else:

@@ -12,8 +12,11 @@ Python `bytes` per length prefix. Here:
   fixed-size ids) one numpy pass over a strided view of the prefixes settles it; otherwise one
   Python walk that keeps no per-element objects (the offsets only when decoding).
 - `decode` fills the one object array the model sees, a slice at a time (between slices the GIL
-  can go to the event loop), straight from the buffer.
-- `encode` frames an object array with numpy, a slice at a time: no `bytes` per prefix.
+  can go to the event loop), straight from the buffer. `Serialized` puts that off until the
+  model reads the input: a request waiting for its instance holds its BYTES at their size, not
+  at the ~1.9× of their objects (issue 38 finding 7), every check having been made (`scan`).
+- `encode` frames an object array into one buffer of its framed size, a slice at a time with
+  numpy: no `bytes` per prefix, no chunks joined.
 - `BytesLimits` caps what a request may cost once decoded (`--max-bytes-elements`,
   `--max-bytes-decoded-size`; Triton has no such flags): refused before anything is allocated.
 """
@@ -21,6 +24,7 @@ Python `bytes` per length prefix. Here:
 from __future__ import annotations
 
 import struct
+import threading
 from array import array
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -252,40 +256,99 @@ def decode(data: Any, framing: Framing) -> np.ndarray:
     return out
 
 
-def encode(items: np.ndarray) -> bytes:
-    """An object array of `bytes` (any shape, C order) → the serialized form, one buffer.
+class Serialized:
+    """A BYTES input whose framing was checked (`scan`), decoded when first asked for: a
+    `pb_utils.Tensor` source (`Tensor._from_source`). The buffer is let go once decoded.
 
-    Per slice: the lengths with `map(len)`, the data with one join, and numpy interleaves the
-    prefixes; no Python object per prefix.
+    It keeps no offsets (12 bytes an element) while it waits: the decode walks the buffer again.
+    """
+
+    __slots__ = ("_data", "_array", "_lock")
+
+    def __init__(self, data: bytes) -> None:
+        self._data: bytes | None = data
+        self._array: np.ndarray | None = None
+        self._lock = threading.Lock()  # two tensors over it, read on two threads: one decode
+
+    def array(self) -> np.ndarray:
+        with self._lock:
+            if self._array is None:
+                data = self._data
+                assert data is not None
+                self._array = decode(data, scan(data, keep_offsets=True))
+                self._data = None
+            return self._array
+
+
+def encode(items: np.ndarray) -> bytearray:
+    """An object array of `bytes` (any shape, C order) → the serialized form: one buffer of
+    exactly the framed size (4 bytes + its length per element), written in place.
+
+    The lengths come first (4 bytes an element, and they are the prefixes themselves), so the
+    buffer is made once at its size; then a slice at a time numpy writes the prefixes and the
+    slice's data into it. No `bytes` per prefix, and no per-slice chunks joined at the end
+    (issue 38: that join held every answer twice at once). A `bytearray`, the one buffer Python
+    lets us fill: the wires send it as it is; what crosses Dynamo's request plane (whose
+    msgpack takes `bytes` only) is converted there (codec.encode_raw_tensor).
     """
     flat = items.reshape(-1)
     count = flat.size
     if count <= SMALL // 16:
         pack = _LENGTH.pack
-        return b"".join([part for item in flat.tolist() for part in (pack(len(item)), item)])
-    chunks = []
+        parts = [part for item in flat.tolist() for part in (pack(len(item)), item)]
+        return bytearray().join(parts)
+    lengths = np.empty(count, dtype=_PREFIX)
     for first in range(0, count, SLICE):
         part = flat[first : first + SLICE].tolist()
-        lengths = np.fromiter(map(len, part), dtype=np.int64, count=len(part))
-        data = np.frombuffer(b"".join(part), dtype=np.uint8)
+        lengths[first : first + len(part)] = np.fromiter(map(len, part), np.int64, len(part))
+    buffer = bytearray(4 * count + int(lengths.sum(dtype=np.int64)))
+    view = memoryview(buffer)
+    out = np.frombuffer(buffer, dtype=np.uint8)
+    length = int(lengths[0])
+    uniform = bool((lengths == length).all())
+    if uniform:  # one length: rows of prefix + data, the prefixes written in one step
+        rows = out.reshape(count, 4 + length)
+        rows[:, :4] = np.frombuffer(_LENGTH.pack(length), dtype=np.uint8)
+    position = 0
+    for first in range(0, count, SLICE):
+        part = flat[first : first + SLICE].tolist()
+        size = lengths[first : first + len(part)]
+        data_size = int(size.sum(dtype=np.int64))
+        end = position + 4 * len(part) + data_size
+        if data_size > _JOIN_BYTES:  # large elements: copied one by one, no joined slice
+            _copy_each(view, position, part)
+        elif uniform:
+            data = np.frombuffer(b"".join(part), dtype=np.uint8)
+            rows[first : first + len(part), 4:] = data.reshape(len(part), length)
+        else:
+            _interleave(out[position:end], size, b"".join(part))
         del part
-        out = np.empty(4 * len(lengths) + data.size, dtype=np.uint8)
-        length = int(lengths[0]) if len(lengths) else 0
-        if (lengths == length).all():  # one length: rows of prefix + data
-            rows = out.reshape(len(lengths), 4 + length)
-            rows[:, :4] = np.frombuffer(_LENGTH.pack(length), dtype=np.uint8)
-            rows[:, 4:] = data.reshape(len(lengths), length)
-            chunks.append(out.tobytes())
-            continue
-        # Where each element's prefix begins in `out`.
-        heads = np.cumsum(lengths) - lengths + 4 * np.arange(len(lengths))
-        prefix_bytes = lengths.astype(_PREFIX).view(np.uint8).reshape(-1, 4)
-        is_prefix = np.zeros(out.size, dtype=np.bool_)
-        for k in range(4):
-            out[heads + k] = prefix_bytes[:, k]
-            is_prefix[heads + k] = True
-        out[~is_prefix] = data
-        chunks.append(out.tobytes())
-    if len(chunks) == 1:
-        return chunks[0]
-    return b"".join(chunks)
+        position = end
+    return buffer
+
+
+# A slice whose data is larger than this is copied element by element rather than joined first:
+# bounds the temporary (the per-element cost is small beside copying elements this large).
+_JOIN_BYTES = 1 << 23
+
+
+def _copy_each(view: memoryview, position: int, part: list[bytes]) -> None:
+    pack_into = _LENGTH.pack_into
+    for item in part:
+        pack_into(view, position, len(item))
+        position += 4
+        view[position : position + len(item)] = item
+        position += len(item)
+
+
+def _interleave(out: np.ndarray, lengths: np.ndarray, data: bytes) -> None:
+    """`out` (uint8, exactly the slice's framed size) ← the prefixes `lengths` (u4, little
+    endian) each before its element's bytes, taken in turn from `data`."""
+    # Where each element's prefix begins in `out`.
+    heads = np.cumsum(lengths, dtype=np.int64) - lengths + 4 * np.arange(len(lengths))
+    prefix_bytes = lengths.view(np.uint8).reshape(-1, 4)
+    is_prefix = np.zeros(out.size, dtype=np.bool_)
+    for k in range(4):
+        out[heads + k] = prefix_bytes[:, k]
+        is_prefix[heads + k] = True
+    out[~is_prefix] = np.frombuffer(data, dtype=np.uint8)

@@ -297,10 +297,15 @@ class ModelWorker:
             log.debug("'%s': withdrawing generation %d: %s", self.name, self.generation, exc)
 
     async def _admit(
-        self, request: dict[str, Any], bridge: bool, answers: _Responses | _Collected
+        self,
+        request: dict[str, Any],
+        bridge: bool,
+        answers: _Responses | _Collected,
+        local: bool = False,
     ) -> tuple[TritonError | None, Cancellable | None, ServedModel | None, RequestTrace | None]:
         """Decode `request`, choose the model that answers it and submit it, its responses going
-        to `answers` (whose `encode` is set here for the bridge form).
+        to `answers` (whose `encode` is set here for the bridge form; `local`: the answers stay
+        in this process, codec.encode_raw_tensor).
 
         Returns (refused, pending, model, trace): `refused` is Triton's error for a request no
         model took (undecodable, or the model is gone); `pending` is None when the model
@@ -355,6 +360,7 @@ class ModelWorker:
                     version,
                     place=placer.place if placer is not None else None,
                     sinks=output_sinks(request),
+                    local=local,
                 )
             pending = model.submit(inference, answers.respond)
         except BaseException:
@@ -448,7 +454,7 @@ class ModelWorker:
         loop = asyncio.get_running_loop()
         collected = _Collected(loop, self.name)
         request_id = request.get("id") or ""
-        refused, pending, model, trace = await self._admit(request, True, collected)
+        refused, pending, model, trace = await self._admit(request, True, collected, local=True)
         if refused is not None:
             request_failed(self.name, request_id, refused)  # logs its one line
             return [bridge_error(refused, final=True, rejected=True)]

@@ -479,7 +479,7 @@ class OutputPlacer:
         for index, tensor in enumerate(tensors):
             data = raw_contents(tensor) if tensor._datatype == "BYTES" else raw_array(tensor)
             contents.append(data)
-            length = len(data) if isinstance(data, bytes) else data.nbytes
+            length = len(data) if isinstance(data, bytes | bytearray) else data.nbytes
             if length >= self.threshold:
                 placed.add(index)
                 size = _aligned(size + length)
@@ -556,7 +556,9 @@ def _metadata(tensor: Tensor) -> tuple[dict[str, Any], str]:
 
 def _inline(tensor: Tensor, data: Any) -> dict[str, Any]:
     metadata, dynamo_type = _metadata(tensor)
-    values = data if isinstance(data, bytes) else data.tobytes()
+    # inline: it crosses the request plane, whose msgpack takes `bytes` only
+    values = bytes(data) if isinstance(data, bytearray) else data
+    values = values if isinstance(values, bytes) else values.tobytes()
     return {"metadata": metadata, "data": {"data_type": dynamo_type, "values": values}}
 
 

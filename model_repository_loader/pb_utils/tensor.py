@@ -10,11 +10,16 @@ A tensor made from GPU memory (`from_dlpack` of a CUDA tensor, a BLS or ensemble
 stayed on the GPU) holds a `gpu.DeviceArray` instead and is not `is_cpu()`; `to_dlpack()` hands
 the same memory on. Its bytes are copied to the host once, the first time something needs them
 as an array (`_array`: the wires, the response cache); the tensor stays a GPU tensor.
+
+A tensor made `_from_source` (a large BYTES input, kept serialized by the bridge's codec while
+its request waits for an instance) makes its array the first time something needs it, usually
+the model's `as_numpy()` on the instance's thread; its shape is known before.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -26,6 +31,14 @@ from .errors import TritonModelException, pybind_type_error
 _SIGNATURE = "c_python_backend_utils.Tensor(arg0: str, arg1: numpy.ndarray)"
 _FROM_DLPACK_SIGNATURE = "(self: str, arg0: object) -> c_python_backend_utils.Tensor"
 _OBJECT = np.dtype(np.object_)
+
+
+class ArraySource(Protocol):
+    """Makes a tensor's array when it is first needed; once, whichever tensor over it asks."""
+
+    def array(self) -> np.ndarray:
+        """The array, 1-D (each tensor over the source gives it its own shape)."""
+        ...
 
 
 class Tensor:
@@ -90,6 +103,21 @@ class Tensor:
         tensor._host = array
         tensor._device = None
         tensor._datatype = datatype
+        return tensor
+
+    @staticmethod
+    def _from_source(
+        name: str, source: ArraySource, shape: tuple[int, ...], datatype: str
+    ) -> Tensor:
+        """A CPU tensor of `shape` whose array `source` makes when first needed (no checks:
+        the source's array must have the stored form of `datatype` and `shape`'s size)."""
+        tensor = _Sourced.__new__(_Sourced)
+        tensor._name = name
+        tensor._host = None
+        tensor._device = None
+        tensor._datatype = datatype
+        tensor._source = source
+        tensor._shape = shape
         return tensor
 
     @classmethod
@@ -224,3 +252,36 @@ class Tensor:
     def __repr__(self) -> str:
         where = "" if self._device is None else f" cuda:{self._device.device}"
         return f"<Tensor {self._name!r} {self._datatype}{where} {list(self._dims())}>"
+
+
+class _Sourced(Tensor):
+    """A CPU tensor whose array its `ArraySource` makes on first use (`Tensor._from_source`).
+    Renamed or reshaped before then, it stays unmade: the new tensor shares the source, so
+    both see the one array, as they would share a stored one."""
+
+    __slots__ = ("_source", "_shape")
+
+    _source: ArraySource
+    _shape: tuple[int, ...]
+
+    @property
+    def _array(self) -> np.ndarray:
+        host = self._host
+        if host is None:
+            host = self._host = self._source.array().reshape(self._shape)
+        return host
+
+    def _dims(self) -> tuple[int, ...]:
+        return self._shape
+
+    def _renamed(self, name: str) -> Tensor:
+        if self._host is not None:
+            return super()._renamed(name)
+        return Tensor._from_source(name, self._source, self._shape, self._datatype)
+
+    def _reshaped(self, shape: list[int]) -> Tensor:
+        if self._host is not None:
+            return super()._reshaped(shape)
+        if math.prod(shape) != math.prod(self._shape):  # as numpy's reshape refuses it
+            raise ValueError(f"cannot reshape a tensor of shape {self._shape} into {shape}")
+        return Tensor._from_source(self._name, self._source, tuple(shape), self._datatype)

@@ -246,3 +246,34 @@ def test_grpc_max_message_size_refuses_a_larger_request(bridge_server):
     assert str(caught.value.status()) == "StatusCode.RESOURCE_EXHAUSTED"
     result = server.client().infer("count_bytes", [_grpc_bytes(_strings(100_000))])
     assert result.as_numpy("COUNT").tolist() == [100_000]
+
+
+@pytest.mark.parametrize("host_id", ["", "none"], ids=["shared memory", "bytes form"])
+def test_bytes_answers_cross_the_request_plane(tmp_path, host_id):
+    """Issue 38 finding 7: a BYTES answer is framed into one bytearray, which only the
+    in-process door may keep; from a worker in another process (through a shared memory region,
+    inline below its threshold, or in the bytes form over Dynamo's request plane, whose msgpack
+    refuses a bytearray) it arrives whole, large and small, on both wires. Its input, decoded
+    only when the model reads it, is the model's as it was sent."""
+    from tests.harness.roles import Frontend, Worker
+
+    env = {"DYN_FILE_KV": str(tmp_path / "kv")}
+    worker_env = {**env, "DYN_BRIDGE_SHM_HOST_ID": host_id} if host_id else env
+    worker = Worker(REPOSITORY, env=worker_env, log_path=tmp_path / "worker.log")
+    frontend = Frontend(*DOOR, env=env, log_path=tmp_path / "frontend.log")
+    try:
+        worker.start()
+        frontend.start()
+        grpc_client = grpcclient.InferenceServerClient(frontend.grpc_url)
+        wait_until(lambda: grpc_client.is_model_ready("identity_bytes"), "identity_bytes")
+        http_client = httpclient.InferenceServerClient(frontend.http_url)
+        for count in (3, 40_000):  # inline; past the region threshold (128 KiB)
+            data = np.array([b"%d" % i * (i % 7) for i in range(count)], dtype=np.object_)
+            for client, module in ((grpc_client, grpcclient), (http_client, httpclient)):
+                tensor = module.InferInput("INPUT0", [count], "BYTES")
+                tensor.set_data_from_numpy(data)
+                answer = client.infer("identity_bytes", [tensor]).as_numpy("OUTPUT0")
+                assert answer.tolist() == data.tolist(), (count, module.__name__)
+    finally:
+        frontend.stop()
+        worker.stop()

@@ -195,7 +195,7 @@ def test_a_decoded_request_lets_go_of_its_raw_contents() -> None:
         "tensors": [
             {
                 "metadata": {"name": "S", "data_type": "Bytes", "shape": [2]},
-                "data": {"data_type": "Bytes", "values": encode(strings)},
+                "data": {"data_type": "Bytes", "values": bytes(encode(strings))},
             },
             {
                 "metadata": {"name": "F", "data_type": "Float32", "shape": [3]},

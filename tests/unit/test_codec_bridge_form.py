@@ -19,6 +19,7 @@ from bridge.codec import (
     encode_raw_tensor,
     raw_contents,
 )
+from bridge.serialized_bytes import BytesLimits
 from model_repository_loader.inference import InferRequest
 from model_repository_loader.pb_utils import InferenceResponse, Tensor, TritonError
 from model_repository_loader.pb_utils.errors import ErrorCode
@@ -137,6 +138,93 @@ def test_an_element_count_that_does_not_fit_the_shape_is_refused(shape, text):
     assert str(error) == f"[request id: r7] {text}"
 
 
+def _large_bytes(count: int) -> tuple[list[bytes], bytes]:
+    """`count` elements of many lengths, framed: past SMALL, so decoded late."""
+    items = [b"%d" % i * (1 + i % 5) for i in range(count)]
+    return items, b"".join(struct.pack("<I", len(v)) + v for v in items)
+
+
+def test_a_large_bytes_input_is_decoded_only_when_read():
+    """Issue 38 finding 7: a request waiting for its instance holds a large BYTES input in its
+    serialized form; its objects are made when the model reads it, once."""
+    import tracemalloc
+
+    items, data = _large_bytes(50_000)
+    request = {"id": "r7", "tensors": [raw("S", "Bytes", [2, 25_000], data)]}
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        decoded = decode_request(request, "m", BytesLimits())
+        waiting, _ = tracemalloc.get_traced_memory()
+        tensor = decoded.inputs[0]
+        assert tensor.shape() == [2, 25_000] and tensor.name() == "S"
+        renamed = tensor._renamed("T")  # an ensemble step's input, before the model reads it
+        array = tensor.as_numpy()
+        read, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # Waiting: no object per element (50,000 of them would be >2.6 MB).
+    assert waiting - before < 200_000
+    assert read - before > 50_000 * 40
+    assert array.shape == (2, 25_000) and array.reshape(-1).tolist() == items
+    assert tensor.as_numpy() is array
+    assert renamed.as_numpy().reshape(-1)[-1] is array.reshape(-1)[-1]  # one decode, shared
+
+
+@pytest.mark.parametrize(
+    ("shape", "cut", "text"),
+    [
+        (
+            [50_001],
+            0,
+            "[request id: r7] expected 50001 string elements for inference input 'S' "
+            "for model 'm', got 50000",
+        ),
+        (
+            [49_999],
+            0,
+            "[request id: r7] unexpected number of string elements 50000 for "
+            "inference input 'S' for model 'm', expecting 49999",
+        ),
+        (
+            [50_000],
+            2,
+            "[request id: r7] incomplete string length indicator for inference input "
+            "'S' for model 'm', expecting 4 bytes but only 2 bytes available. Please make sure "
+            "the string length indicator is in one buffer.",
+        ),
+        (
+            [50_000],
+            9,
+            "incomplete string data for inference input 'S', expecting string of "
+            "length 25 but only 16 bytes available",
+        ),
+    ],
+)
+def test_a_large_bytes_input_is_checked_when_admitted(shape, cut, text):
+    """Decoded late, but refused at admission with Triton's texts."""
+    _, data = _large_bytes(50_000)
+    if cut == 2:
+        data += b"\x01\x00"
+    elif cut:
+        data = data[:-cut]
+    error = refusal(raw("S", "Bytes", shape, data))
+    assert str(error) == text
+
+
+def test_a_large_bytes_input_over_the_decoded_size_limit_is_refused_when_admitted():
+    items, data = _large_bytes(50_000)
+    decoded = 50_000 * 8 + sum(33 + len(v) for v in items if len(v) > 1)
+    request = {"id": "r7", "tensors": [raw("S", "Bytes", [50_000], data)]}
+    with pytest.raises(RequestError) as caught:
+        decode_request(request, "m", BytesLimits(max_decoded_size=decoded - 1))
+    assert str(caught.value) == (
+        f"[request id: r7] inference request for model 'm' has {decoded} bytes of BYTES inputs "
+        f"once decoded, more than the {decoded - 1} this server accepts (--max-bytes-decoded-size)"
+    )
+    assert decode_request(request, "m", BytesLimits(max_decoded_size=decoded)).inputs
+
+
 def test_raw_and_list_tensors_mix_in_one_request():
     request = decode_request(
         {
@@ -187,6 +275,23 @@ def test_bridge_answers_round_trip():
     empty = encode_bridge_response("m", "1", None, True)
     assert empty["final"] is True and empty["empty"] is True and empty["tensors"] == []
     assert decode_bridge_item(empty) == (None, True, False)
+
+
+def test_bytes_answers_stay_in_their_framed_buffer_only_in_process():
+    """Issue 38 finding 7: a BYTES output is framed into one bytearray; a unary answer to the
+    in-process door keeps it (the wires send it as it is), anything that may cross the request
+    plane gets `bytes` (Dynamo's msgpack refuses a bytearray: "cannot be converted to
+    'PyBytes'", measured on 1.6.1)."""
+    response = InferenceResponse([stored("BYTES")])
+    expected = b"".join(struct.pack("<I", len(v)) + v for v in ARRAYS["BYTES"])
+    local = encode_bridge_response("m", "1", response, True, local=True)
+    crossing = encode_bridge_response("m", "1", response, True)
+    assert type(local["tensors"][0]["data"]["values"]) is bytearray
+    assert type(crossing["tensors"][0]["data"]["values"]) is bytes
+    assert local["tensors"][0]["data"]["values"] == crossing["tensors"][0]["data"]["values"]
+    assert crossing["tensors"][0]["data"]["values"] == expected
+    request = encode_bridge_request(InferRequest(inputs=[stored("BYTES")]))
+    assert type(request["tensors"][0]["data"]["values"]) is bytes
 
 
 def test_errors_are_items_with_their_code_name():

@@ -335,3 +335,35 @@ def test_read_only_array_can_still_be_exported() -> None:
     array.flags.writeable = False
     capsule = Tensor("x", array).to_dlpack()
     assert Tensor.from_dlpack("y", capsule).as_numpy().tolist() == [0.0, 1.0, 2.0]
+
+
+class _CountingSource:
+    """An ArraySource that counts how often it is asked to make its array."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self._array = array
+        self.made = 0
+
+    def array(self) -> np.ndarray:
+        self.made += 1
+        return self._array
+
+
+def test_a_sourced_tensor_makes_its_array_on_first_use_only() -> None:
+    """Issue 38 finding 7: a BYTES input decoded when the model reads it; its shape, a rename
+    or a reshape (validation, ensembles) do not make it, and tensors over one source share it."""
+    source = _CountingSource(np.array([b"a", b"bc", b"", b"d"], dtype=np.object_))
+    tensor = Tensor._from_source("S", source, (2, 2), "BYTES")
+    assert (
+        tensor.shape() == [2, 2] and tensor.is_cpu() and repr(tensor) == "<Tensor 'S' BYTES [2, 2]>"
+    )
+    flat = tensor._reshaped([4])
+    renamed = tensor._renamed("T")
+    with pytest.raises(ValueError):
+        tensor._reshaped([3])
+    assert source.made == 0
+    assert tensor.as_numpy().tolist() == [[b"a", b"bc"], [b"", b"d"]]
+    assert flat.as_numpy().tolist() == [b"a", b"bc", b"", b"d"] and renamed.name() == "T"
+    assert tensor.as_numpy() is tensor.as_numpy()
+    assert renamed.as_numpy().tolist() == tensor.as_numpy().tolist()
+    assert source.made == 3  # once per tensor: the source itself decodes once (Serialized)

@@ -429,7 +429,7 @@ def _response(
     batching: bool = False,
 ) -> Answer:
     """A worker's answer item as the door sends it (wire.py: large raw contents outside)."""
-    raw: list[bytes] = []
+    raw: list[bytes | bytearray] = []
     return framed(to_infer_response(request, item, final, shm, raw, batching), raw)
 
 

@@ -267,7 +267,7 @@ def to_infer_response(
     item: dict[str, Any],
     final: bool | None = None,
     shm: SharedMemory | None = None,
-    raw_out: list[bytes] | None = None,
+    raw_out: list[bytes | bytearray] | None = None,
     batching: bool = False,
 ) -> pb.ModelInferResponse:
     """A bridge-form response item → ModelInferResponse.
@@ -318,7 +318,9 @@ def to_infer_response(
             shm.write(*where, output.name, values)
             raw.append(b"")
             continue
-        raw.append(bytes(values))
+        # Into `raw_out` as it is (joined once into the message, wire.py); protobuf's own
+        # field takes `bytes` only.
+        raw.append(values if raw_out is not None else bytes(values))
     parameters = item.get("parameters")
     if parameters:
         parameters = {k: v for k, v in parameters.items() if k != FINAL_RESPONSE}

@@ -148,15 +148,15 @@ class InferResponse:
     contents, written after it (`write_infer_response`)."""
 
     message: pb.ModelInferResponse
-    raw: list[bytes]
+    raw: list[bytes | bytearray]
 
 
 def framed(
-    message: pb.ModelInferResponse, raw: list[bytes]
+    message: pb.ModelInferResponse, raw: list[bytes | bytearray]
 ) -> pb.ModelInferResponse | InferResponse:
     """`message` with its raw output contents `raw`, in the form that costs fewer copies."""
     if sum(map(len, raw)) < SPLIT_BYTES:
-        message.raw_output_contents.extend(raw)
+        message.raw_output_contents.extend(map(bytes, raw))  # protobuf takes `bytes` only
         return message
     return InferResponse(message, raw)
 
@@ -174,8 +174,8 @@ _RAW_OUTPUT_KEY = _encode_varint(RAW_OUTPUT_CONTENTS << 3 | _LENGTH_DELIMITED)
 _STREAM_INFER_RESPONSE_KEY = _encode_varint(STREAM_INFER_RESPONSE << 3 | _LENGTH_DELIMITED)
 
 
-def _parts(response: InferResponse) -> list[bytes]:
-    parts = [response.message.SerializeToString()]
+def _parts(response: InferResponse) -> list[bytes | bytearray]:
+    parts: list[bytes | bytearray] = [response.message.SerializeToString()]
     for raw in response.raw:
         parts += (_RAW_OUTPUT_KEY, _encode_varint(len(raw)), raw)
     return parts

@@ -255,7 +255,7 @@ class PartsResponse(Response):
     """A 200 whose body is sent as its parts (the JSON header, then each output's bytes), so
     that megabytes of output are not joined into one more copy first."""
 
-    def __init__(self, parts: list[bytes], headers: dict[str, str]) -> None:
+    def __init__(self, parts: list[bytes | bytearray], headers: dict[str, str]) -> None:
         self.parts = parts
         self.status_code = 200
         self.background = None

@@ -486,7 +486,7 @@ def to_response(
     plan: InferPlan,
     config: mc.ModelConfig | None,
     shm: SharedMemory | None = None,
-) -> tuple[bytes, list[bytes]]:
+) -> tuple[bytes, list[bytes | bytearray]]:
     """A bridge-form response item → (JSON header, binary chunks that follow it)."""
     document: dict[str, Any] = {}
     if plan.request_id:
@@ -501,7 +501,7 @@ def to_response(
     if parameters:
         document["parameters"] = parameters
     outputs = []
-    chunks: list[bytes] = []
+    chunks: list[bytes | bytearray] = []
     rendered: dict[bytes, bytes] = {}  # placeholder → an output's data rendered in slices
     nonce = secrets.token_hex(16)  # no string from the client can equal a placeholder
     batching = config is not None and config.max_batch_size > 0
@@ -530,7 +530,7 @@ def to_response(
             shm.write(*output_plan.region, name, values)  # named there, no data here [V]
         elif output_plan.binary:
             output["parameters"] = {BINARY_DATA_SIZE: len(values)}
-            chunks.append(bytes(values))
+            chunks.append(values)  # a bytearray (a BYTES output) is sent as it is: no copy
         else:
             data = _json_values(name, datatype, values)
             if isinstance(data, bytes):  # spliced in once the document is written
