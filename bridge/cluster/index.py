@@ -238,6 +238,8 @@ class ClusterIndex:
             # Found unreachable: an index round or a statistics call must not wait the full
             # bound for it while it is cut off (its probe says when it is back).
             timeout = min(timeout, PING_TIMEOUT_S)
+        # An ejected worker's silence was said once, at its ejection: not again every round.
+        silent = logging.DEBUG if instance_id in self.outliers else logging.INFO
         try:
             async with asyncio.timeout(timeout):
                 stream = await self._control.direct(request, instance_id, annotated=False)
@@ -247,10 +249,10 @@ class ClusterIndex:
                     log.warning("worker %x answered %s with %r", instance_id, op, item)
                     return None
         except TimeoutError:
-            log.info("worker %x did not answer %s in time", instance_id, op)
+            log.log(silent, "worker %x did not answer %s in time", instance_id, op)
         except Exception as exc:  # a worker going away mid-question: the others still count
             if not instance_gone(exc):
-                log.info("worker %x did not answer %s: %s", instance_id, op, exc)
+                log.log(silent, "worker %x did not answer %s: %s", instance_id, op, exc)
             else:
                 if gone is not None:
                     gone.add(instance_id)
