@@ -44,8 +44,13 @@ REPOSITORY = Path(__file__).resolve().parent.parent / "examples" / "model_reposi
 ETCD_PORT, DOOR_PORT, METRICS_PORT = 2379, 8001, 8002
 
 
+# What a host's processes must not inherit from the caller (a test run pins some of them to
+# 127.0.0.1 for one-host clusters): each host says its own.
+_PER_HOST = ("DYN_TCP_", "DYN_DISCOVERY", "DYN_REQUEST_PLANE", "DYN_FILE_KV", "ETCD_", "NATS_")
+
+
 def _environment(host_address: str, etcd: str, **extra: str) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_PER_HOST)}
     env.update(
         DYN_DISCOVERY_BACKEND="etcd",
         ETCD_ENDPOINTS=etcd,
