@@ -445,6 +445,16 @@ def empty_final_response(model_name: str) -> dict[str, Any]:
 BRIDGE_FORM = "bridge_form"
 
 
+# A caller's probe of a worker it stopped sending to (bridge/cluster/instances.py): answered at
+# once with PONG, the model untouched, over the same request plane connections as requests.
+PING: dict[str, Any] = {"bridge_ping": 1}
+PONG: dict[str, Any] = {"final": True, "pong": 1}
+
+
+def is_ping(request: dict[str, Any]) -> bool:
+    return request.get("bridge_ping") == 1
+
+
 def wants_bridge_form(request: dict[str, Any]) -> bool:
     """Did the caller (the bridge's own door, a BLS call from another worker) ask for answers in
     the bridge form (`"bridge_form": 1`)?"""

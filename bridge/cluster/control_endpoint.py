@@ -131,7 +131,6 @@ class ControlEndpoint:
             Op.UNLOAD: self._unload,
             Op.LOG_SETTINGS: self._log_settings,
             Op.READY: self._ready,
-            Op.PING: self._ping,
         }
         self.serving: asyncio.Future[Any] | None = None
 
@@ -176,9 +175,6 @@ class ControlEndpoint:
         # Each is_ready() may take up to its bound: never on the loop.
         rows = await asyncio.to_thread(ready_rows, self._manager, name, version)
         return {"worker": self.worker, "models": [row.to_wire() for row in rows]}
-
-    async def _ping(self, request: dict[str, Any]) -> dict[str, Any]:
-        return {"worker": self.worker}
 
     async def _log_settings(self, request: dict[str, Any]) -> dict[str, Any]:
         changes = request.get("settings") or {}

@@ -39,7 +39,7 @@ from typing import Any
 from dynamo.runtime import DistributedRuntime
 
 from .address_probe import AddressProbe, ReachableClient
-from .instances import PING_TIMEOUT_S, Outliers, instance_gone
+from .instances import instance_gone
 from .protocol import IndexAnswer, Op, control_path, control_request
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,6 @@ OP_TIMEOUT_S: dict[Op, float | None] = {
     Op.UNLOAD: None,
     # Each instance's is_ready() is bounded by the worker (5 s, as Triton), one after another.
     Op.READY: 60.0,
-    Op.PING: PING_TIMEOUT_S,
 }
 # While lookups use the cache: how old it may get before it is asked again (see the module doc;
 # a quarter second moves callers to a reloaded model's new endpoint well within the worker's
@@ -108,9 +107,6 @@ class ClusterIndex:
         self.on_round: list[Callable[[IndexRound], Awaitable[None]]] = []
         # Called with the control instances that appeared since the last round (not waited on).
         self.on_new_workers: list[Callable[[list[int]], None]] = []
-        # The workers this process found unreachable, pinged until they answer (instances.py):
-        # shared by the door's routes and BLS calls, since an instance is a whole process.
-        self.outliers = Outliers(self._ping, self._listed)
 
     async def start(self) -> None:
         """Watch the control endpoint from now on, and keep the cache fresh while it is used.
@@ -133,12 +129,7 @@ class ClusterIndex:
     def stop(self) -> None:
         if self._refresher is not None:
             self._refresher.cancel()
-        self.outliers.stop()
         self.probe.close()
-
-    def _listed(self) -> list[int]:
-        """Every bridge worker discovery lists, reachable or not."""
-        return list(self._control.instance_ids())
 
     def instance_ids(self) -> list[int]:
         """The bridge workers listed, less those this process cannot reach."""
@@ -234,12 +225,6 @@ class ClusterIndex:
             timeout = OP_TIMEOUT_S[Op(str(op))]
         except ValueError:  # not an op of ours: the worker answers INVALID_ARG at once
             timeout = ANSWER_TIMEOUT_S
-        if timeout is not None and instance_id in self.outliers:
-            # Found unreachable: an index round or a statistics call must not wait the full
-            # bound for it while it is cut off (its probe says when it is back).
-            timeout = min(timeout, PING_TIMEOUT_S)
-        # An ejected worker's silence was said once, at its ejection: not again every round.
-        silent = logging.DEBUG if instance_id in self.outliers else logging.INFO
         try:
             async with asyncio.timeout(timeout):
                 stream = await self._control.direct(request, instance_id, annotated=False)
@@ -249,10 +234,10 @@ class ClusterIndex:
                     log.warning("worker %x answered %s with %r", instance_id, op, item)
                     return None
         except TimeoutError:
-            log.log(silent, "worker %x did not answer %s in time", instance_id, op)
+            log.info("worker %x did not answer %s in time", instance_id, op)
         except Exception as exc:  # a worker going away mid-question: the others still count
             if not instance_gone(exc):
-                log.log(silent, "worker %x did not answer %s: %s", instance_id, op, exc)
+                log.info("worker %x did not answer %s: %s", instance_id, op, exc)
             else:
                 if gone is not None:
                     gone.add(instance_id)
@@ -260,10 +245,6 @@ class ClusterIndex:
                     self._gone_logged.add(instance_id)
                     log.info("worker %x is gone (until its lease ends): %s", instance_id, exc)
         return None
-
-    async def _ping(self, instance_id: int) -> bool:
-        """Whether the worker's control endpoint answers (within PING_TIMEOUT_S)."""
-        return await self.ask(instance_id, control_request(Op.PING)) is not None
 
     async def ask_each(
         self, request: dict[str, Any], instance_ids: list[int] | None = None

@@ -19,9 +19,13 @@ anything (Envoy's LEAST_REQUEST; Dynamo's `round_robin` would keep sending it it
   (`DYN_TCP_REQUEST_TIMEOUT`; bridge processes default it to 1 s, bridge/tuning.py), or its
   connection broke. The request may have reached the worker, so it is **not** sent again: the
   caller gets UNAVAILABLE, and a worker never starts a request that arrives after its caller
-  gave up (bridge/transport/arrival.py). The instance is *ejected* (`Outliers`, shared by
-  every endpoint of this process, since an instance is a whole process): left out until it
-  answers a ping of its control endpoint, probed every PROBE_S in the background.
+  gave up (bridge/transport/arrival.py). The instance is *ejected*: left out until it answers
+  a ping sent the way requests go (this endpoint's client, so its own connections: after a
+  partition heals, each connection of the request plane's pool recovers at its own
+  retransmission, and a ping by another client proved nothing about this one's; measured, it
+  let the instance back while this endpoint's requests still timed out). A bridge worker
+  answers `PING` at once, without its model; an endpoint of another kind of worker is tried
+  again after EJECT_S instead.
 
 Instances out of rotation are still tried when no other is listed (a lone worker that comes
 back is used at once, not after its probe).
@@ -32,11 +36,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from enum import Enum
 from typing import Any
 
 from dynamo.runtime import Context
+
+from ..codec import PING
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +53,10 @@ GONE_S = 5.0
 # list comes first as often as not, until each has been found gone once.
 MAX_TRIES = 4
 # How often an ejected instance is pinged, and how long one ping may take: a live worker answers
-# its control endpoint from memory within milliseconds.
+# at once. An instance that cannot be pinged (not a bridge worker) is tried again after EJECT_S.
 PROBE_S = 0.5
 PING_TIMEOUT_S = 1.0
+EJECT_S = 5.0
 
 
 class Failure(Enum):
@@ -84,70 +91,27 @@ def instance_gone(exc: BaseException) -> bool:
     return classify(exc) is Failure.GONE
 
 
-class Outliers:
-    """The instances this process ejected (unreachable), each pinged in the background until it
-    answers; shared by every `Instances` of the process. Runs on the event loop.
-
-    `ping(instance_id)` answers whether the instance's control endpoint answered in time;
-    `listed()` the control endpoint's instances now (one that left discovery is forgotten)."""
-
-    def __init__(
-        self, ping: Callable[[int], Awaitable[bool]], listed: Callable[[], list[int]]
-    ) -> None:
-        self._ping = ping
-        self._listed = listed
-        self._probes: dict[int, asyncio.Task[None]] = {}
-
-    def __contains__(self, instance_id: int) -> bool:
-        return instance_id in self._probes
-
-    def eject(self, instance_id: int, reason: BaseException) -> None:
-        if instance_id in self._probes:
-            return
-        log.warning(
-            "worker %x does not answer (%s): no new requests go to it until it answers again",
-            instance_id,
-            reason,
-        )
-        self._probes[instance_id] = asyncio.ensure_future(self._probe(instance_id))
-
-    async def _probe(self, instance_id: int) -> None:
-        try:
-            while True:
-                await asyncio.sleep(PROBE_S)
-                if instance_id not in self._listed():
-                    log.info("worker %x left discovery", instance_id)
-                    return
-                if await self._ping(instance_id):
-                    log.warning("worker %x answers again: back in rotation", instance_id)
-                    return
-        finally:
-            self._probes.pop(instance_id, None)
-
-    def stop(self) -> None:
-        for probe in list(self._probes.values()):
-            probe.cancel()
-
-
 class Instances:
     """Fewest requests in flight over an endpoint's instances that are in rotation (module doc).
 
     `open` gives a request's items; the request counts as in flight on its instance until its
     final item has been taken, or its stream ends or is dropped."""
 
-    __slots__ = ("client", "outliers", "_gone", "_in_flight", "_turn")
+    __slots__ = ("client", "pingable", "_gone", "_ejected", "_in_flight", "_turn")
 
-    def __init__(self, client: Any, outliers: Outliers | None = None) -> None:
+    def __init__(self, client: Any, pingable: bool = True) -> None:
         self.client = client  # a Dynamo endpoint client
-        self.outliers = outliers
+        self.pingable = pingable  # its instances are bridge workers: they answer PING
         self._gone: dict[int, float] = {}  # instance id -> loop time it was found gone
+        self._ejected: dict[int, asyncio.Future[None]] = {}  # instance id -> its probe
         self._in_flight: dict[int, int] = {}
         self._turn = itertools.count()
 
     def _out(self, instance_id: int) -> bool:
-        return instance_id in self._gone or (
-            self.outliers is not None and instance_id in self.outliers
-        )
+        return instance_id in self._gone or instance_id in self._ejected
+
+    def ejected(self) -> list[int]:
+        return list(self._ejected)
 
     def _candidates(self) -> list[int]:
         now = asyncio.get_running_loop().time()
@@ -186,8 +150,8 @@ class Instances:
             except Exception as exc:
                 self._done(instance_id)
                 failure = classify(exc)
-                if failure is Failure.UNREACHABLE and self.outliers is not None:
-                    self.outliers.eject(instance_id, exc)
+                if failure is Failure.UNREACHABLE:
+                    self._eject(instance_id, exc)
                 if failure is not Failure.GONE or attempt == len(candidates) - 1:
                     raise
                 self._gone[instance_id] = asyncio.get_running_loop().time()
@@ -206,6 +170,43 @@ class Instances:
         finally:
             if counted:
                 self._done(instance_id)
+
+    def _eject(self, instance_id: int, reason: BaseException) -> None:
+        if instance_id in self._ejected:
+            return
+        log.warning(
+            "worker %x does not answer (%s): no new requests go to it until it answers again",
+            instance_id,
+            reason,
+        )
+        self._ejected[instance_id] = asyncio.ensure_future(self._probe(instance_id))
+
+    async def _probe(self, instance_id: int) -> None:
+        try:
+            while True:
+                await asyncio.sleep(PROBE_S if self.pingable else EJECT_S)
+                if instance_id not in self.client.instance_ids():
+                    return  # left discovery: nothing to let back
+                if not self.pingable or await self._ping(instance_id):
+                    log.warning("worker %x answers again: back in rotation", instance_id)
+                    return
+        finally:
+            self._ejected.pop(instance_id, None)
+
+    async def _ping(self, instance_id: int) -> bool:
+        try:
+            async with asyncio.timeout(PING_TIMEOUT_S):
+                stream = await self.client.direct(PING, instance_id, annotated=False)
+                async for item in stream:
+                    return isinstance(item, dict) and item.get("pong") == 1
+        except Exception:  # timed out, connection broken, gone: not back yet
+            return False
+        return False
+
+    def close(self) -> None:
+        """Stop the probes (the endpoint is forgotten)."""
+        for probe in list(self._ejected.values()):
+            probe.cancel()
 
     def _done(self, instance_id: int) -> None:
         left = self._in_flight.get(instance_id, 0) - 1

@@ -43,7 +43,6 @@ class Op(StrEnum):
     UNLOAD = "unload"  # {"name"} → {} or an error
     LOG_SETTINGS = "log_settings"  # {"settings"} → {"settings"} or an error
     READY = "ready"  # {"name", "version"} → {"worker", "models": [ReadyRow]}
-    PING = "ping"  # → {"worker"}: reachable (an ejected worker's probe, cluster/instances.py)
 
 
 def control_request(op: Op, **fields: Any) -> dict[str, Any]:

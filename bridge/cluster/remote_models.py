@@ -199,7 +199,7 @@ class DynamoRemoteModels:
             if client is not None and client.instance_ids():
                 instances = self._instances.get(entry.endpoint)
                 if instances is None or instances.client is not client:
-                    instances = Instances(client, self._index.outliers)
+                    instances = Instances(client)
                     self._instances[entry.endpoint] = instances
                 try:
                     return await instances.open(stamp(body), call.context)

@@ -46,6 +46,7 @@ from model_repository_loader.validation import (
 from ..codec import (
     LARGE_REQUEST_ELEMENTS,
     OFF_LOOP_BYTES,
+    PONG,
     TO_DYNAMO,
     bridge_error,
     decode_request,
@@ -53,6 +54,7 @@ from ..codec import (
     empty_final_response,
     encode_bridge_response,
     encode_response,
+    is_ping,
     output_sinks,
     raw_bytes_size,
     release_raw_inputs,
@@ -383,6 +385,9 @@ class ModelWorker:
         `model_version` and gets raw outputs, `final` on every answer, every flag-only FINAL,
         and its errors as items (the stream goes on after an error that is not final).
         """
+        if is_ping(request):  # a caller's probe: this worker answers (bridge/cluster/instances.py)
+            yield dict(PONG)
+            return
         loop = asyncio.get_running_loop()
         bridge = wants_bridge_form(request)
         # Triton sends the empty final response only for decoupled models [V].

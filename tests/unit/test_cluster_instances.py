@@ -9,13 +9,15 @@ network namespaces with a link cut: tests/e2e/test_multi_host.py and benchmarks/
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from bridge.cluster.instances import Failure, Instances, Outliers, classify
+from bridge.cluster.instances import Failure, Instances, classify
+from bridge.codec import PING, PONG
 from bridge.transport import arrival
 from bridge.transport.arrival import Arrivals, stamp
 
@@ -25,34 +27,32 @@ REFUSED = RuntimeError("Unavailable: TCP connection to 10.213.0.11:44429 failed:
 
 class Endpoint:
     """Instances that answer at once (a list of items), fail to open (an exception), or hold the
-    request open until `release` (a stalled worker)."""
+    request open until `release` (a stalled worker). A ping is answered like a request, with
+    PONG where the instance answers."""
 
     def __init__(self, **behaviour: Any) -> None:
         self.behaviour = {int(k[1:]): v for k, v in behaviour.items()}  # "i1" -> 1
         self.sent: list[int] = []
+        self.pinged: list[int] = []
         self.release = asyncio.Event()
 
     def instance_ids(self) -> list[int]:
         return list(self.behaviour)
 
     async def direct(self, request: Any, instance_id: int, **_: Any) -> AsyncIterator[dict]:
-        self.sent.append(instance_id)
+        if request == PING:
+            self.pinged.append(instance_id)
+        else:
+            self.sent.append(instance_id)
         outcome = self.behaviour[instance_id]
         if isinstance(outcome, Exception):
             raise outcome
-        return self._items(outcome)
+        return self._items(outcome, request == PING)
 
-    async def _items(self, outcome: Any) -> AsyncIterator[dict]:
+    async def _items(self, outcome: Any, ping: bool) -> AsyncIterator[dict]:
         if outcome == "stall":
             await self.release.wait()
-        yield {"final": True}
-
-
-def outliers(answers: bool = False) -> Outliers:
-    async def ping(instance_id: int) -> bool:
-        return answers
-
-    return Outliers(ping, lambda: [1, 2, 3])
+        yield dict(PONG) if ping else {"final": True}
 
 
 async def drain(stream: AsyncIterator[dict]) -> list[dict]:
@@ -71,7 +71,7 @@ def test_new_requests_pass_a_stalled_instance_by() -> None:
 
     async def run() -> list[int]:
         endpoint = Endpoint(i1="stall", i2=[])
-        instances = Instances(endpoint, outliers())
+        instances = Instances(endpoint)
         held = asyncio.ensure_future(drain(await instances.open({}, None)))
         await asyncio.sleep(0)
         for _ in range(6):
@@ -87,7 +87,7 @@ def test_new_requests_pass_a_stalled_instance_by() -> None:
 def test_replicas_share_requests_while_they_answer() -> None:
     async def run() -> list[int]:
         endpoint = Endpoint(i1=[], i2=[], i3=[])
-        instances = Instances(endpoint, outliers())
+        instances = Instances(endpoint)
         for _ in range(9):
             await drain(await instances.open({}, None))
         return endpoint.sent
@@ -97,11 +97,9 @@ def test_replicas_share_requests_while_they_answer() -> None:
 
 
 def test_an_unreachable_instance_is_ejected_and_its_request_not_sent_again() -> None:
-    async def run() -> tuple[list[int], bool]:
+    async def run() -> tuple[list[int], list[int], int]:
         endpoint = Endpoint(i1=TIMED_OUT, i2=[])
-        shared = outliers()
-        instances = Instances(endpoint, shared)
-        endpoint.sent.clear()
+        instances = Instances(endpoint)
         failed = 0
         for _ in range(5):
             try:
@@ -109,31 +107,53 @@ def test_an_unreachable_instance_is_ejected_and_its_request_not_sent_again() -> 
             except RuntimeError as exc:
                 assert exc is TIMED_OUT
                 failed += 1
-        ejected = 1 in shared
-        shared.stop()
-        return endpoint.sent, ejected and failed == endpoint.sent.count(1)
+        ejected = instances.ejected()
+        instances.close()
+        return endpoint.sent, ejected, failed
 
-    sent, ejected_after_its_failures = asyncio.run(run())
-    assert ejected_after_its_failures
-    assert sent.count(1) <= 1  # once ejected, nothing more went to it
-    assert sent.count(2) >= 4
+    sent, ejected, failed = asyncio.run(run())
+    assert ejected == [1] and failed == sent.count(1) == 1  # once ejected, nothing more went
+    assert sent.count(2) == 4
 
 
 def test_an_ejected_instance_comes_back_when_it_answers_its_ping() -> None:
-    async def run() -> tuple[bool, bool]:
-        shared = outliers(answers=True)
-        shared.eject(1, TIMED_OUT)
-        out = 1 in shared
-        await asyncio.sleep(0.7)  # one probe period and its ping
-        return out, 1 in shared
+    """The ping goes through the endpoint's own client, as its requests do."""
 
-    assert asyncio.run(run()) == (True, False)
+    async def run() -> tuple[list[int], list[int], list[int], list[int]]:
+        endpoint = Endpoint(i1=TIMED_OUT, i2=[])
+        instances = Instances(endpoint)
+        for _ in range(2):
+            with contextlib.suppress(RuntimeError):
+                await drain(await instances.open({}, None))
+        out = instances.ejected()
+        await asyncio.sleep(0.7)  # a probe period: its ping fails too, still out
+        still_out = instances.ejected()
+        endpoint.behaviour[1] = []  # the link is back
+        await asyncio.sleep(0.7)
+        return out, still_out, instances.ejected(), endpoint.pinged
+
+    out, still_out, after, pinged = asyncio.run(run())
+    assert out == [1] and still_out == [1] and after == []
+    assert set(pinged) == {1}
+
+
+def test_an_instance_that_cannot_be_pinged_is_tried_again_later() -> None:
+    async def run() -> tuple[list[int], list[int]]:
+        endpoint = Endpoint(i1=TIMED_OUT)
+        instances = Instances(endpoint, pingable=False)
+        with contextlib.suppress(RuntimeError):
+            await drain(await instances.open({}, None))
+        out = instances.ejected()
+        instances.close()
+        return out, endpoint.pinged
+
+    assert asyncio.run(run()) == ([1], [])  # never pinged (a foreign worker has no PONG)
 
 
 def test_a_gone_instance_is_passed_by_at_once() -> None:
     async def run() -> list[int]:
         endpoint = Endpoint(i1=REFUSED, i2=[])
-        instances = Instances(endpoint, outliers())
+        instances = Instances(endpoint)
         for _ in range(3):
             await drain(await instances.open({}, None))
         return endpoint.sent
@@ -144,14 +164,15 @@ def test_a_gone_instance_is_passed_by_at_once() -> None:
 
 def test_when_every_instance_is_out_one_is_still_tried() -> None:
     async def run() -> list[int]:
-        endpoint = Endpoint(i1=[])
-        shared = outliers()
-        shared.eject(1, TIMED_OUT)
-        await drain(await Instances(endpoint, shared).open({}, None))
-        shared.stop()
+        endpoint = Endpoint(i1=TIMED_OUT)
+        instances = Instances(endpoint)
+        for _ in range(2):
+            with contextlib.suppress(RuntimeError):
+                await drain(await instances.open({}, None))
+        instances.close()
         return endpoint.sent
 
-    assert asyncio.run(run()) == [1]
+    assert asyncio.run(run()) == [1, 1]
 
 
 # -- arrival.py -------------------------------------------------------------------------------

@@ -340,13 +340,9 @@ class Directory:
         route: Route | None = self._routes.get(endpoint) or self.local_route(endpoint)
         if route is None:
             if entry.bridge_form:
-                route = RequestPlaneRoute(
-                    await self.client(endpoint), self._shm, self._index.outliers
-                )
+                route = RequestPlaneRoute(await self.client(endpoint), self._shm)
             else:
-                route = StandardFormRoute(
-                    await self.client(endpoint), entry.name, self._index.outliers
-                )
+                route = StandardFormRoute(await self.client(endpoint), entry.name)
             self._routes[endpoint] = route
         return route
 

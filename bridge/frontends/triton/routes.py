@@ -18,7 +18,7 @@ and including the final one (docs/worker_protocol.md §2):
 
 Which instance a request-plane route sends to, and which instances it leaves out (gone, or
 unreachable and ejected until they answer a ping), is `Instances`' (bridge/cluster/instances.py);
-the ejected ones are shared with BLS calls through the process's `ClusterIndex.outliers`.
+BLS calls into other workers choose the same way (bridge/cluster/remote_models.py).
 
 A replica that is stopping may refuse a request before it took it (Dynamo's request plane says
 "Worker disconnected before response stream was established", or "Worker removed before request
@@ -44,7 +44,7 @@ from dynamo.runtime import Context
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
-from ...cluster.instances import Instances, Outliers
+from ...cluster.instances import Instances
 from ...cluster.protocol import read_error
 from ...transport.arrival import arrived_late, stamp
 from ...transport.shm_exchange import ShmDoor
@@ -130,10 +130,8 @@ class RequestPlaneRoute:
 
     __slots__ = ("instances", "shm", "answer_bytes")
 
-    def __init__(
-        self, client: Any, shm: ShmDoor | None = None, outliers: Outliers | None = None
-    ) -> None:
-        self.instances = Instances(client, outliers)
+    def __init__(self, client: Any, shm: ShmDoor | None = None) -> None:
+        self.instances = Instances(client)
         self.shm = shm
         # The size of the last answer (0: inline; None: none yet): what the next request offers.
         self.answer_bytes: int | None = None
@@ -175,8 +173,8 @@ class StandardFormRoute:
 
     __slots__ = ("instances", "model")
 
-    def __init__(self, client: Any, model: str, outliers: Outliers | None = None) -> None:
-        self.instances = Instances(client, outliers)
+    def __init__(self, client: Any, model: str) -> None:
+        self.instances = Instances(client, pingable=False)  # not a bridge worker
         self.model = model
 
     async def generate(self, body: dict, context: Context) -> AsyncIterator[dict]:
