@@ -217,13 +217,17 @@ def test_the_guide_on_three_hosts(hosts: Hosts, plane: str) -> None:
     # The example client, from a fourth host, through the door on A.
     words = hosts.blocks["client"].commands[0]
     done = hosts.network["client"].run(hosts.command(words), env=hosts.environ("client", plane))
-    assert done.returncode == 0, done.stdout + done.stderr
+    logs = "".join(
+        f"\n--- {p.name} on {p.host.name}:\n" + "\n".join(p.log_text().splitlines()[-15:])
+        for p in (frontend, b, c)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr + logs
     for line in (
         "add_sub      OUTPUT0 (sum):        [[5.0, 5.0, 5.0, 5.0], [11.0, 21.0, 31.0, 41.0]]",
         "token_streamer 3 tokens, joined: 'first prompt, streamed'",
         "slow_cancellable stream_timeout: StatusCode.DEADLINE_EXCEEDED",
     ):
-        assert line in done.stdout, done.stdout + done.stderr
+        assert line in done.stdout, done.stdout + done.stderr + logs
 
     # A worker's SIGTERM under load, its replica serving: no request fails.
     url = f"{hosts.address['a']}:8001"
