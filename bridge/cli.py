@@ -1057,7 +1057,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_verbose, args.log_format)
     # Before Dynamo's runtime starts: it reads its logging settings once, and its thread counts.
     quiet_targets = configure_dynamo_logging(args.log_verbose, os.environ)
-    runtime_threads(os.environ)
+    runtime_threads(os.environ, topology.request_plane)
     request_plane_timeout(os.environ)
     with hide_filter_banner(quiet_targets):  # Dynamo reads DYN_LOG when first imported
         from .metrics.triton import parse_metrics_config

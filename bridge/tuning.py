@@ -59,6 +59,14 @@ runtime threads blocked there, SIGTERM ignored; Dynamo's own standalone frontend
 max(MIN_BLOCKING_THREADS, 4 × CPUs) before Dynamo's runtime is made (threads are started only
 when needed: the cap costs nothing until then).
 
+On the nats request plane the worker threads are raised too, to max(NATS_MIN_WORKER_THREADS,
+CPUs): there `DistributedRuntime.endpoint()` waits for Dynamo's runtime while holding the GIL,
+and each worker thread completing a Python awaitable of Dynamo's waits for the GIL; with every
+worker thread in that wait the process wedges for good (bridge/dynamo_endpoints.py). Measured
+with 16 streams in flight (tests/e2e/test_nats_startup.py): 2, 8 worker threads wedged at the
+first or second `endpoint()`, 32 and 64 made 300 without one; 96 streams wedged 64 threads too.
+So the threads raise the bound, they do not remove it (the tcp plane has none).
+
 ## How long a caller waits for a worker to take a request (`request_plane_timeout`)
 
 On the TCP request plane the caller waits `DYN_TCP_REQUEST_TIMEOUT` seconds (Dynamo's default:
@@ -86,18 +94,24 @@ log = logging.getLogger(__name__)
 
 RUNTIME_THREAD_VARIABLES = ("DYN_RUNTIME_MAX_BLOCKING_THREADS", "DYN_RUNTIME_NUM_WORKER_THREADS")
 MIN_BLOCKING_THREADS = 16
+NATS_MIN_WORKER_THREADS = 64
 
 
-def runtime_threads(environ: MutableMapping[str, str], cpus: int | None = None) -> str | None:
-    """Set DYN_RUNTIME_MAX_BLOCKING_THREADS unless the user chose the runtime's threads; the
-    value set, or None. Before Dynamo is imported: it reads DYN_RUNTIME_* when a runtime is
-    made (its Python binding may make one of its own early)."""
+def runtime_threads(
+    environ: MutableMapping[str, str], request_plane: str = "tcp", cpus: int | None = None
+) -> dict[str, str]:
+    """Dynamo's runtime threads unless the user chose them (either variable set): the blocking
+    pool always, the worker threads too on the nats request plane (see the module doc); what
+    was set. Before Dynamo is imported: it reads DYN_RUNTIME_* when a runtime is made (its
+    Python binding may make one of its own early)."""
     if any(environ.get(name) for name in RUNTIME_THREAD_VARIABLES):
-        return None
+        return {}
     count = cpus if cpus is not None else (os.cpu_count() or 1)
-    value = str(max(MIN_BLOCKING_THREADS, 4 * count))
-    environ["DYN_RUNTIME_MAX_BLOCKING_THREADS"] = value
-    return value
+    chosen = {"DYN_RUNTIME_MAX_BLOCKING_THREADS": str(max(MIN_BLOCKING_THREADS, 4 * count))}
+    if request_plane == "nats":
+        chosen["DYN_RUNTIME_NUM_WORKER_THREADS"] = str(max(NATS_MIN_WORKER_THREADS, count))
+    environ.update(chosen)
+    return chosen
 
 
 REQUEST_PLANE_TIMEOUT_VARIABLE = "DYN_TCP_REQUEST_TIMEOUT"

@@ -36,6 +36,7 @@ from model_repository_loader.loader import LoadedRepository
 from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.scheduling.stats import ModelStats
 
+from ..dynamo_endpoints import dynamo_endpoint
 from ..logs import apply_log_settings, check_log_settings
 from ..transport.shm_regions import host_id
 from .protocol import (
@@ -120,7 +121,7 @@ class ControlEndpoint:
 
     def __init__(self, runtime: DistributedRuntime, namespace: str, manager: ServedModels) -> None:
         self.path = control_path(namespace)
-        self._endpoint = runtime.endpoint(self.path)
+        self._endpoint = dynamo_endpoint(runtime, self.path)
         self._manager = manager
         self.worker = worker_id()
         self.ops: dict[str, OpHandler] = {

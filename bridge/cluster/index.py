@@ -22,6 +22,10 @@ Its rules, set here once:
   the round is `complete` only when every instance left out was gone.
 - Model endpoint clients: made once per endpoint and kept (`endpoint_client`); a new one waits
   INSTANCE_WAIT_S for its first instance, unless the caller finds the endpoint withdrawn.
+  Concurrent first requests share one making. The Dynamo endpoint objects behind them are
+  made when a round first names their endpoint, before any request needs one: on the nats
+  request plane the first `endpoint()` of a component can wedge the process while responses
+  are arriving (bridge/dynamo_endpoints.py).
 - Workers this process cannot reach: each round first probes the request-plane address of every
   worker new to it (address_probe.py); one that does not accept a connection is left out of the
   round (its models are not ready through it), of `instance_ids()` and of every model endpoint's
@@ -36,8 +40,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dynamo.runtime import DistributedRuntime
+from dynamo.runtime import DistributedRuntime, Endpoint
 
+from ..dynamo_endpoints import dynamo_endpoint
 from .address_probe import AddressProbe, ReachableClient
 from .instances import instance_gone
 from .protocol import IndexAnswer, Op, control_path, control_request
@@ -100,6 +105,8 @@ class ClusterIndex:
         self._answered = 0  # the newest ticket a round answered
         self._gone_logged: set[int] = set()  # control instances found gone (said once)
         self._clients: dict[str, ReachableClient] = {}  # model endpoint → its Dynamo client
+        self._making: dict[str, asyncio.Future[ReachableClient]] = {}  # clients being made
+        self._endpoints: dict[str, Endpoint] = {}  # path → Dynamo's endpoint object, made once
         self.probe = AddressProbe(self.invalidate)  # the workers this process cannot reach
         self._refresher: asyncio.Future[None] | None = None
         # Awaited with each new round before `fresh()` returns it: the readers' own views of it
@@ -114,7 +121,7 @@ class ClusterIndex:
         its readers serves, and stops it."""
         if self._control is not None:
             return
-        self._control = await self._runtime.endpoint(self._path).client()
+        self._control = await self._endpoint(self._path).client()
         self._refresher = asyncio.ensure_future(self._keep_fresh())
 
     async def listed(self) -> None:
@@ -166,6 +173,10 @@ class ClusterIndex:
             before = self.current.instances
             self._stale = False  # a change told from now on makes the next lookup ask again
             answered = await self._ask_round()
+            for _, answer in answered.answers:  # before a request needs them (module doc)
+                for row in answer.models:
+                    if row.endpoint:
+                        self._endpoint(row.endpoint)
             for merge in self.on_round:  # the readers' views, made from the same round
                 await merge(answered)
             self.current = answered
@@ -258,21 +269,40 @@ class ClusterIndex:
 
     async def endpoint_client(self, endpoint: str, withdrawn: Callable[[], Awaitable[bool]]) -> Any:
         """A Dynamo client of a model endpoint (listing only the instances this process can
-        reach), made once and kept. A new one that lists no
-        instance asks `withdrawn()` (which looks at a fresh index) before it waits:
-        EndpointWithdrawn at once when the endpoint is gone for good."""
+        reach), made once and kept; concurrent callers share its making (see the module doc).
+        A new one that lists no instance asks `withdrawn()` (which looks at a fresh index)
+        before it waits: EndpointWithdrawn at once when the endpoint is gone for good."""
         client = self._clients.get(endpoint)
-        if client is None:
-            client = ReachableClient(await self._runtime.endpoint(endpoint).client(), self.probe)
-            if not client.instance_ids():
-                if await withdrawn():
-                    raise EndpointWithdrawn("no instance, and the index no longer names it")
-                try:
-                    await asyncio.wait_for(client.wait_for_instances(), INSTANCE_WAIT_S)
-                except asyncio.TimeoutError:
-                    pass  # the call itself says "no instances"
-            self._clients[endpoint] = client
+        if client is not None:
+            return client
+        making = self._making.get(endpoint)
+        if making is None:
+            making = self._making[endpoint] = asyncio.ensure_future(
+                self._make_client(endpoint, withdrawn)
+            )
+            making.add_done_callback(lambda _: self._making.pop(endpoint, None))
+        # Shielded: a caller that gives up does not cancel the others' making.
+        return await asyncio.shield(making)
+
+    async def _make_client(
+        self, endpoint: str, withdrawn: Callable[[], Awaitable[bool]]
+    ) -> ReachableClient:
+        client = ReachableClient(await self._endpoint(endpoint).client(), self.probe)
+        if not client.instance_ids():
+            if await withdrawn():
+                raise EndpointWithdrawn("no instance, and the index no longer names it")
+            try:
+                await asyncio.wait_for(client.wait_for_instances(), INSTANCE_WAIT_S)
+            except asyncio.TimeoutError:
+                pass  # the call itself says "no instances"
+        self._clients[endpoint] = client
         return client
+
+    def _endpoint(self, path: str) -> Endpoint:
+        endpoint = self._endpoints.get(path)
+        if endpoint is None:
+            endpoint = self._endpoints[path] = dynamo_endpoint(self._runtime, path)
+        return endpoint
 
     def routable(self, endpoint: str) -> bool:
         """False when a kept client of `endpoint` has lost its instances (withdrawn)."""
@@ -282,3 +312,4 @@ class ClusterIndex:
     def forget_endpoint(self, endpoint: str) -> None:
         """Nothing is sent to `endpoint` again until a new client is made."""
         self._clients.pop(endpoint, None)
+        self._endpoints.pop(endpoint, None)

@@ -62,6 +62,7 @@ from ..codec import (
     wants_bridge_form,
     wants_empty_final_response,
 )
+from ..dynamo_endpoints import dynamo_endpoint
 from ..errors import request_failed, to_dynamo_exception
 from ..serialized_bytes import BytesLimits
 from ..transport.arrival import ARRIVALS
@@ -148,7 +149,7 @@ class ModelWorker:
         self.generation = generation
         # `<namespace>.<component>.generate`: what the control endpoint's index names.
         self.path = f"{namespace}.{component_name(model.name, generation)}.generate"
-        self.endpoint: Endpoint = runtime.endpoint(self.path)
+        self.endpoint: Endpoint = dynamo_endpoint(runtime, self.path)
         # Where start() leaves its serve_endpoint call, for the owner to let it return at
         # shutdown (a retired endpoint stays served: Dynamo 1.6 has no per-endpoint stop).
         self._serve_calls = serve_calls if serve_calls is not None else []

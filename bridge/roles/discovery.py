@@ -60,6 +60,7 @@ from urllib.parse import urlsplit
 
 from dynamo.runtime import DistributedRuntime
 
+from ..dynamo_endpoints import dynamo_endpoint
 from .runtime import Service, needed_services
 
 log = logging.getLogger("dynamo_bridge")
@@ -169,7 +170,7 @@ class DiscoveryWatch:
         if self.etcd is None:
             return
         self._probe = asyncio.ensure_future(self._probe_forever(self.etcd))
-        endpoint = runtime.endpoint(f"{namespace}.{SENTINEL_ENDPOINT}")
+        endpoint = dynamo_endpoint(runtime, f"{namespace}.{SENTINEL_ENDPOINT}")
         self._sentinel = asyncio.ensure_future(endpoint.serve_endpoint(_never_called))
         self._sentinel.add_done_callback(self._runtime_ended)
 

@@ -36,6 +36,7 @@ from model_repository_loader.scheduling.rate_limiter import RateLimiter
 from ..cluster.control_endpoint import ControlEndpoint
 from ..cluster.index import ClusterIndex
 from ..cluster.remote_models import DynamoRemoteModels
+from ..dynamo_endpoints import dynamo_endpoint
 from ..metrics.triton import TritonMetrics
 from ..models import ModelControl, ModelManager, digests_of
 from ..options import ServerOptions, StartupError
@@ -151,7 +152,7 @@ class WorkerRole:
         # Dynamo's system status server (DYN_SYSTEM_PORT): our metrics on its /metrics, and
         # its /health following our readiness.
         if options.allow_metrics:
-            metrics = runtime.endpoint(f"{options.namespace}.{METRICS_ENDPOINT}").metrics
+            metrics = dynamo_endpoint(runtime, f"{options.namespace}.{METRICS_ENDPOINT}").metrics
             metrics.register_prometheus_expfmt_callback(self._render_for_dynamo)
         self._health = asyncio.ensure_future(self._sync_health(runtime))
 

@@ -75,16 +75,22 @@ def test_the_servers_waits_are_settings_with_an_environment_form():
         Timings.from_environment({"DYN_BRIDGE_DRAIN_TIMEOUT_SECS": "-1"})
 
 
-def test_dynamo_blocking_threads_are_raised_unless_the_user_chose() -> None:
+def test_dynamo_runtime_threads_are_raised_unless_the_user_chose() -> None:
     from bridge.tuning import runtime_threads
 
     environ: dict[str, str] = {}
-    assert runtime_threads(environ, cpus=2) == "16"
+    assert runtime_threads(environ, cpus=2) == {"DYN_RUNTIME_MAX_BLOCKING_THREADS": "16"}
     assert environ == {"DYN_RUNTIME_MAX_BLOCKING_THREADS": "16"}
-    assert runtime_threads({}, cpus=8) == "32"
+    assert runtime_threads({}, cpus=8) == {"DYN_RUNTIME_MAX_BLOCKING_THREADS": "32"}
+    # nats: the worker threads too (an endpoint() call can wedge below that bound)
+    assert runtime_threads({}, "nats", cpus=2) == {
+        "DYN_RUNTIME_MAX_BLOCKING_THREADS": "16",
+        "DYN_RUNTIME_NUM_WORKER_THREADS": "64",
+    }
+    assert runtime_threads({}, "nats", cpus=128)["DYN_RUNTIME_NUM_WORKER_THREADS"] == "128"
     for chosen in ("DYN_RUNTIME_MAX_BLOCKING_THREADS", "DYN_RUNTIME_NUM_WORKER_THREADS"):
         environ = {chosen: "3"}
-        assert runtime_threads(environ, cpus=2) is None
+        assert runtime_threads(environ, "nats", cpus=2) == {}
         assert environ == {chosen: "3"}
 
 
