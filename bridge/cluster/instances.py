@@ -187,8 +187,11 @@ class Instances:
                 await asyncio.sleep(PROBE_S if self.pingable else EJECT_S)
                 if instance_id not in self.client.instance_ids():
                     return  # left discovery: nothing to let back
-                if not self.pingable or await self._ping(instance_id):
-                    log.warning("worker %x answers again: back in rotation", instance_id)
+                if not self.pingable:
+                    log.warning("worker %x is tried again (it cannot be pinged)", instance_id)
+                    return
+                if await self._ping(instance_id):
+                    log.warning("worker %x answers its ping: back in rotation", instance_id)
                     return
         finally:
             self._ejected.pop(instance_id, None)

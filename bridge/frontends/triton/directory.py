@@ -336,8 +336,13 @@ class Directory:
         """How to reach `endpoint` of `entry`'s model: in-process when this process's own
         worker serves it (the embedded default), over the request plane in the bridge form to
         other bridge workers, in Dynamo's standard form to any other worker. Made once per
-        endpoint and kept."""
+        endpoint and kept; a standard-form route is made again once a bridge worker's index
+        row names its endpoint (a round that missed the bridge workers, its model known from
+        Dynamo's card alone, must not leave a bridge worker's endpoint unpingable for good)."""
         route: Route | None = self._routes.get(endpoint) or self.local_route(endpoint)
+        if isinstance(route, StandardFormRoute) and entry.bridge_form:
+            route.instances.close()
+            route = None
         if route is None:
             if entry.bridge_form:
                 route = RequestPlaneRoute(await self.client(endpoint), self._shm)
