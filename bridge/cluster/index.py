@@ -23,9 +23,10 @@ Its rules, set here once:
 - Model endpoint clients: made once per endpoint and kept (`endpoint_client`); a new one waits
   INSTANCE_WAIT_S for its first instance, unless the caller finds the endpoint withdrawn.
   Concurrent first requests share one making. The Dynamo endpoint objects behind them are
-  made when a round first names their endpoint, before any request needs one: on the nats
-  request plane the first `endpoint()` of a component can wedge the process while responses
-  are arriving (bridge/dynamo_endpoints.py).
+  made once, when a round first names their endpoint, before any request needs one, and
+  dropped when no round names them and no client uses them: on the nats request plane each
+  `endpoint()` call can wedge the process while responses are arriving
+  (bridge/dynamo_endpoints.py).
 - Workers this process cannot reach: each round first probes the request-plane address of every
   worker new to it (address_probe.py); one that does not accept a connection is left out of the
   round (its models are not ready through it), of `instance_ids()` and of every model endpoint's
@@ -173,10 +174,7 @@ class ClusterIndex:
             before = self.current.instances
             self._stale = False  # a change told from now on makes the next lookup ask again
             answered = await self._ask_round()
-            for _, answer in answered.answers:  # before a request needs them (module doc)
-                for row in answer.models:
-                    if row.endpoint:
-                        self._endpoint(row.endpoint)
+            self._keep_endpoints(answered)
             for merge in self.on_round:  # the readers' views, made from the same round
                 await merge(answered)
             self.current = answered
@@ -297,6 +295,17 @@ class ClusterIndex:
                 pass  # the call itself says "no instances"
         self._clients[endpoint] = client
         return client
+
+    def _keep_endpoints(self, answered: IndexRound) -> None:
+        """The endpoint objects of the endpoints `answered` names, made now (module doc); those
+        of endpoints no longer named nor used by a client let go (a reload's old generation)."""
+        named = {row.endpoint for _, answer in answered.answers for row in answer.models}
+        named.discard("")
+        for path in named:
+            self._endpoint(path)
+        for path in [p for p in self._endpoints if p not in named and p not in self._clients]:
+            if path != self._path:
+                del self._endpoints[path]
 
     def _endpoint(self, path: str) -> Endpoint:
         endpoint = self._endpoints.get(path)
