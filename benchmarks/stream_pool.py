@@ -44,8 +44,7 @@ SERVICE = "inference.GRPCInferenceService"
 def _add_sub_request() -> pb.ModelInferRequest:
     request = pb.ModelInferRequest(model_name="add_sub")
     for name in ("INPUT0", "INPUT1"):
-        tensor = request.inputs.add(name=name, datatype="FP32", shape=[1, 4])
-        del tensor  # the data goes in raw_input_contents
+        request.inputs.add(name=name, datatype="FP32", shape=[1, 4])  # data: raw contents
         request.raw_input_contents.append(np.ones((1, 4), np.float32).tobytes())
     return request
 

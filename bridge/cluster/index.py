@@ -24,8 +24,8 @@ Its rules, set here once:
   INSTANCE_WAIT_S for its first instance, unless the caller finds the endpoint withdrawn.
   Concurrent first requests share one making. The Dynamo endpoint objects behind them are
   made once, when a round first names their endpoint, before any request needs one, and
-  dropped when no round names them and no client uses them: on the nats request plane each
-  `endpoint()` call can wedge the process while responses are arriving
+  dropped when a complete round names them no more and no client uses them: on the nats
+  request plane each `endpoint()` call can wedge the process while responses are arriving
   (bridge/dynamo_endpoints.py).
 - Workers this process cannot reach: each round first probes the request-plane address of every
   worker new to it (address_probe.py); one that does not accept a connection is left out of the
@@ -297,12 +297,16 @@ class ClusterIndex:
         return client
 
     def _keep_endpoints(self, answered: IndexRound) -> None:
-        """The endpoint objects of the endpoints `answered` names, made now (module doc); those
-        of endpoints no longer named nor used by a client let go (a reload's old generation)."""
+        """The endpoint objects of the endpoints `answered` names, made now (module doc). Once a
+        complete round names one no more and no client uses it (a reload's old generation), it
+        is let go; a round that missed a worker (cut off, slow) keeps that worker's, or the
+        next round would make them again, each `endpoint()` call a risk on nats."""
         named = {row.endpoint for _, answer in answered.answers for row in answer.models}
         named.discard("")
         for path in named:
             self._endpoint(path)
+        if not answered.complete:
+            return
         for path in [p for p in self._endpoints if p not in named and p not in self._clients]:
             if path != self._path:
                 del self._endpoints[path]
