@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import queue
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -351,7 +352,10 @@ def _strict_stream(server, root: Path, model: str, kwargs: dict) -> list[Any]:
             headers={"triton_grpc_error": "true"},
         )
         client.async_stream_infer(model, [int32_input([7])], request_id="ok")
-        seen.append(answers.get(timeout=WAIT_S)[0].get_response().id)
+        result, error = answers.get(timeout=WAIT_S)
+        if error is not None:
+            raise FirstRequestFailed(f"{error.status()}: {error.message()}")
+        seen.append(result.get_response().id)
         client.async_stream_infer(model, [int32_input([7])], request_id="bad", **kwargs)
         _, error = answers.get(timeout=WAIT_S)
         seen.append(Failure(str(error.status()), relative_paths(error.message(), root)))
@@ -369,14 +373,28 @@ def _strict_stream(server, root: Path, model: str, kwargs: dict) -> list[Any]:
         client.close()
 
 
+class FirstRequestFailed(Exception):
+    """The stream's first request, which asks for no error, was answered with one."""
+
+
+def _oracle_strict_stream(server, root: Path, model: str, kwargs: dict) -> list[Any]:
+    """`_strict_stream` on real Triton, tried twice: once in a CI run (after 612 passing tests
+    on two workers) Triton 2.51 answered the stream's first, error-free request with an error.
+    The oracle's flake is reported as a warning with its text; the bridge gets no second try."""
+    try:
+        return _strict_stream(server, root, model, kwargs)
+    except FirstRequestFailed as flake:
+        warnings.warn(f"real Triton failed a strict stream's first request: {flake}", stacklevel=1)
+        return _strict_stream(server, root, model, kwargs)
+
+
 @pytest.mark.parametrize("code", ["INVALID_ARG", "UNAVAILABLE"])
 def test_triton_grpc_error_header_ends_the_stream(errors: Pair, code: str):
     """Issue 24: Triton ends a `triton_grpc_error` stream with the first error as its gRPC
     status and takes nothing more; the door went on answering in-stream."""
     kwargs = {"parameters": {"code": code}}
-    triton, bridge = (
-        _strict_stream(server, errors.root, "error_code", kwargs) for _, server in errors.servers()
-    )
+    triton = _oracle_strict_stream(errors.oracle, errors.root, "error_code", kwargs)
+    bridge = _strict_stream(errors.bridge, errors.root, "error_code", kwargs)
     assert triton[0] == "ok" and isinstance(triton[1], Failure), triton
     assert triton[1].status != "None"  # a real gRPC status, not an in-stream error
     if TRITON_DOOR:
