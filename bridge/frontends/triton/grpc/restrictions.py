@@ -9,7 +9,7 @@ is read, as Triton answers it. The groups and their RPCs are Triton's.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import grpc
@@ -46,7 +46,7 @@ def parse_restricted_protocol(specs: list[str]) -> dict[str, Restriction]:
     )
 
 
-class RestrictedProtocols(grpc.aio.ServerInterceptor):
+class RestrictedProtocols(grpc.ServerInterceptor):
     """Refuses the calls of restricted groups that lack their header."""
 
     def __init__(self, restrictions: Mapping[str, Restriction]) -> None:
@@ -56,11 +56,9 @@ class RestrictedProtocols(grpc.aio.ServerInterceptor):
             for method in GROUPS[group]
         }
 
-    async def intercept_service(
+    def intercept_service(
         self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         method = handler_call_details.method.rpartition("/")[2]
@@ -70,18 +68,18 @@ class RestrictedProtocols(grpc.aio.ServerInterceptor):
             headers = {k.lower(): v for k, v in metadata if isinstance(v, str)}
             if not restriction.allows(headers):
                 return _refusal(method, restriction.header)
-        return await continuation(handler_call_details)
+        return continuation(handler_call_details)
 
 
 def _refusal(method: str, header: str) -> grpc.RpcMethodHandler:
     text = f"This protocol is restricted, expecting header '{header}'"
 
-    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNAVAILABLE, text)
+    def refuse(request: Any, context: grpc.ServicerContext) -> Any:
+        context.abort(grpc.StatusCode.UNAVAILABLE, text)
 
-    async def refuse_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNAVAILABLE, text)
-        yield  # an async generator, as a stream handler must be
+    def refuse_stream(requests: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        context.abort(grpc.StatusCode.UNAVAILABLE, text)
+        yield  # a generator, as a stream handler is
 
     if method == "ModelStreamInfer":
         return grpc.stream_stream_rpc_method_handler(refuse_stream)

@@ -1,4 +1,4 @@
-"""The grpc.aio server of the triton door's gRPC wire: address, TLS, message sizes, methods.
+"""The gRPC server of the triton door's gRPC wire: address, TLS, message sizes, methods.
 
 As tritonserver: `--grpc-address` is honoured (127.0.0.1 unless told otherwise), TLS with
 `--grpc-use-ssl` / `--grpc-server-cert` / `--grpc-server-key` / `--grpc-root-cert`, client
@@ -29,8 +29,11 @@ parser's copies, and large answers' without the serializer's (wire.py).
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,7 @@ from ....restrictions import Restriction
 from ..header_forward import HeaderForwarding
 from ..service import TritonService
 from .connections import ConnectionPolicy
+from .on_loop import on_loop_stream, on_loop_unary
 from .restrictions import RestrictedProtocols
 from .servicer import TritonServicer
 from .wire import MALFORMED, read_infer_request, write_infer_response, write_stream_response
@@ -59,6 +63,14 @@ HANDSHAKE_TIMEOUT_S = 10.0
 # At the end of a shutdown, once the calls in flight have finished: for answers already on their
 # way out to leave (a loopback or LAN write takes milliseconds; this is not a drain).
 LAST_ANSWERS_S = 0.5
+# Threads for unary calls. ModelInfer to this process's own models holds its thread while the
+# model works (unary.py), so there must be room for a batcher's worth of requests at once; a
+# thread with nothing to do is parked, and calls beyond wait for one.
+UNARY_THREADS = 256
+# ModelStreamInfer calls open at once. A stream holds two threads (one sends its answers, one
+# reads its requests) for as long as it is open, on pools of their own, so that streams never
+# take the unary calls' threads; a stream past the limit is refused with RESOURCE_EXHAUSTED.
+MAX_STREAMS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,22 +115,57 @@ _WRITERS: dict[type, Callable[[Any], bytes]] = {
 }
 
 
-def _handlers(servicer: TritonServicer) -> grpc.GenericRpcHandler:
-    kinds = {
-        (False, False): grpc.unary_unary_rpc_method_handler,
-        (True, True): grpc.stream_stream_rpc_method_handler,
-    }
+class _StreamSeats:
+    """At most MAX_STREAMS ModelStreamInfer calls open at once, each with its two threads."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._free = threading.BoundedSemaphore(limit)
+        # A stream's answers are sent from its call's thread; beyond the seats a few more
+        # threads, so that a refusal never waits behind the open streams.
+        self.calls = futures.ThreadPoolExecutor(limit + 4, thread_name_prefix="grpc-stream")
+        self.readers = futures.ThreadPoolExecutor(limit, thread_name_prefix="grpc-stream-read")
+
+    def seated(self, handle: Callable[[Any, Any], Iterator[Any]]) -> Callable[..., Iterator[Any]]:
+        def stream(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+            if not self._free.acquire(blocking=False):
+                context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"too many open streams: the server takes at most {self.limit} at once",
+                )
+            try:
+                yield from handle(requests, context)
+            finally:
+                self._free.release()
+
+        stream.experimental_thread_pool = self.calls  # type: ignore[attr-defined]
+        return stream
+
+    def shutdown(self) -> None:
+        self.calls.shutdown(wait=False, cancel_futures=True)
+        self.readers.shutdown(wait=False, cancel_futures=True)
+
+
+def _handlers(
+    servicer: TritonServicer, loop: asyncio.AbstractEventLoop, seats: _StreamSeats
+) -> grpc.GenericRpcHandler:
     methods = {}
     for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
-        make = kinds[(method.client_streaming, method.server_streaming)]
         request = getattr(pb, method.input_type.name)
         response = getattr(pb, method.output_type.name)
         # ModelInfer and ModelStreamInfer: their tensor bytes are copied as little as possible.
         read = read_infer_request if request is pb.ModelInferRequest else _tolerant(request)
         write = _WRITERS.get(response, response.SerializeToString)
-        methods[method.name] = make(
-            getattr(servicer, method.name), request_deserializer=read, response_serializer=write
-        )
+        handler = getattr(servicer, method.name)
+        if method.client_streaming:
+            stream = seats.seated(on_loop_stream(handler, loop, seats.readers))
+            methods[method.name] = grpc.stream_stream_rpc_method_handler(
+                stream, request_deserializer=read, response_serializer=write
+            )
+        else:
+            methods[method.name] = grpc.unary_unary_rpc_method_handler(
+                on_loop_unary(handler, loop), request_deserializer=read, response_serializer=write
+            )
     return grpc.method_handlers_generic_handler(SERVICE, methods)
 
 
@@ -151,7 +198,9 @@ class GrpcServer:
     def __init__(self, service: TritonService, options: DoorOptions) -> None:
         self.options = options
         self._servicer = TritonServicer(service, options.header_forwarding)
-        self._server: grpc.aio.Server | None = None
+        self._server: grpc.Server | None = None
+        self._seats: _StreamSeats | None = None
+        self._stopped = asyncio.Event()
         self.port = 0
 
     def _channel_args(self) -> list[tuple[str, int]]:
@@ -171,23 +220,33 @@ class GrpcServer:
 
     async def start(self) -> None:
         creds = credentials(self.options)  # before anything listens: bad TLS files fail start
-        interceptors = (
+        interceptors: list[grpc.ServerInterceptor] = (
             [RestrictedProtocols(self.options.restricted)] if self.options.restricted else []
         )
-        server = grpc.aio.server(
+        seats = _StreamSeats(MAX_STREAMS)
+        server = grpc.server(
+            futures.ThreadPoolExecutor(UNARY_THREADS, thread_name_prefix="grpc-unary"),
             interceptors=interceptors,
             options=self._channel_args(),
         )
-        server.add_generic_rpc_handlers((_handlers(self._servicer),))
+        server.add_generic_rpc_handlers(
+            (_handlers(self._servicer, asyncio.get_running_loop(), seats),)
+        )
         address = f"{self.options.address}:{self.options.port}"
         if ":" in self.options.address and not self.options.address.startswith("["):
             address = f"[{self.options.address}]:{self.options.port}"
-        if creds is None:
-            self.port = server.add_insecure_port(address)
-        else:
-            self.port = server.add_secure_port(address, creds)
-        await server.start()
+        try:
+            if creds is None:
+                self.port = server.add_insecure_port(address)
+            else:
+                self.port = server.add_secure_port(address, creds)
+        except RuntimeError:  # "Failed to bind to address ...": the port is taken
+            seats.shutdown()
+            raise
+        server.start()
         self._server = server
+        self._seats = seats
+        self._stopped = asyncio.Event()
         log.info(
             "serving Triton gRPC on %s:%d%s",
             self.options.address,
@@ -209,10 +268,15 @@ class GrpcServer:
         service.begin_exit()
         await service.calls.wait_idle(grace)
         # What is left: idle streams, calls past the grace, answers of refused calls on their
-        # way out (given a moment).
-        await self._server.stop(LAST_ANSWERS_S)
+        # way out (given a moment). The loop stays free meanwhile: the calls' threads may be
+        # waiting for it.
+        stopped = self._server.stop(LAST_ANSWERS_S)
+        await asyncio.get_running_loop().run_in_executor(None, stopped.wait)
+        if self._seats is not None:
+            self._seats.shutdown()
         self._server = None
+        self._stopped.set()
 
     async def wait(self) -> None:
         if self._server is not None:
-            await self._server.wait_for_termination()
+            await self._stopped.wait()

@@ -129,8 +129,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             except CudaUnavailable:  # Triton's answer on a host without GPUs
                 raise DoorError(
                     ErrorCode.UNSUPPORTED,
-                    f"failed to register CUDA shared memory region: '{r.name}', GPUs not "
-                    "supported",
+                    f"failed to register CUDA shared memory region: '{r.name}', GPUs not supported",
                 ) from None
             return pb.CudaSharedMemoryRegisterResponse()
 
