@@ -23,6 +23,7 @@ import hashlib
 import logging
 import re
 import threading
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -158,8 +159,12 @@ class ModelWorker:
         self._cancellations = _CancellationPoller()
         # Requests inside generate() that may still submit to (or wait on) this worker's own
         # model; retire() withdraws this generation only once this is zero (or at its bound).
+        # Counted by the loop and by the door's gRPC threads (answer_on_thread): under a lock.
         self.in_flight = 0
-        self.last_arrival = 0.0  # loop time of the last request that reached generate()
+        self._counting = threading.Lock()
+        self.last_arrival = 0.0  # time.monotonic() of the last request that arrived
+        self._loop = asyncio.get_running_loop()  # made on the loop: where the drain waits
+        self._loop_thread = threading.get_ident()
         self.draining = False  # unregistered (retire()): its own model takes no new request
         self._idle: asyncio.Event | None = None
 
@@ -209,7 +214,7 @@ class ModelWorker:
             await self._unregister()
         except Exception as exc:  # withdraw and close all the same
             log.warning("unregistering '%s' failed: %s", self.name, exc)
-        since = asyncio.get_running_loop().time()
+        since = time.monotonic()
         return asyncio.ensure_future(self._withdraw_when_quiet(since, quiet, timeout, drain))
 
     async def _withdraw_when_quiet(
@@ -234,10 +239,9 @@ class ModelWorker:
         """After unregistering: until no request has arrived for `quiet` seconds (counted from
         `since`, the unregister) and, with `drain`, none is inside generate() here. False at
         the `timeout` bound (requests still running or arriving)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = time.monotonic() + timeout
         while True:
-            now = loop.time()
+            now = time.monotonic()
             if drain and self.in_flight:
                 if now >= deadline:
                     return False
@@ -317,8 +321,7 @@ class ModelWorker:
         generation's model took it (not this generation's drain).
         """
         loop = asyncio.get_running_loop()
-        self.in_flight += 1
-        self.last_arrival = loop.time()
+        self._arrive()
         trace: RequestTrace | None = None
         try:
             try:
@@ -496,11 +499,76 @@ class ModelWorker:
             if mine:
                 self._request_done()
 
+    def thread_answer(self) -> ThreadAnswer:
+        """Where `answer_on_thread` keeps a request's responses (made first: cancellable)."""
+        return ThreadAnswer(self.name)
+
+    def answer_on_thread(self, request: dict[str, Any], answer: ThreadAnswer) -> list[dict]:
+        """`answer()` for a caller on a thread that may wait, not the loop (the door's
+        synchronous gRPC wire, frontends/triton/grpc/unary.py): decoded and submitted on that
+        thread, returned with the model's final response. `answer.cancel()` (any thread: the
+        client cancelled, its deadline passed) cancels the request for the model, and then
+        the answer is []."""
+        self._arrive()
+        mine = True
+        try:
+            try:
+                limits = self.bytes_limits
+                if raw_bytes_size(request) > OFF_LOOP_BYTES:
+                    # One large BYTES request decoded at a time, as on the loop's path: only
+                    # one object array of that size is being built at once.
+                    decoding = _BYTES_DECODER.submit(decode_request, request, self.name, limits)
+                    inference = decoding.result()
+                else:
+                    inference = decode_request(request, self.name, limits)
+                release_raw_inputs(request)
+                inference.model_version = parse_model_version(
+                    str(request.get("model_version") or "")
+                )
+            except RequestError as exc:
+                return self._refused(request, TritonError(exc.message, exc.code))
+            model = self._serving_model() or (None if self.draining else self.model)
+            if model is None:  # unloaded, or being unloaded: Triton's answer [V]
+                refusal = TritonError(no_available_versions_error(self.name), TritonError.NOT_FOUND)
+                return self._refused(request, refusal)
+            mine = model is self.model
+            if not mine:
+                self._request_done()  # not this generation's model: not its drain
+            answer.encode = functools.partial(
+                encode_bridge_response,
+                self.name,
+                _answering_version(model, inference.model_version),
+                sinks=output_sinks(request),
+                local=True,
+            )
+            pending = model.submit(inference, answer.respond)
+            return answer.wait(pending, request.get("id") or "")
+        finally:
+            if mine:
+                self._request_done()
+
+    def _refused(self, request: dict[str, Any], refusal: TritonError) -> list[dict]:
+        request_failed(self.name, request.get("id") or "", refusal)  # logs its one line
+        return [bridge_error(refusal, final=True, rejected=True)]
+
+    def _arrive(self) -> None:
+        """A request is in flight here until `_request_done` (any thread)."""
+        with self._counting:
+            self.in_flight += 1
+            self.last_arrival = time.monotonic()
+
     def _request_done(self) -> None:
-        self.in_flight -= 1
-        if self.in_flight == 0 and self._idle is not None:
-            self._idle.set()
-            self._idle = None
+        with self._counting:
+            self.in_flight -= 1
+            idle = self._idle if self.in_flight == 0 else None
+            if idle is not None:
+                self._idle = None
+        if idle is None:
+            return
+        if threading.get_ident() == self._loop_thread:
+            idle.set()
+        else:
+            self._loop.call_soon_threadsafe(idle.set)
 
 
 # Put in a request's responses when the client is gone.
@@ -775,6 +843,69 @@ class _Collected:
         """On the loop: later responses are dropped, and the output sinks let go of."""
         self.gone = True
         self.encode = functools.partial(_standard_response, self._name)
+
+
+class ThreadAnswer:
+    """One unary request's responses for a caller on a thread of its own
+    (ModelWorker.answer_on_thread): kept as the model's thread gives them; `wait` returns them
+    with the final one, or at once when `cancel` (any thread) gives the request up."""
+
+    __slots__ = ("_name", "encode", "_items", "gone", "_pending", "_ready", "_settled")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        # Set by answer_on_thread to the bridge form's encoder, as _Responses.encode.
+        self.encode: Callable[[InferenceResponse | None, bool], dict] = functools.partial(
+            _standard_response, name
+        )
+        self._items: list[tuple[dict | TritonError | None, bool]] = []
+        self.gone = False  # nobody waits any more: drop what the model sends
+        self._pending: Cancellable | None = None
+        self._ready = threading.Lock()
+        self._ready.acquire()  # released once: by the final response, or by cancel
+        self._settled = threading.Lock()
+
+    def respond(self, response: InferenceResponse | None, final: bool) -> None:
+        """The loader's `Respond`: on the model's thread (or the caller's, for the request
+        checks' refusals and response cache hits)."""
+        if self.gone:
+            return
+        self._items.append((_encoded(self.encode, response, final, self._name), final))
+        if final:
+            self._settle()
+
+    def _settle(self) -> None:
+        if self._settled.acquire(blocking=False):
+            self._ready.release()
+
+    def wait(self, pending: Cancellable | None, request_id: str) -> list[dict]:
+        """The request's answer items once the final response came (`pending`: what
+        `Model.submit` returned, None if it answered at once); [] if it was given up."""
+        self._pending = pending
+        if self.gone and pending is not None:  # cancelled while it was being submitted
+            pending.cancel()
+        self._ready.acquire()
+        if self.gone:
+            return []
+        rejected = pending is None  # the request checks refused it
+        out = []
+        for item, final in self._items:
+            if isinstance(item, TritonError):
+                request_failed(self._name, request_id, item)  # logs its one line
+            answer = _item(item, final, rejected, self.encode, True)
+            if answer is not None:
+                out.append(answer)
+        return out
+
+    def cancel(self) -> None:
+        """The caller gave up (client cancel, deadline, disconnect, shutdown)."""
+        self.gone = True
+        # Lets go of the output sinks the request gave (codec.output_sinks).
+        self.encode = functools.partial(_standard_response, self._name)
+        pending = self._pending
+        if pending is not None:
+            pending.cancel()
+        self._settle()
 
 
 class _CancellationPoller:

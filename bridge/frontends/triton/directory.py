@@ -172,6 +172,15 @@ class Directory:
     async def lookup(self, name: str) -> ModelEntry | None:
         """The model's entry; the cached index unless it misses the name, the entry cannot take
         requests (a load since may have made it ready), or the index is outdated."""
+        entry = self.cached(name)
+        if entry is None:
+            await self.refresh()
+            entry = self._models.get(name)
+        return entry
+
+    def cached(self, name: str) -> ModelEntry | None:
+        """The model's entry when the cached index can be trusted for it, asking nothing (any
+        thread); None when `lookup` must ask the workers."""
         entry = self._models.get(name)
         self._index.used()
         if (
@@ -180,8 +189,7 @@ class Directory:
             or self._index.outdated()
             or not self._index.routable(entry.endpoints[-1])
         ):
-            await self.refresh()
-            entry = self._models.get(name)
+            return None
         return entry
 
     def departed(self, name: str) -> int | None:

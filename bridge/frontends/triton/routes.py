@@ -73,6 +73,16 @@ class LocalRoute:
         answers: list[dict] = await self.worker.answer(body, context)
         return answers
 
+    def on_thread(self) -> Any:
+        """A call of `answer_on_thread` to come: its `cancel()` (any thread) gives it up."""
+        return self.worker.thread_answer()
+
+    def answer_on_thread(self, body: dict, answer: Any) -> list[dict]:
+        """`answer` for a caller on a thread that may wait (grpc/unary.py), with `answer`
+        from `on_thread`: [] once cancelled (ModelWorker.answer_on_thread)."""
+        answers: list[dict] = self.worker.answer_on_thread(body, answer)
+        return answers
+
 
 # The request plane's texts for a request a stopping replica never took (measured on 1.6.1).
 NOT_TAKEN = (

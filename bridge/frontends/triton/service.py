@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -126,29 +127,45 @@ def _tensor_metadata(tensors: Any, batching: bool) -> list[pb.ModelMetadataRespo
 
 
 class InFlight:
-    """Counts the inference calls in flight; `wait_idle` returns once there are none."""
+    """Counts the inference calls in flight, on the loop and on the gRPC wire's threads;
+    `wait_idle` (on the loop) returns once there are none."""
 
     def __init__(self) -> None:
         self.count = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._lock = threading.Lock()
+        self._idle: asyncio.Future[None] | None = None  # what wait_idle awaits
 
     def __enter__(self) -> None:
-        self.count += 1
-        self._idle.clear()
+        with self._lock:
+            self.count += 1
 
     def __exit__(self, *exc_info: object) -> None:
-        self.count -= 1
-        if self.count == 0:
-            self._idle.set()
+        with self._lock:
+            self.count -= 1
+            idle = self._idle if self.count == 0 else None
+            if idle is not None:
+                self._idle = None
+        if idle is not None:
+            idle.get_loop().call_soon_threadsafe(_settle, idle)
 
     async def wait_idle(self, timeout: float) -> bool:
         """True once no call is in flight; False if some still are after `timeout` s."""
+        with self._lock:
+            if self.count == 0:
+                return True
+            if self._idle is None:
+                self._idle = asyncio.get_running_loop().create_future()
+            idle = self._idle
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
+            await asyncio.wait_for(asyncio.shield(idle), timeout)
         except TimeoutError:
             return False
         return True
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,7 +383,17 @@ class TritonService:
         (unknown, no ready version, decoupled through a unary call)."""
         self._refuse_while_exiting(name)
         version = version_number(version_text)  # Triton reads the version before the model
-        found = await self.directory.lookup(name)
+        return self._target(await self.directory.lookup(name), name, version, stream)
+
+    def target_now(self, name: str, version_text: str, stream: bool) -> Target | None:
+        """`target()` when the cached index can answer it, asking nothing (any thread: the
+        door's gRPC threads); None when `target()` must ask the workers."""
+        self._refuse_while_exiting(name)
+        version = version_number(version_text)
+        found = self.directory.cached(name)
+        return None if found is None else self._target(found, name, version, stream)
+
+    def _target(self, found: ModelEntry | None, name: str, version: int, stream: bool) -> Target:
         if found is None or not found.endpoints or not found.versions:
             newest = self.directory.departed(name)
             if newest is not None:  # a rolling restart: a code Triton clients retry on

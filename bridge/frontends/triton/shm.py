@@ -333,8 +333,8 @@ class SharedMemory:
         self._check_room(name)
         if len(handle) != cuda.IPC_HANDLE_BYTES:
             raise DoorError(
-                ErrorCode.INVALID_ARG, f"failed to register shared memory region '{name}': "
-                "invalid args"
+                ErrorCode.INVALID_ARG,
+                f"failed to register shared memory region '{name}': invalid args",
             )
         try:
             mapping = cuda.IpcMapping(handle, device_id)

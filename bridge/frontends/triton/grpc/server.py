@@ -49,6 +49,7 @@ from .connections import ConnectionPolicy
 from .on_loop import on_loop_stream, on_loop_unary
 from .restrictions import RestrictedProtocols
 from .servicer import TritonServicer
+from .unary import ModelInferOnThread
 from .wire import MALFORMED, read_infer_request, write_infer_response, write_stream_response
 
 log = logging.getLogger("dynamo_bridge")
@@ -157,7 +158,13 @@ def _handlers(
         read = read_infer_request if request is pb.ModelInferRequest else _tolerant(request)
         write = _WRITERS.get(response, response.SerializeToString)
         handler = getattr(servicer, method.name)
-        if method.client_streaming:
+        if method.name == "ModelInfer":
+            methods[method.name] = grpc.unary_unary_rpc_method_handler(
+                ModelInferOnThread(servicer, loop),
+                request_deserializer=read,
+                response_serializer=write,
+            )
+        elif method.client_streaming:
             stream = seats.seated(on_loop_stream(handler, loop, seats.readers))
             methods[method.name] = grpc.stream_stream_rpc_method_handler(
                 stream, request_deserializer=read, response_serializer=write

@@ -260,7 +260,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         service = self.service
         request = received.message
         body = await _converted(service, received, target)
-        self._forward_headers(body, context)
+        self.forward_headers(body, context)
         if trace is not None and target.entry.bridge_form:
             body["trace"] = trace.request_form()
         dynamo_context = Context()
@@ -271,7 +271,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise
         if "error" in answer:
             raise DoorError.from_item(answer["error"])
-        return _response(request, answer, shm=service.shm, batching=_batching(target))
+        return response_of(request, answer, target, service.shm)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Any], context: Any
@@ -313,7 +313,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         with self.service.calls:  # a shutdown waits for it
             await self._stream_request(request, out, context)
 
-    def _forward_headers(self, body: dict, context: Any) -> None:
+    def forward_headers(self, body: dict, context: Any) -> None:
         """The call's metadata that `--grpc-header-forward-pattern` matches, as parameters."""
         if self.forwarding is not None and context is not None:
             metadata = context.invocation_metadata() or ()
@@ -349,7 +349,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         service = self.service
         request = received.message
         body = await _converted(service, received, target)
-        self._forward_headers(body, context)
+        self.forward_headers(body, context)
         decoupled = target.decoupled
         # Triton sends the empty final response only for decoupled models [V].
         empty_final = decoupled and wants_empty_final(request)
@@ -430,6 +430,13 @@ def _response(
     """A worker's answer item as the door sends it (wire.py: large raw contents outside)."""
     raw: list[bytes | bytearray] = []
     return framed(to_infer_response(request, item, final, shm, raw, batching), raw)
+
+
+def response_of(
+    request: pb.ModelInferRequest, item: dict, target: Any, shm: SharedMemory
+) -> Answer:
+    """A unary call's answer to `request` from its worker's answer `item`."""
+    return _response(request, item, shm=shm, batching=_batching(target))
 
 
 def _batching(target: Any) -> bool:
