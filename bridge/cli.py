@@ -379,6 +379,14 @@ def build_parser() -> argparse.ArgumentParser:
         "the open-file limit leaves after the HTTP ports' caps; Dynamo's frontend has no "
         "such limit)",
     )
+    p.add_argument(
+        "--grpc-max-streams",
+        type=int,
+        default=None,
+        metavar="N",
+        help="triton door: at most N ModelStreamInfer calls open at once, each holding two "
+        "threads; more are refused with RESOURCE_EXHAUSTED (default 1024)",
+    )
     for flag, field, convert, help_text in GRPC_CONNECTION_FLAGS:
         p.add_argument(
             flag,
@@ -891,6 +899,7 @@ def resolve_door(
             flag
             for flag, dest in (
                 ("--grpc-max-connections", "grpc_max_connections"),
+                ("--grpc-max-streams", "grpc_max_streams"),
                 *((flag, f"grpc_{field}") for flag, field, _, _ in GRPC_CONNECTION_FLAGS),
             )
             if getattr(args, dest) is not None
@@ -907,6 +916,7 @@ def resolve_door(
         return None
     from .frontends.triton import DoorOptions
     from .frontends.triton.grpc.restrictions import parse_restricted_protocol
+    from .frontends.triton.grpc.server import MAX_STREAMS
 
     try:
         restricted = parse_restricted_protocol(args.grpc_restricted_protocol)
@@ -915,6 +925,9 @@ def resolve_door(
     connections = args.grpc_max_connections
     if connections is not None and connections < 1:
         parser.error(f"--grpc-max-connections: {connections} is not >= 1")
+    streams = args.grpc_max_streams if args.grpc_max_streams is not None else MAX_STREAMS
+    if streams < 1:
+        parser.error(f"--grpc-max-streams: {streams} is not >= 1")
     return DoorOptions(
         port=args.grpc_port,
         address=args.host,
@@ -922,6 +935,7 @@ def resolve_door(
         max_message_size=args.grpc_max_message_size,
         restricted=restricted,
         max_connections=connections,
+        max_streams=streams,
         connection_policy=_grpc_connection_policy(parser, args),
         header_forwarding=_forwarding(parser, "grpc", args.grpc_header_forward_pattern),
         use_ssl=args.grpc_use_ssl,

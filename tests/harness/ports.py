@@ -7,6 +7,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 LOCALHOST = "127.0.0.1"
 
@@ -20,18 +21,26 @@ def _bindable(port: int, host: str) -> bool:
     return True
 
 
-def free_port(port_range: Iterable[int] | None = None, host: str = LOCALHOST) -> int:
-    """A TCP port nobody listens on right now.
+def _below_ephemeral() -> range:
+    """The ports below the kernel's ephemeral range (from 10000): the kernel never gives one of
+    them to an outgoing connection."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(10000, max(low, 20000))
 
-    Without `port_range` the kernel picks one (bind to port 0), which keeps parallel test runs
-    apart. With a range, ports from it are tried in random order, so two runs sharing a range
-    rarely race for the same port.
+
+def free_port(port_range: Iterable[int] | None = None, host: str = LOCALHOST) -> int:
+    """A TCP port nobody listens on right now, tried in random order from `port_range`, so two
+    runs sharing a range rarely race for the same port.
+
+    By default from below the kernel's ephemeral range: a port the kernel picked (bind to port
+    0) is an ephemeral one, which an outgoing connection of any process (a test's clients, the
+    servers' own connections) could take between the pick and the server's bind; on a busy run
+    (thousands of connections in TIME_WAIT) servers failed to start with "is in use".
     """
-    if port_range is None:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            return int(sock.getsockname()[1])
-    candidates = list(port_range)
+    candidates = list(port_range if port_range is not None else _below_ephemeral())
     random.shuffle(candidates)
     for port in candidates:
         if _bindable(port, host):

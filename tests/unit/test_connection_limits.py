@@ -70,6 +70,7 @@ def test_the_flags_their_defaults_and_environment_forms(monkeypatch) -> None:
 def test_the_grpc_connection_flags_are_tritonserver_s(monkeypatch) -> None:
     door = resolve_door(*_args("--frontend=triton"))
     assert door.max_connections is None  # the composition root sets what open files leave
+    assert door.max_streams == 1024  # a stream holds two threads
     assert door.connection_policy == ConnectionPolicy()
     # tritonserver's defaults (src/grpc/grpc_server.h KeepAliveOptions), and the idle limit
     assert dict(ConnectionPolicy().channel_args()) == {
@@ -86,6 +87,7 @@ def test_the_grpc_connection_flags_are_tritonserver_s(monkeypatch) -> None:
         *_args(
             "--frontend=triton",
             "--grpc-max-connections=8",
+            "--grpc-max-streams=16",
             "--grpc-keepalive-time=1000",
             "--grpc-keepalive-timeout=500",
             "--grpc-keepalive-permit-without-calls=true",
@@ -97,6 +99,7 @@ def test_the_grpc_connection_flags_are_tritonserver_s(monkeypatch) -> None:
         )
     )
     assert door.max_connections == 8
+    assert door.max_streams == 16
     assert dict(door.connection_policy.channel_args()) == {
         "grpc.keepalive_time_ms": 1000,
         "grpc.keepalive_timeout_ms": 500,
@@ -137,6 +140,8 @@ def test_values_that_cannot_work_are_refused(capsys, argv, text) -> None:
         (("--frontend=dynamo", "--grpc-max-connections=8"), "--grpc-max-connections: need"),
         (("--frontend=dynamo", "--grpc-max-connection-idle=8"), "--grpc-max-connection-idle: need"),
         (("--frontend=triton", "--grpc-max-connections=0"), "--grpc-max-connections: 0 is not"),
+        (("--frontend=dynamo", "--grpc-max-streams=8"), "--grpc-max-streams: need"),
+        (("--frontend=triton", "--grpc-max-streams=0"), "--grpc-max-streams: 0 is not"),
         (("--frontend=triton", "--grpc-max-connection-age=-1"), "--grpc-max-connection-age: -1"),
         (("--frontend=triton", "--grpc-keepalive-time=0"), "--grpc-keepalive-time and"),
     ],
@@ -380,9 +385,7 @@ STALLED_POST = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{"
 def test_at_its_cap_a_client_s_stalled_request_makes_room_for_its_new_one() -> None:
     async def main() -> None:
         state = ServerState()
-        capped = ConnectionLimits(
-            header_timeout=30, body_timeout=30, max_connections_per_client=3
-        )
+        capped = ConnectionLimits(header_timeout=30, body_timeout=30, max_connections_per_client=3)
         stalled = [connect(_ok, state, capped) for _ in range(3)]
         for transport in stalled:  # a body begun, then nothing: the server waits on them
             transport.protocol.data_received(STALLED_POST)
@@ -409,9 +412,7 @@ def test_at_its_cap_a_client_s_stalled_request_makes_room_for_its_new_one() -> N
 def test_a_steady_upload_is_not_closed_for_room_before_a_stalled_one() -> None:
     async def main() -> None:
         state = ServerState()
-        capped = ConnectionLimits(
-            header_timeout=30, body_timeout=30, max_connections_per_client=2
-        )
+        capped = ConnectionLimits(header_timeout=30, body_timeout=30, max_connections_per_client=2)
         steady = connect(_ok, state, capped)  # the older of the two: age is not the rule
         steady.protocol.data_received(STALLED_POST)
         stalled = connect(_ok, state, capped)
@@ -445,9 +446,7 @@ def test_a_connection_lingering_after_its_408_makes_room_first() -> None:
 def test_a_body_the_server_stopped_reading_is_not_closed_for_room() -> None:
     async def main() -> None:
         state = ServerState()
-        capped = ConnectionLimits(
-            header_timeout=30, body_timeout=30, max_connections_per_client=1
-        )
+        capped = ConnectionLimits(header_timeout=30, body_timeout=30, max_connections_per_client=1)
         held = connect(_ok, state, capped)
         held.protocol.data_received(STALLED_POST)
         held.protocol.flow.pause_reading()  # the server's wait, not the client's

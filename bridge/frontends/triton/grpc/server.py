@@ -68,9 +68,10 @@ LAST_ANSWERS_S = 0.5
 # model works (unary.py), so there must be room for a batcher's worth of requests at once; a
 # thread with nothing to do is parked, and calls beyond wait for one.
 UNARY_THREADS = 256
-# ModelStreamInfer calls open at once. A stream holds two threads (one sends its answers, one
-# reads its requests) for as long as it is open, on pools of their own, so that streams never
-# take the unary calls' threads; a stream past the limit is refused with RESOURCE_EXHAUSTED.
+# ModelStreamInfer calls open at once unless `--grpc-max-streams` says. A stream holds two
+# threads (one sends its answers, one reads its requests) for as long as it is open, on pools of
+# their own, so that streams never take the unary calls' threads; a stream past the limit is
+# refused with RESOURCE_EXHAUSTED.
 MAX_STREAMS = 1024
 
 
@@ -90,6 +91,8 @@ class DoorOptions:
     # `--grpc-max-connections`; None: no cap of its own (the composition root sets what the
     # open-file limit leaves).
     max_connections: int | None = None
+    # `--grpc-max-streams`: ModelStreamInfer calls open at once (two threads each)
+    max_streams: int = MAX_STREAMS
     # `--grpc-keepalive-*`, `--grpc-max-connection-*` (connections.py)
     connection_policy: ConnectionPolicy = field(default_factory=ConnectionPolicy)
     # `--grpc-header-forward-pattern` (header_forward.py); None: no header is forwarded.
@@ -117,7 +120,7 @@ _WRITERS: dict[type, Callable[[Any], bytes]] = {
 
 
 class _StreamSeats:
-    """At most MAX_STREAMS ModelStreamInfer calls open at once, each with its two threads."""
+    """At most `limit` ModelStreamInfer calls open at once, each with its two threads."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -230,7 +233,7 @@ class GrpcServer:
         interceptors: list[grpc.ServerInterceptor] = (
             [RestrictedProtocols(self.options.restricted)] if self.options.restricted else []
         )
-        seats = _StreamSeats(MAX_STREAMS)
+        seats = _StreamSeats(self.options.max_streams)
         server = grpc.server(
             futures.ThreadPoolExecutor(UNARY_THREADS, thread_name_prefix="grpc-unary"),
             interceptors=interceptors,

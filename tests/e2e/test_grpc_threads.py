@@ -1,0 +1,203 @@
+"""The gRPC wire's threads (bridge/frontends/triton/grpc/server.py, issue 37): unary calls on a
+pool of their own, each open stream on two threads of its own pools, at most
+`--grpc-max-streams` streams at once. Idle or slow streams, and slow unary calls, leave room for
+every other call; a stream past the limit is refused with RESOURCE_EXHAUSTED and the others go
+on. Ordered by events (gate files, answers, the pending-request gauge), never by time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from tests.e2e.metrics_support import scrape, value
+from tests.e2e.support import WAIT_S, Gate, wait_until
+
+MAX_STREAMS = 8
+HELD = 6  # slow unary calls held on the gate at once
+CHANNELS = 2  # the streams' connections
+
+# OUT = INT32 IN + 1; the parameters `started` and `gate` as support.Gate's.
+_MODEL = """import json
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            params = json.loads(request.parameters())
+            if "started" in params:
+                open(params["started"], "w").close()
+            deadline = time.monotonic() + 60
+            while "gate" in params and not os.path.exists(params["gate"]):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the gate never opened")
+                time.sleep(0.01)
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", values + 1)]))
+        return responses
+"""
+_CONFIG = """backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+
+
+def _repository(folder: Path) -> Path:
+    """`held` (the calls the test holds) and `fast`, the same model, one instance each."""
+    for name in ("held", "fast"):
+        (folder / name / "1").mkdir(parents=True)
+        (folder / name / "config.pbtxt").write_text(_CONFIG)
+        (folder / name / "1" / "model.py").write_text(_MODEL)
+    return folder
+
+
+def _request(model: str, number: int, parameters: dict[str, str] | None = None) -> Any:
+    message = pb.ModelInferRequest(model_name=model)
+    message.inputs.add(name="IN", datatype="INT32", shape=[1])
+    message.raw_input_contents.append(np.array([number], np.int32).tobytes())
+    for key, text in (parameters or {}).items():
+        message.parameters[key].string_param = text
+    return message
+
+
+def _out(response: pb.ModelInferResponse) -> int:
+    return int(np.frombuffer(response.raw_output_contents[0], np.int32)[0])
+
+
+def _pending(metrics_port: int, model: str) -> float | None:
+    return value(
+        scrape(metrics_port), "nv_inference_pending_request_count", model=model, version="1"
+    )
+
+
+async def _seated_stream(stub: Any, number: int) -> Any:
+    """A stream that has been answered once (so the server has seated it), then left idle."""
+    call = stub.ModelStreamInfer()
+    await call.write(_request("fast", number))
+    answer = await asyncio.wait_for(call.read(), WAIT_S)
+    assert answer.error_message == "" and _out(answer.infer_response) == number + 1
+    return call
+
+
+async def _streams_past_the_limit(url: str) -> None:
+    channels = [grpc.aio.insecure_channel(url) for _ in range(CHANNELS + 1)]
+    stubs = [service_pb2_grpc.GRPCInferenceServiceStub(c) for c in channels]
+    streams: list[Any] = []
+    try:
+        for i in range(MAX_STREAMS):
+            streams.append(await _seated_stream(stubs[1 + i % CHANNELS], i))
+        # Every seat is taken: one more stream is refused, with the limit in its text.
+        refused = stubs[0].ModelStreamInfer()
+        await refused.write(_request("fast", 0))
+        try:
+            await asyncio.wait_for(refused.read(), WAIT_S)
+            raise AssertionError("a stream past --grpc-max-streams was served")
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, exc
+            assert f"at most {MAX_STREAMS}" in (exc.details() or ""), exc.details()
+        # The open streams and unary calls go on.
+        for number in range(20):
+            assert _out(await stubs[0].ModelInfer(_request("fast", number), timeout=WAIT_S)) == (
+                number + 1
+            )
+        await streams[0].write(_request("fast", 41))
+        assert _out((await asyncio.wait_for(streams[0].read(), WAIT_S)).infer_response) == 42
+        # A stream that ends gives its seat back.
+        streams.pop().cancel()
+        for _ in range(int(WAIT_S / 0.1)):
+            try:
+                streams.append(await _seated_stream(stubs[0], 7))
+                break
+            except grpc.aio.AioRpcError as exc:  # its handler has not finished yet
+                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, exc
+                await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the seat of a cancelled stream never came back")
+    finally:
+        for call in streams:
+            call.cancel()
+        for channel in channels:
+            await channel.close()
+
+
+def test_a_stream_past_the_limit_is_refused_and_the_rest_go_on(bridge_server, tmp_path):
+    server = bridge_server(
+        _repository(tmp_path / "repository"), f"--grpc-max-streams={MAX_STREAMS}"
+    )
+    server.wait_model_ready("fast")
+    asyncio.run(_streams_past_the_limit(server.grpc_url))
+
+
+async def _slow_calls_and_open_streams(url: str, metrics_port: int, gate: Gate) -> None:
+    channels = [grpc.aio.insecure_channel(url) for _ in range(CHANNELS + 1)]
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channels[0])
+    streams: list[Any] = []
+    held: list[asyncio.Future] = []
+    try:
+        held = [
+            asyncio.ensure_future(
+                stub.ModelInfer(_request("held", i, gate.params(f"u{i}")), timeout=WAIT_S * 4)
+            )
+            for i in range(HELD)
+        ]
+
+        # One held call runs (the model's one instance), the others wait in its queue: every
+        # held call is on a thread of the server, waiting for the model.
+        def all_submitted() -> bool:
+            running = sum(gate.started(f"u{i}") for i in range(HELD))
+            return running == 1 and _pending(metrics_port, "held") == HELD - 1
+
+        await asyncio.to_thread(wait_until, all_submitted, "the held calls in the model's queue")
+        for i in range(MAX_STREAMS - 2):  # idle streams
+            stream_stub = service_pb2_grpc.GRPCInferenceServiceStub(channels[1 + i % CHANNELS])
+            streams.append(await _seated_stream(stream_stub, i))
+        slow_stream = stub.ModelStreamInfer()  # a stream whose request the gate holds
+        streams.append(slow_stream)
+        await slow_stream.write(_request("held", 100, gate.params("stream")))
+
+        # Meanwhile unary calls and a new stream are answered.
+        for number in range(20):
+            assert _out(await stub.ModelInfer(_request("fast", number), timeout=WAIT_S)) == (
+                number + 1
+            )
+        streams.append(await _seated_stream(stub, 5))
+        assert not any(call.done() for call in held)
+
+        gate.open()
+        answers = await asyncio.gather(*held)
+        assert [_out(a) for a in answers] == [i + 1 for i in range(HELD)]
+        answer = await asyncio.wait_for(slow_stream.read(), WAIT_S)
+        assert _out(answer.infer_response) == 101
+    finally:
+        gate.open()
+        for call in held:
+            call.cancel()
+        for call in streams:
+            call.cancel()
+        for channel in channels:
+            await channel.close()
+
+
+def test_slow_unary_calls_and_open_streams_leave_room_for_other_calls(bridge_server, tmp_path):
+    server = bridge_server(
+        _repository(tmp_path / "repository"), f"--grpc-max-streams={MAX_STREAMS}"
+    )
+    server.wait_model_ready("held")
+    server.wait_model_ready("fast")
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    asyncio.run(_slow_calls_and_open_streams(server.grpc_url, server.metrics_port, Gate(gates)))
