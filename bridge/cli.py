@@ -915,8 +915,8 @@ def resolve_door(
             )
         return None
     from .frontends.triton import DoorOptions
+    from .frontends.triton.grpc.methods import MAX_STREAMS
     from .frontends.triton.grpc.restrictions import parse_restricted_protocol
-    from .frontends.triton.grpc.server import MAX_STREAMS
 
     try:
         restricted = parse_restricted_protocol(args.grpc_restricted_protocol)

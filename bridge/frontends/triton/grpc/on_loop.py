@@ -9,9 +9,10 @@ event loop, written for grpc.aio's handler signature. This module runs that code
 
 - `on_loop_unary` runs `handler(request, context)` as a task on the loop and waits for it;
 - `on_loop_stream` feeds a stream's requests to `handler(requests, context)` as an async
-  iterator (a reader thread moves each one onto the loop) and takes its answers one at a time,
-  each when gRPC's thread is ready to send it, so a client that stops reading holds the
-  handler (the door's bounded outbox, servicer.py) rather than memory here.
+  iterator (a reader thread moves each one onto the loop) and takes its answers in batches
+  (the handler yields lists: every answer ready at the time), a batch when gRPC's thread has
+  sent the last, so a client that stops reading holds the handler (the door's bounded outbox,
+  servicer.py) rather than memory here.
 
 The handlers see a `LoopContext`: the call's metadata, and `abort`, which ends the handler with
 `Aborted`; the thread then aborts the call with that status. A call that ends early (the
@@ -91,10 +92,11 @@ def on_loop_stream(
             return
         readers.submit(incoming.read, requests)
         try:
-            while (answer := step.next(context)) is not _END:
-                yield answer
+            while (answers := step.next(context)) is not _END:
+                yield from answers
         finally:  # the reader ends with the call: gRPC ends its request iterator
-            asyncio.run_coroutine_threadsafe(_close(answers), loop)
+            if not loop.is_closed():
+                asyncio.run_coroutine_threadsafe(_close(answers), loop)
 
     return handle
 

@@ -20,41 +20,32 @@ connection age follow tritonserver's flags (connections.py). A connection must a
 handshake (TLS, and the client's HTTP/2 preface and SETTINGS) within HANDSHAKE_TIMEOUT_S, not
 gRPC's 120 s, so connections that send nothing do not hold places for long.
 
-The method table is built from the service descriptor in tritonclient's generated module, with
-two changes: a request that is not a valid protobuf deserializes to a marker, so the RPC answers
-Triton's INTERNAL "Unable to parse request" (and a stream carries it in-band and goes on)
-instead of gRPC's own failure; and an inference request's tensor bytes are read without the
-parser's copies, and large answers' without the serializer's (wire.py).
+A synchronous `grpc.server`, not grpc.aio: its per-call cost is about half of grpc.aio's, and
+ModelInfer to this process's own models runs on the call's thread without the event loop
+(issue 37, docs/benchmarks.md). Which RPC runs on which bounded pool of threads, and the method
+table, are methods.py's; the asynchronous handlers that stay on the loop are reached through
+on_loop.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections.abc import Callable, Iterator
-from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError
-from tritonclient.grpc import service_pb2 as pb
 
 from ....restrictions import Restriction
 from ..header_forward import HeaderForwarding
 from ..service import TritonService
 from .connections import ConnectionPolicy
-from .on_loop import on_loop_stream, on_loop_unary
+from .methods import MAX_STREAMS, Threads, method_handlers
 from .restrictions import RestrictedProtocols
 from .servicer import TritonServicer
-from .unary import ModelInferOnThread
-from .wire import MALFORMED, read_infer_request, write_infer_response, write_stream_response
 
 log = logging.getLogger("dynamo_bridge")
 
-SERVICE = "inference.GRPCInferenceService"
 MAX_MESSAGE_SIZE = 2**31 - 1  # Triton's MAX_GRPC_MESSAGE_SIZE (INT32_MAX), both directions
 # --grpc-max-connections by default when the open-file limit leaves fewer (bridge/server.py
 # warns then); else the default is what that limit leaves.
@@ -64,15 +55,6 @@ HANDSHAKE_TIMEOUT_S = 10.0
 # At the end of a shutdown, once the calls in flight have finished: for answers already on their
 # way out to leave (a loopback or LAN write takes milliseconds; this is not a drain).
 LAST_ANSWERS_S = 0.5
-# Threads for unary calls. ModelInfer to this process's own models holds its thread while the
-# model works (unary.py), so there must be room for a batcher's worth of requests at once; a
-# thread with nothing to do is parked, and calls beyond wait for one.
-UNARY_THREADS = 256
-# ModelStreamInfer calls open at once unless `--grpc-max-streams` says. A stream holds two
-# threads (one sends its answers, one reads its requests) for as long as it is open, on pools of
-# their own, so that streams never take the unary calls' threads; a stream past the limit is
-# refused with RESOURCE_EXHAUSTED.
-MAX_STREAMS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,82 +83,6 @@ class DoorOptions:
 
 class DoorConfigError(ValueError):
     """The door cannot start with these options (e.g. TLS without a certificate)."""
-
-
-def _tolerant(message: Any) -> Callable[[bytes], Any]:
-    def parse(data: bytes) -> Any:
-        try:
-            return message.FromString(data)
-        except DecodeError:
-            return MALFORMED
-
-    return parse
-
-
-_WRITERS: dict[type, Callable[[Any], bytes]] = {
-    pb.ModelInferResponse: write_infer_response,
-    pb.ModelStreamInferResponse: write_stream_response,
-}
-
-
-class _StreamSeats:
-    """At most `limit` ModelStreamInfer calls open at once, each with its two threads."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._free = threading.BoundedSemaphore(limit)
-        # A stream's answers are sent from its call's thread; beyond the seats a few more
-        # threads, so that a refusal never waits behind the open streams.
-        self.calls = futures.ThreadPoolExecutor(limit + 4, thread_name_prefix="grpc-stream")
-        self.readers = futures.ThreadPoolExecutor(limit, thread_name_prefix="grpc-stream-read")
-
-    def seated(self, handle: Callable[[Any, Any], Iterator[Any]]) -> Callable[..., Iterator[Any]]:
-        def stream(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
-            if not self._free.acquire(blocking=False):
-                context.abort(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"too many open streams: the server takes at most {self.limit} at once",
-                )
-            try:
-                yield from handle(requests, context)
-            finally:
-                self._free.release()
-
-        stream.experimental_thread_pool = self.calls  # type: ignore[attr-defined]
-        return stream
-
-    def shutdown(self) -> None:
-        self.calls.shutdown(wait=False, cancel_futures=True)
-        self.readers.shutdown(wait=False, cancel_futures=True)
-
-
-def _handlers(
-    servicer: TritonServicer, loop: asyncio.AbstractEventLoop, seats: _StreamSeats
-) -> grpc.GenericRpcHandler:
-    methods = {}
-    for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
-        request = getattr(pb, method.input_type.name)
-        response = getattr(pb, method.output_type.name)
-        # ModelInfer and ModelStreamInfer: their tensor bytes are copied as little as possible.
-        read = read_infer_request if request is pb.ModelInferRequest else _tolerant(request)
-        write = _WRITERS.get(response, response.SerializeToString)
-        handler = getattr(servicer, method.name)
-        if method.name == "ModelInfer":
-            methods[method.name] = grpc.unary_unary_rpc_method_handler(
-                ModelInferOnThread(servicer, loop),
-                request_deserializer=read,
-                response_serializer=write,
-            )
-        elif method.client_streaming:
-            stream = seats.seated(on_loop_stream(handler, loop, seats.readers))
-            methods[method.name] = grpc.stream_stream_rpc_method_handler(
-                stream, request_deserializer=read, response_serializer=write
-            )
-        else:
-            methods[method.name] = grpc.unary_unary_rpc_method_handler(
-                on_loop_unary(handler, loop), request_deserializer=read, response_serializer=write
-            )
-    return grpc.method_handlers_generic_handler(SERVICE, methods)
 
 
 def _read(path: Path | None, flag: str) -> bytes:
@@ -209,7 +115,7 @@ class GrpcServer:
         self.options = options
         self._servicer = TritonServicer(service, options.header_forwarding)
         self._server: grpc.Server | None = None
-        self._seats: _StreamSeats | None = None
+        self._threads: Threads | None = None
         self._stopped = asyncio.Event()
         self.port = 0
 
@@ -233,15 +139,10 @@ class GrpcServer:
         interceptors: list[grpc.ServerInterceptor] = (
             [RestrictedProtocols(self.options.restricted)] if self.options.restricted else []
         )
-        seats = _StreamSeats(self.options.max_streams)
-        server = grpc.server(
-            futures.ThreadPoolExecutor(UNARY_THREADS, thread_name_prefix="grpc-unary"),
-            interceptors=interceptors,
-            options=self._channel_args(),
-        )
-        server.add_generic_rpc_handlers(
-            (_handlers(self._servicer, asyncio.get_running_loop(), seats),)
-        )
+        threads = Threads(self.options.max_streams)
+        server = grpc.server(threads.infer, interceptors=interceptors, options=self._channel_args())
+        loop = asyncio.get_running_loop()
+        server.add_generic_rpc_handlers((method_handlers(self._servicer, loop, threads),))
         address = f"{self.options.address}:{self.options.port}"
         if ":" in self.options.address and not self.options.address.startswith("["):
             address = f"[{self.options.address}]:{self.options.port}"
@@ -251,11 +152,11 @@ class GrpcServer:
             else:
                 self.port = server.add_secure_port(address, creds)
         except RuntimeError:  # "Failed to bind to address ...": the port is taken
-            seats.shutdown()
+            threads.shutdown()
             raise
         server.start()
         self._server = server
-        self._seats = seats
+        self._threads = threads
         self._stopped = asyncio.Event()
         log.info(
             "serving Triton gRPC on %s:%d%s",
@@ -282,8 +183,8 @@ class GrpcServer:
         # waiting for it.
         stopped = self._server.stop(LAST_ANSWERS_S)
         await asyncio.get_running_loop().run_in_executor(None, stopped.wait)
-        if self._seats is not None:
-            self._seats.shutdown()
+        if self._threads is not None:
+            self._threads.shutdown()
         self._server = None
         self._stopped.set()
 

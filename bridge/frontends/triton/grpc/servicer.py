@@ -275,9 +275,11 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Any], context: Any
-    ) -> AsyncIterator[StreamAnswer]:
+    ) -> AsyncIterator[list[StreamAnswer]]:
         """Each request of the stream runs on its own as it arrives; their responses share the
-        stream in the order they are produced (each request's own in order).
+        stream in the order they are produced (each request's own in order). They are given in
+        batches, every answer ready at the time (at least one), so that the thread that sends
+        them (on_loop.py) crosses to the loop once per batch, not per answer.
 
         With the client's header `triton_grpc_error: true` (Triton 2.50+ [S]), the first error
         ends the whole stream instead: its gRPC status and text, and nothing more is read or
@@ -298,12 +300,16 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         reader = asyncio.ensure_future(read())
         try:
-            while (response := await out.get()) is not None:
-                if isinstance(response, DoorError):
+            while (batch := await out.take()) is not None:
+                last = batch[-1]
+                error = last if isinstance(last, DoorError) else None
+                answers = [a for a in batch if not isinstance(a, DoorError)]
+                if answers:
+                    yield answers
+                if error is not None:
                     for task in (reader, *running):
                         task.cancel()
-                    await context.abort(grpc_status(response.code), wire_text(response.message))
-                yield response
+                    await context.abort(grpc_status(error.code), wire_text(error.message))
             await reader  # a failed read of the client's stream ends the call with its error
         finally:
             for task in (reader, *running):
@@ -412,12 +418,23 @@ class _Outbox:
         """No answer follows (never waits: the end is not counted)."""
         self._answers.put_nowait(None)
 
-    async def get(self) -> StreamAnswer | DoorError | None:
-        """The next answer, or None at the end."""
-        answer = await self._answers.get()
-        if answer is not None:
+    async def take(self) -> list[StreamAnswer | DoorError] | None:
+        """Every answer ready now, at least one (waiting for it), up to and including the first
+        DoorError; None at the end."""
+        answers = self._answers
+        first = await answers.get()
+        if first is None:
+            return None
+        batch = [first]
+        while not isinstance(batch[-1], DoorError) and not answers.empty():
+            answer = answers.get_nowait()
+            if answer is None:  # the end: the next take says so
+                answers.put_nowait(None)
+                break
+            batch.append(answer)
+        for _ in batch:
             self._room.release()
-        return answer
+        return batch
 
 
 def _response(
