@@ -477,13 +477,7 @@ class ModelWorker:
             if collected.gone:
                 return []
             rejected = pending is None  # the request checks refused it
-            out = []
-            for item, final in collected.items:
-                if isinstance(item, TritonError):
-                    request_failed(self.name, request_id, item)  # logs its one line
-                answer = _item(item, final, rejected, collected.encode, True)
-                if answer is not None:
-                    out.append(answer)
+            out = _answers(self.name, request_id, collected.items, rejected, collected.encode)
             if trace is not None and out:
                 last = await _with_trace(out[-1], trace)
                 assert last is not None
@@ -592,6 +586,25 @@ def _item(
     if final and flag_final:
         return encode(None, True)
     return None
+
+
+def _answers(
+    name: str,
+    request_id: str,
+    items: list[tuple[dict | TritonError | None, bool]],
+    rejected: bool,
+    encode: Callable[[InferenceResponse | None, bool], dict],
+) -> list[dict]:
+    """A unary request's kept responses as its caller gets them (`_item`, the bridge form);
+    each error logged in its one line."""
+    out = []
+    for item, final in items:
+        if isinstance(item, TritonError):
+            request_failed(name, request_id, item)
+        answer = _item(item, final, rejected, encode, True)
+        if answer is not None:
+            out.append(answer)
+    return out
 
 
 def _encoded(
@@ -888,14 +901,7 @@ class ThreadAnswer:
         if self.gone:
             return []
         rejected = pending is None  # the request checks refused it
-        out = []
-        for item, final in self._items:
-            if isinstance(item, TritonError):
-                request_failed(self._name, request_id, item)  # logs its one line
-            answer = _item(item, final, rejected, self.encode, True)
-            if answer is not None:
-                out.append(answer)
-        return out
+        return _answers(self._name, request_id, self._items, rejected, self.encode)
 
     def cancel(self) -> None:
         """The caller gave up (client cancel, deadline, disconnect, shutdown)."""

@@ -128,17 +128,25 @@ async def _streams_past_the_limit(url: str) -> None:
         else:
             raise AssertionError("the seat of a cancelled stream never came back")
     finally:
-        for call in streams:
-            call.cancel()
-        for channel in channels:
-            await channel.close()
+        await _close(streams, channels)
+
+
+def _serve(bridge_server: Any, tmp_path: Path) -> Any:
+    server = bridge_server(_repository(tmp_path / "repo"), f"--grpc-max-streams={MAX_STREAMS}")
+    server.wait_model_ready("held")
+    server.wait_model_ready("fast")
+    return server
+
+
+async def _close(calls: list[Any], channels: list[grpc.aio.Channel]) -> None:
+    for call in calls:
+        call.cancel()
+    for channel in channels:
+        await channel.close()
 
 
 def test_a_stream_past_the_limit_is_refused_and_the_rest_go_on(bridge_server, tmp_path):
-    server = bridge_server(
-        _repository(tmp_path / "repository"), f"--grpc-max-streams={MAX_STREAMS}"
-    )
-    server.wait_model_ready("fast")
+    server = _serve(bridge_server, tmp_path)
     asyncio.run(_streams_past_the_limit(server.grpc_url))
 
 
@@ -184,20 +192,11 @@ async def _slow_calls_and_open_streams(url: str, metrics_port: int, gate: Gate) 
         assert _out(answer.infer_response) == 101
     finally:
         gate.open()
-        for call in held:
-            call.cancel()
-        for call in streams:
-            call.cancel()
-        for channel in channels:
-            await channel.close()
+        await _close([*held, *streams], channels)
 
 
 def test_slow_unary_calls_and_open_streams_leave_room_for_other_calls(bridge_server, tmp_path):
-    server = bridge_server(
-        _repository(tmp_path / "repository"), f"--grpc-max-streams={MAX_STREAMS}"
-    )
-    server.wait_model_ready("held")
-    server.wait_model_ready("fast")
+    server = _serve(bridge_server, tmp_path)
     gates = tmp_path / "gates"
     gates.mkdir()
     asyncio.run(_slow_calls_and_open_streams(server.grpc_url, server.metrics_port, Gate(gates)))
