@@ -380,6 +380,14 @@ def build_parser() -> argparse.ArgumentParser:
         "such limit)",
     )
     p.add_argument(
+        "--grpc-thread-cpu",
+        default=None,
+        metavar="auto|off|CPU",
+        help="triton door: the CPU the gRPC server's threads run on, which all hold Python's "
+        "GIL (one CPU spares them handing it across CPUs); auto: the last CPU this process may "
+        "use, when it may use several (default auto)",
+    )
+    p.add_argument(
         "--grpc-max-streams",
         type=int,
         default=None,
@@ -900,6 +908,7 @@ def resolve_door(
             for flag, dest in (
                 ("--grpc-max-connections", "grpc_max_connections"),
                 ("--grpc-max-streams", "grpc_max_streams"),
+                ("--grpc-thread-cpu", "grpc_thread_cpu"),
                 *((flag, f"grpc_{field}") for flag, field, _, _ in GRPC_CONNECTION_FLAGS),
             )
             if getattr(args, dest) is not None
@@ -917,6 +926,7 @@ def resolve_door(
     from .frontends.triton import DoorOptions
     from .frontends.triton.grpc.methods import MAX_STREAMS
     from .frontends.triton.grpc.restrictions import parse_restricted_protocol
+    from .tuning import grpc_thread_cpu
 
     try:
         restricted = parse_restricted_protocol(args.grpc_restricted_protocol)
@@ -928,6 +938,10 @@ def resolve_door(
     streams = args.grpc_max_streams if args.grpc_max_streams is not None else MAX_STREAMS
     if streams < 1:
         parser.error(f"--grpc-max-streams: {streams} is not >= 1")
+    try:
+        thread_cpu = grpc_thread_cpu(args.grpc_thread_cpu or "auto")
+    except ValueError as exc:
+        parser.error(f"--grpc-thread-cpu: {exc}")
     return DoorOptions(
         port=args.grpc_port,
         address=args.host,
@@ -936,6 +950,7 @@ def resolve_door(
         restricted=restricted,
         max_connections=connections,
         max_streams=streams,
+        thread_cpu=thread_cpu,
         connection_policy=_grpc_connection_policy(parser, args),
         header_forwarding=_forwarding(parser, "grpc", args.grpc_header_forward_pattern),
         use_ssl=args.grpc_use_ssl,

@@ -67,6 +67,18 @@ with 16 streams in flight (tests/e2e/test_nats_startup.py): 2, 8 worker threads 
 first or second `endpoint()`, 32 and 64 made 300 without one; 96 streams wedged 64 threads too.
 So the threads raise the bound, they do not remove it (the tcp plane has none).
 
+## The gRPC wire's threads on one CPU (`threads_on`, `grpc_thread_cpu`)
+
+Every thread of the door's synchronous gRPC server (its poller and the pools it starts:
+frontends/triton/grpc/methods.py) runs Python, so only one of them runs at a time (the GIL).
+Spread over several CPUs, each hand-over of the GIL wakes a thread on another CPU: measured on
+2 CPUs, add_sub c=32, the door unpinned answered 2,580-2,670 req/s, the same door pinned whole
+to one CPU 5,710, with only the gRPC threads on one CPU 4,920-5,240 (FP32 × 100K: 1,423 → 1,682;
+docs/benchmarks.md). So `--grpc-thread-cpu` (default: the last CPU this process may use, when it
+may use more than one) is where the server's threads are started; threads inherit their
+creator's CPUs, so everything the server starts stays there. The loop, the models' instance
+threads, Dynamo's and gRPC core's own threads keep every CPU.
+
 ## How long a caller waits for a worker to take a request (`request_plane_timeout`)
 
 On the TCP request plane the caller waits `DYN_TCP_REQUEST_TIMEOUT` seconds (Dynamo's default:
@@ -82,13 +94,14 @@ request (32 MiB at most, `DYN_TCP_MAX_MESSAGE_SIZE`: 0.3 s at 1 Gbit/s) needs a 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
 import logging
 import os
 import resource
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +229,39 @@ def batch_scheduling() -> int:
 
 
 OPEN_FILES_CEILING = 1 << 20  # when the hard limit is unlimited: the kernel's usual nr_open
+
+
+def grpc_thread_cpu(choice: str, allowed: set[int] | None = None) -> int | None:
+    """`--grpc-thread-cpu`: "auto" (the last of the CPUs this process may use, None when it
+    may use one), "off" (None), or a CPU number this process may use; ValueError otherwise."""
+    cpus = allowed if allowed is not None else os.sched_getaffinity(0)
+    if choice == "off":
+        return None
+    if choice == "auto":
+        return max(cpus) if len(cpus) > 1 else None
+    try:
+        cpu = int(choice)
+    except ValueError:
+        raise ValueError(f"'{choice}' is not auto, off or a CPU number") from None
+    if cpu not in cpus:
+        shown = ",".join(str(c) for c in sorted(cpus))
+        raise ValueError(f"CPU {cpu} is not one this process may use ({shown})")
+    return cpu
+
+
+@contextlib.contextmanager
+def threads_on(cpu: int | None) -> Iterator[None]:
+    """Threads started inside run on `cpu` (Linux: a new thread inherits its creator's CPUs);
+    the calling thread's own CPUs are as before afterwards. None: nothing changes."""
+    if cpu is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def open_files_to_hard_limit() -> int:

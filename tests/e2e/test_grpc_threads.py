@@ -8,11 +8,13 @@ on. Ordered by events (gate files, answers, the pending-request gauge), never by
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
 import grpc
 import numpy as np
+import pytest
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
@@ -200,3 +202,37 @@ def test_slow_unary_calls_and_open_streams_leave_room_for_other_calls(bridge_ser
     gates = tmp_path / "gates"
     gates.mkdir()
     asyncio.run(_slow_calls_and_open_streams(server.grpc_url, server.metrics_port, Gate(gates)))
+
+
+def _allowed_cpus(status: str) -> set[int]:
+    """`Cpus_allowed_list` of a /proc status file ("0-3,5") as a set."""
+    line = next(x for x in status.splitlines() if x.startswith("Cpus_allowed_list:"))
+    cpus: set[int] = set()
+    for part in line.split(":", 1)[1].strip().split(","):
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to choose from")
+def test_the_grpc_threads_run_on_one_cpu_and_the_rest_on_all(bridge_server, tmp_path):
+    """`--grpc-thread-cpu` by default: the gRPC server's threads (its poller, the threads of
+    the calls) on the last CPU, the process's other threads (the loop's among them) on all."""
+    server = _serve(bridge_server, tmp_path)
+
+    async def calls() -> None:
+        async with grpc.aio.insecure_channel(server.grpc_url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            answers = await asyncio.gather(
+                *(stub.ModelInfer(_request("fast", n), timeout=WAIT_S) for n in range(8))
+            )
+            assert [_out(a) for a in answers] == [n + 1 for n in range(8)]
+
+    asyncio.run(calls())
+    everywhere = os.sched_getaffinity(0)
+    chosen = max(everywhere)
+    assert f"its threads on CPU {chosen}" in server.log_text
+    tasks = Path(f"/proc/{server.process.pid}/task")
+    allowed = {int(t.name): _allowed_cpus((t / "status").read_text()) for t in tasks.iterdir()}
+    assert allowed[server.process.pid] == everywhere  # the main thread: the event loop's
+    assert sum(cpus == {chosen} for cpus in allowed.values()) >= 2  # the poller and a call's

@@ -71,6 +71,9 @@ def test_the_grpc_connection_flags_are_tritonserver_s(monkeypatch) -> None:
     door = resolve_door(*_args("--frontend=triton"))
     assert door.max_connections is None  # the composition root sets what open files leave
     assert door.max_streams == 1024  # a stream holds two threads
+    cpus = os.sched_getaffinity(0)
+    assert door.thread_cpu == (max(cpus) if len(cpus) > 1 else None)  # auto
+    assert resolve_door(*_args("--frontend=triton", "--grpc-thread-cpu=off")).thread_cpu is None
     assert door.connection_policy == ConnectionPolicy()
     # tritonserver's defaults (src/grpc/grpc_server.h KeepAliveOptions), and the idle limit
     assert dict(ConnectionPolicy().channel_args()) == {
@@ -142,6 +145,8 @@ def test_values_that_cannot_work_are_refused(capsys, argv, text) -> None:
         (("--frontend=triton", "--grpc-max-connections=0"), "--grpc-max-connections: 0 is not"),
         (("--frontend=dynamo", "--grpc-max-streams=8"), "--grpc-max-streams: need"),
         (("--frontend=triton", "--grpc-max-streams=0"), "--grpc-max-streams: 0 is not"),
+        (("--frontend=dynamo", "--grpc-thread-cpu=0"), "--grpc-thread-cpu: need"),
+        (("--frontend=triton", "--grpc-thread-cpu=4096"), "--grpc-thread-cpu: CPU 4096 is not"),
         (("--frontend=triton", "--grpc-max-connection-age=-1"), "--grpc-max-connection-age: -1"),
         (("--frontend=triton", "--grpc-keepalive-time=0"), "--grpc-keepalive-time and"),
     ],

@@ -37,6 +37,7 @@ from pathlib import Path
 import grpc
 
 from ....restrictions import Restriction
+from ....tuning import threads_on
 from ..header_forward import HeaderForwarding
 from ..service import TritonService
 from .connections import ConnectionPolicy
@@ -75,6 +76,8 @@ class DoorOptions:
     max_connections: int | None = None
     # `--grpc-max-streams`: ModelStreamInfer calls open at once (two threads each)
     max_streams: int = MAX_STREAMS
+    # `--grpc-thread-cpu`: the CPU the server's threads run on (tuning.py); None: any
+    thread_cpu: int | None = None
     # `--grpc-keepalive-*`, `--grpc-max-connection-*` (connections.py)
     connection_policy: ConnectionPolicy = field(default_factory=ConnectionPolicy)
     # `--grpc-header-forward-pattern` (header_forward.py); None: no header is forwarded.
@@ -154,12 +157,13 @@ class GrpcServer:
         except RuntimeError:  # "Failed to bind to address ...": the port is taken
             threads.shutdown()
             raise
-        server.start()
+        with threads_on(self.options.thread_cpu):  # the server's threads start now
+            server.start()
         self._server = server
         self._threads = threads
         self._stopped = asyncio.Event()
         log.info(
-            "serving Triton gRPC on %s:%d%s",
+            "serving Triton gRPC on %s:%d%s%s",
             self.options.address,
             self.port,
             " (TLS, client certificates required)"
@@ -167,6 +171,9 @@ class GrpcServer:
             else " (TLS)"
             if creds is not None
             else "",
+            ""
+            if self.options.thread_cpu is None
+            else f", its threads on CPU {self.options.thread_cpu}",
         )
 
     async def stop(self, grace: float = 1.0) -> None:
