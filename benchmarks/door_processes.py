@@ -5,7 +5,8 @@ that work, and spread over two CPUs they hand the GIL across them. What several 
 on one port would give (SO_REUSEPORT, the kernel spreading connections over the processes, each
 serving its own copy of the models) is measured here without building it: `--processes` doors,
 each on its own port, the client's concurrency split evenly over them, their throughputs
-added, beside one door and real Triton under the same load. Nothing is pinned (`--pin off`):
+added, beside one door and real Triton under the same load. Each door's gRPC threads are on a
+CPU of their own (`--grpc-thread-cpu`, the one door's by default). Nothing is pinned (`--pin off`):
 the servers may use every CPU, and the client shares them (its CPU time is reported). Rounds
 go round the servers in turn, so outside load hits each alike.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,8 +42,8 @@ async def _cell(urls: list[str], workload: object, concurrency: int, seconds: fl
     return sum(len(r.latencies) / r.elapsed for r in results if r.elapsed > 0)
 
 
-def _door(log: Path) -> BridgeServer:
-    return BridgeServer(REPOSITORY, log_path=log, startup_timeout=120).start()
+def _door(log: Path, *args: str) -> BridgeServer:
+    return BridgeServer(REPOSITORY, *args, log_path=log, startup_timeout=120).start()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -60,8 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.mkdir(exist_ok=True)
     try:
         servers["door ×1"].append(_door(logs / "one.log"))
-        for i in range(args.processes):
-            servers[f"door ×{args.processes}"].append(_door(logs / f"many{i}.log"))
+        cpus = sorted(os.sched_getaffinity(0), reverse=True)
+        for i in range(args.processes):  # each its gRPC threads' own CPU (--grpc-thread-cpu)
+            cpu = f"--grpc-thread-cpu={cpus[i % len(cpus)]}"
+            servers[f"door ×{args.processes}"].append(_door(logs / f"many{i}.log", cpu))
         if "triton" in servers:
             servers["triton"].append(TritonOracle(REPOSITORY, log_path=logs / "triton.log").start())
         rates: dict[str, list[float]] = {name: [] for name in servers}
