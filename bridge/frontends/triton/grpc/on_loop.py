@@ -92,8 +92,8 @@ def on_loop_stream(
             return
         readers.submit(incoming.read, requests)
         try:
-            while (answers := step.next(context)) is not _END:
-                yield from answers
+            while (batch := step.next(context)) is not _END:
+                yield from batch
         finally:  # the reader ends with the call: gRPC ends its request iterator
             if not loop.is_closed():
                 asyncio.run_coroutine_threadsafe(_close(answers), loop)
@@ -121,8 +121,8 @@ def _result(task: concurrent.futures.Future, context: grpc.ServicerContext) -> A
 
 
 class _Step:
-    """A stream handler's answers taken one at a time from the loop; `cancel` (any thread)
-    cancels the step in progress and every later one."""
+    """A stream handler's answers taken from the loop a batch at a time; `cancel` (any
+    thread) cancels the step in progress and every later one."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, answers: AsyncIterator[Any]) -> None:
         self._loop = loop
@@ -157,7 +157,6 @@ class _Incoming:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._requests: Iterator[Any] | None = None
 
     def read(self, requests: Iterator[Any]) -> None:
         """On a reader thread: every request of the stream, then the end (or the failure)."""
