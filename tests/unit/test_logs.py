@@ -117,6 +117,12 @@ def test_dynamo_noise_is_dropped_and_discovery_trouble_kept_until_shutdown() -> 
     )
     other = b"2026-11-27T08:12:48Z ERROR dynamo_runtime::transports::etcd: lease lost"
     assert noise.noise(always) and not noise.noise(watcher) and not noise.noise(other)
+    cancelled = (  # a response racing its caller's cancel (CI, examples through Dynamo's frontend)
+        b"2026-11-29T07:54:11.020761Z  WARN handle_payload: dynamo_runtime::pipeline::network::"
+        b"ingress::push_handler: Failed to publish response for stream 77691b21 "
+        b'component="slow_cancellable-b66da7bb" endpoint="generate"'
+    )
+    assert noise.noise(cancelled)
     noise.shutting_down = True
     assert noise.noise(always) and noise.noise(watcher) and not noise.noise(other)
 
