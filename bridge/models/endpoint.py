@@ -465,8 +465,7 @@ class ModelWorker:
         request_id = request.get("id") or ""
         refused, pending, model, trace = await self._admit(request, True, collected, local=True)
         if refused is not None:
-            request_failed(self.name, request_id, refused)  # logs its one line
-            return [bridge_error(refused, final=True, rejected=True)]
+            return self._refused(request, refused)
         mine = model is self.model
         watching = context is not None and pending is not None
         if watching:
@@ -542,7 +541,8 @@ class ModelWorker:
                 self._request_done()
 
     def _refused(self, request: dict[str, Any], refusal: TritonError) -> list[dict]:
-        request_failed(self.name, request.get("id") or "", refusal)  # logs its one line
+        """A unary request no model took: its one log line, and `refusal` as its answer."""
+        request_failed(self.name, request.get("id") or "", refusal)
         return [bridge_error(refusal, final=True, rejected=True)]
 
     def _arrive(self) -> None:
