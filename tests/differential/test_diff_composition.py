@@ -15,6 +15,7 @@ import json
 import queue
 import subprocess
 import sys
+import warnings
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,7 @@ from tests.differential.support import (
     requested,
     summarize,
 )
+from tests.harness.oracle import starved_stub
 
 pytestmark = pytest.mark.oracle
 
@@ -223,14 +225,20 @@ def test_example_client_prints_the_same(oracle_server, shared_bridge_server):
     """examples/composition: the client's whole output is the same on both servers."""
     repo = PROJECT_ROOT / "examples" / "composition" / "model_repository"
     client = repo.parent / "client.py"
-    outputs = []
-    for server in (oracle_server(repo), shared_bridge_server(repo)):
-        done = subprocess.run(
+
+    def run_client(server) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [sys.executable, str(client), "--url", server.grpc_url],
             capture_output=True,
             text=True,
             timeout=120,
         )
-        assert done.returncode == 0, done.stderr
-        outputs.append(done.stdout)
-    assert outputs[1] == outputs[0]
+
+    triton = run_client(oracle_server(repo))
+    if triton.returncode != 0 and starved_stub(triton.stderr):  # the oracle's flake: once more
+        warnings.warn(f"real Triton starved a stub: {triton.stderr.splitlines()[-1]}", stacklevel=1)
+        triton = run_client(oracle_server(repo))
+    bridge = run_client(shared_bridge_server(repo))
+    assert triton.returncode == 0, triton.stderr
+    assert bridge.returncode == 0, bridge.stderr
+    assert bridge.stdout == triton.stdout
