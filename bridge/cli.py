@@ -395,6 +395,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="triton door: at most N ModelStreamInfer calls open at once, each holding two "
         "threads; more are refused with RESOURCE_EXHAUSTED (default 1024)",
     )
+    p.add_argument(
+        "--grpc-infer-threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="triton door: ModelInfer calls answered at once, each on a thread that waits for "
+        "its model; N more wait for a thread, and past every thread and those the server "
+        "refuses a call with RESOURCE_EXHAUSTED (default 1024)",
+    )
     for flag, field, convert, help_text in GRPC_CONNECTION_FLAGS:
         p.add_argument(
             flag,
@@ -908,6 +917,7 @@ def resolve_door(
             for flag, dest in (
                 ("--grpc-max-connections", "grpc_max_connections"),
                 ("--grpc-max-streams", "grpc_max_streams"),
+                ("--grpc-infer-threads", "grpc_infer_threads"),
                 ("--grpc-thread-cpu", "grpc_thread_cpu"),
                 *((flag, f"grpc_{field}") for flag, field, _, _ in GRPC_CONNECTION_FLAGS),
             )
@@ -924,7 +934,7 @@ def resolve_door(
             )
         return None
     from .frontends.triton import DoorOptions
-    from .frontends.triton.grpc.methods import MAX_STREAMS
+    from .frontends.triton.grpc.methods import INFER_THREADS, MAX_STREAMS
     from .frontends.triton.grpc.restrictions import parse_restricted_protocol
     from .tuning import grpc_thread_cpu
 
@@ -938,6 +948,11 @@ def resolve_door(
     streams = args.grpc_max_streams if args.grpc_max_streams is not None else MAX_STREAMS
     if streams < 1:
         parser.error(f"--grpc-max-streams: {streams} is not >= 1")
+    infer_threads = (
+        args.grpc_infer_threads if args.grpc_infer_threads is not None else INFER_THREADS
+    )
+    if infer_threads < 1:
+        parser.error(f"--grpc-infer-threads: {infer_threads} is not >= 1")
     try:
         thread_cpu = grpc_thread_cpu(args.grpc_thread_cpu or "auto")
     except ValueError as exc:
@@ -950,6 +965,7 @@ def resolve_door(
         restricted=restricted,
         max_connections=connections,
         max_streams=streams,
+        infer_threads=infer_threads,
         thread_cpu=thread_cpu,
         connection_policy=_grpc_connection_policy(parser, args),
         header_forwarding=_forwarding(parser, "grpc", args.grpc_header_forward_pattern),

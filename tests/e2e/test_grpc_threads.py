@@ -236,3 +236,60 @@ def test_the_grpc_threads_run_on_one_cpu_and_the_rest_on_all(bridge_server, tmp_
     allowed = {int(t.name): _allowed_cpus((t / "status").read_text()) for t in tasks.iterdir()}
     assert allowed[server.process.pid] == everywhere  # the main thread: the event loop's
     assert sum(cpus == {chosen} for cpus in allowed.values()) >= 2  # the poller and a call's
+
+
+INFER_THREADS = 2
+FLOOD = 40  # calls to the held model at once: more than the server may hold
+
+
+async def _flood_past_the_cap(url: str, gate: Gate, max_calls: int) -> None:
+    async with grpc.aio.insecure_channel(url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        calls = [
+            asyncio.ensure_future(
+                stub.ModelInfer(_request("held", i, gate.params(f"f{i}")), timeout=WAIT_S * 4)
+            )
+            for i in range(FLOOD)
+        ]
+        try:
+            # The gate holds every call the server took, so those past the cap, and only
+            # those, end now.
+            refused = FLOOD - max_calls
+
+            def cap_reached() -> bool:
+                return sum(call.done() for call in calls) >= refused
+
+            await asyncio.to_thread(wait_until, cap_reached, "the calls past the cap refused")
+            ended = [call for call in calls if call.done()]
+            assert len(ended) == refused
+            for call in ended:
+                error = call.exception()
+                assert isinstance(error, grpc.aio.AioRpcError), error
+                assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error
+            gate.open()
+            answered = [(i, await call) for i, call in enumerate(calls) if call not in ended]
+            assert [_out(answer) for _, answer in answered] == [i + 1 for i, _ in answered]
+            # With room again, a call is answered.
+            assert _out(await stub.ModelInfer(_request("fast", 9), timeout=WAIT_S)) == 10
+        finally:
+            gate.open()
+            for call in calls:
+                call.cancel()
+
+
+def test_unary_calls_past_every_thread_and_the_waiting_room_are_refused(bridge_server, tmp_path):
+    """`--grpc-infer-threads=N`: N ModelInfer calls run, N more wait for a thread, and the
+    server holds at most every pool's threads plus those N (docs/security.md, "gRPC
+    threads"); a call past that is refused with RESOURCE_EXHAUSTED, not queued without end."""
+    server = bridge_server(
+        _repository(tmp_path / "repo"),
+        f"--grpc-infer-threads={INFER_THREADS}",
+        "--grpc-max-streams=1",
+    )
+    server.wait_model_ready("held")
+    server.wait_model_ready("fast")
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    # every thread (N for ModelInfer, 16 for the other unary RPCs, 1 + 4 for streams) and N more
+    max_calls = 2 * INFER_THREADS + 16 + 1 + 4
+    asyncio.run(_flood_past_the_cap(server.grpc_url, Gate(gates), max_calls))

@@ -9,15 +9,22 @@ parser's copies, and large answers' without the serializer's (wire.py).
 
 The threads (gRPC Python runs an RPC on the pool its handler function carries,
 `experimental_thread_pool`, else on the server's):
-- ModelInfer on the server's pool of INFER_THREADS. A call to this process's own model holds its
-  thread while the model works (unary.py), so the pool has room for a batcher's worth of
-  requests at once; an idle thread costs a parked thread, and calls past the pool wait for one.
+- ModelInfer on the server's pool of `--grpc-infer-threads` (INFER_THREADS by default). A call
+  to this process's own model holds its thread while the model works (unary.py), so the pool
+  has room for a batcher's worth of requests at once; an idle thread costs a parked thread, and
+  calls past the pool wait for one.
 - The other unary RPCs (health, metadata, repository, settings, shared memory) on a pool of
   OTHER_THREADS of their own, so inference calls held by slow models never keep a health check
   or a load waiting.
 - Each open ModelStreamInfer on two threads (one sends its answers, one reads its requests) for
   as long as it is open, from pools of their own: at most `--grpc-max-streams` streams at once
   (MAX_STREAMS by default); one more is refused with RESOURCE_EXHAUSTED.
+
+The calls the server holds at once, running or waiting for a thread, are capped at
+`Threads.max_calls` (gRPC's `maximum_concurrent_rpcs`): every pool full, and as many ModelInfer
+calls again waiting. One more call of any RPC is refused with RESOURCE_EXHAUSTED ("Concurrent
+RPC limit exceeded!", gRPC's text) rather than queued without end: calls waiting for a thread
+cost memory, and gRPC core lets one connection open any number of calls.
 """
 
 from __future__ import annotations
@@ -62,15 +69,17 @@ _WRITERS: dict[type, Callable[[Any], bytes]] = {
 class Threads:
     """The pools the door's RPCs run on (module doc); `infer` is the server's own."""
 
-    def __init__(self, max_streams: int) -> None:
+    def __init__(self, max_streams: int = MAX_STREAMS, infer_threads: int = INFER_THREADS) -> None:
         self.max_streams = max_streams
-        self.infer = futures.ThreadPoolExecutor(INFER_THREADS, thread_name_prefix="grpc-infer")
+        self.infer = futures.ThreadPoolExecutor(infer_threads, thread_name_prefix="grpc-infer")
         self.other = futures.ThreadPoolExecutor(OTHER_THREADS, thread_name_prefix="grpc-other")
         # A stream's answers are sent from its call's thread; past the seats a few more, so
         # that a refusal never waits behind the open streams.
         self.streams = futures.ThreadPoolExecutor(max_streams + 4, thread_name_prefix="grpc-stream")
         self.readers = futures.ThreadPoolExecutor(max_streams, thread_name_prefix="grpc-read")
         self._seats = threading.BoundedSemaphore(max_streams)
+        # Every thread busy, and as many ModelInfer calls again waiting for one (module doc).
+        self.max_calls = 2 * infer_threads + OTHER_THREADS + max_streams + 4
 
     def seated(self, handle: Callable[[Any, Any], Iterator[Any]]) -> Callable[..., Iterator[Any]]:
         """`handle` for a stream that holds a seat while it is open, on the streams' pool."""

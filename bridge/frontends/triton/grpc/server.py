@@ -41,7 +41,7 @@ from ....tuning import threads_on
 from ..header_forward import HeaderForwarding
 from ..service import TritonService
 from .connections import ConnectionPolicy
-from .methods import MAX_STREAMS, Threads, method_handlers
+from .methods import INFER_THREADS, MAX_STREAMS, Threads, method_handlers
 from .restrictions import RestrictedProtocols
 from .servicer import TritonServicer
 
@@ -76,6 +76,8 @@ class DoorOptions:
     max_connections: int | None = None
     # `--grpc-max-streams`: ModelStreamInfer calls open at once (two threads each)
     max_streams: int = MAX_STREAMS
+    # `--grpc-infer-threads`: ModelInfer calls answered at once (methods.py)
+    infer_threads: int = INFER_THREADS
     # `--grpc-thread-cpu`: the CPU the server's threads run on (tuning.py); None: any
     thread_cpu: int | None = None
     # `--grpc-keepalive-*`, `--grpc-max-connection-*` (connections.py)
@@ -142,8 +144,13 @@ class GrpcServer:
         interceptors: list[grpc.ServerInterceptor] = (
             [RestrictedProtocols(self.options.restricted)] if self.options.restricted else []
         )
-        threads = Threads(self.options.max_streams)
-        server = grpc.server(threads.infer, interceptors=interceptors, options=self._channel_args())
+        threads = Threads(self.options.max_streams, self.options.infer_threads)
+        server = grpc.server(
+            threads.infer,
+            interceptors=interceptors,
+            options=self._channel_args(),
+            maximum_concurrent_rpcs=threads.max_calls,
+        )
         loop = asyncio.get_running_loop()
         server.add_generic_rpc_handlers((method_handlers(self._servicer, loop, threads),))
         address = f"{self.options.address}:{self.options.port}"
