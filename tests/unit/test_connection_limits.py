@@ -71,6 +71,7 @@ def test_the_grpc_connection_flags_are_tritonserver_s(monkeypatch) -> None:
     door = resolve_door(*_args("--frontend=triton"))
     assert door.max_connections is None  # the composition root sets what open files leave
     assert door.max_streams == 1024  # a stream holds two threads
+    assert door.infer_threads == 1024  # a ModelInfer call holds one while its model works
     cpus = os.sched_getaffinity(0)
     assert door.thread_cpu == (max(cpus) if len(cpus) > 1 else None)  # auto
     assert resolve_door(*_args("--frontend=triton", "--grpc-thread-cpu=off")).thread_cpu is None
@@ -91,6 +92,7 @@ def test_the_grpc_connection_flags_are_tritonserver_s(monkeypatch) -> None:
             "--frontend=triton",
             "--grpc-max-connections=8",
             "--grpc-max-streams=16",
+            "--grpc-infer-threads=32",
             "--grpc-keepalive-time=1000",
             "--grpc-keepalive-timeout=500",
             "--grpc-keepalive-permit-without-calls=true",
@@ -103,6 +105,7 @@ def test_the_grpc_connection_flags_are_tritonserver_s(monkeypatch) -> None:
     )
     assert door.max_connections == 8
     assert door.max_streams == 16
+    assert door.infer_threads == 32
     assert dict(door.connection_policy.channel_args()) == {
         "grpc.keepalive_time_ms": 1000,
         "grpc.keepalive_timeout_ms": 500,
@@ -145,6 +148,8 @@ def test_values_that_cannot_work_are_refused(capsys, argv, text) -> None:
         (("--frontend=triton", "--grpc-max-connections=0"), "--grpc-max-connections: 0 is not"),
         (("--frontend=dynamo", "--grpc-max-streams=8"), "--grpc-max-streams: need"),
         (("--frontend=triton", "--grpc-max-streams=0"), "--grpc-max-streams: 0 is not"),
+        (("--frontend=dynamo", "--grpc-infer-threads=8"), "--grpc-infer-threads: need"),
+        (("--frontend=triton", "--grpc-infer-threads=0"), "--grpc-infer-threads: 0 is not"),
         (("--frontend=dynamo", "--grpc-thread-cpu=0"), "--grpc-thread-cpu: need"),
         (("--frontend=triton", "--grpc-thread-cpu=4096"), "--grpc-thread-cpu: CPU 4096 is not"),
         (("--frontend=triton", "--grpc-max-connection-age=-1"), "--grpc-max-connection-age: -1"),
