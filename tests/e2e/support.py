@@ -102,6 +102,49 @@ class Gate:
         self.gate.write_text("open")
 
 
+# OUT = INT32 IN + 1; the parameters `started` and `gate` as support.Gate's.
+_HELD_MODEL = """import json
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            params = json.loads(request.parameters())
+            if "started" in params:
+                open(params["started"], "w").close()
+            deadline = time.monotonic() + 60
+            while "gate" in params and not os.path.exists(params["gate"]):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the gate never opened")
+                time.sleep(0.01)
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", values + 1)]))
+        return responses
+"""
+_HELD_CONFIG = """backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+
+
+def held_and_fast(folder: Path) -> Path:
+    """A repository of `held` (the calls a test holds with a `Gate`) and `fast`: the same
+    model, OUT = INT32 IN + 1, one instance each."""
+    for name in ("held", "fast"):
+        (folder / name / "1").mkdir(parents=True)
+        (folder / name / "config.pbtxt").write_text(_HELD_CONFIG)
+        (folder / name / "1" / "model.py").write_text(_HELD_MODEL)
+    return folder
+
+
 _ROW = re.compile(r"^\|\s*(\S*)\s*\|\s*(\S*)\s*\|\s*(.*?)\s*\|$")
 
 

@@ -19,52 +19,11 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from tests.e2e.metrics_support import scrape, value
-from tests.e2e.support import WAIT_S, Gate, wait_until
+from tests.e2e.support import WAIT_S, Gate, held_and_fast, wait_until
 
 MAX_STREAMS = 8
 HELD = 6  # slow unary calls held on the gate at once
 CHANNELS = 2  # the streams' connections
-
-# OUT = INT32 IN + 1; the parameters `started` and `gate` as support.Gate's.
-_MODEL = """import json
-import os
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            params = json.loads(request.parameters())
-            if "started" in params:
-                open(params["started"], "w").close()
-            deadline = time.monotonic() + 60
-            while "gate" in params and not os.path.exists(params["gate"]):
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the gate never opened")
-                time.sleep(0.01)
-            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", values + 1)]))
-        return responses
-"""
-_CONFIG = """backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-"""
-
-
-def _repository(folder: Path) -> Path:
-    """`held` (the calls the test holds) and `fast`, the same model, one instance each."""
-    for name in ("held", "fast"):
-        (folder / name / "1").mkdir(parents=True)
-        (folder / name / "config.pbtxt").write_text(_CONFIG)
-        (folder / name / "1" / "model.py").write_text(_MODEL)
-    return folder
 
 
 def _request(model: str, number: int, parameters: dict[str, str] | None = None) -> Any:
@@ -134,7 +93,7 @@ async def _streams_past_the_limit(url: str) -> None:
 
 
 def _serve(bridge_server: Any, tmp_path: Path) -> Any:
-    server = bridge_server(_repository(tmp_path / "repo"), f"--grpc-max-streams={MAX_STREAMS}")
+    server = bridge_server(held_and_fast(tmp_path / "repo"), f"--grpc-max-streams={MAX_STREAMS}")
     server.wait_model_ready("held")
     server.wait_model_ready("fast")
     return server
@@ -282,7 +241,7 @@ def test_unary_calls_past_every_thread_and_the_waiting_room_are_refused(bridge_s
     server holds at most every pool's threads plus those N (docs/security.md, "gRPC
     threads"); a call past that is refused with RESOURCE_EXHAUSTED, not queued without end."""
     server = bridge_server(
-        _repository(tmp_path / "repo"),
+        held_and_fast(tmp_path / "repo"),
         f"--grpc-infer-threads={INFER_THREADS}",
         "--grpc-max-streams=1",
     )
