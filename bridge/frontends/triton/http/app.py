@@ -123,9 +123,12 @@ def control_routes() -> list[BaseRoute]:
 
 
 def routes() -> list[BaseRoute]:
-    """The route table. `/v2/models/stats` (every model) comes before the model routes, where
-    it would otherwise read as the metadata of a model named 'stats'."""
+    """The route table. Starlette tries the routes in order, so infer, the route of nearly
+    every request, comes first (no other route's path ends in `/infer`); `/v2/models/stats`
+    (every model) comes before the model routes, where it would otherwise read as the
+    metadata of a model named 'stats'."""
     return [
+        *model_routes("/infer", infer.infer, ["POST"]),
         *health_routes(),
         route("/v2", models.server_metadata, ["GET"]),
         route("/v2/models/stats", models.model_stats, ["GET"]),
@@ -133,7 +136,6 @@ def routes() -> list[BaseRoute]:
         *model_routes("/ready", health.model_ready, ["GET"]),
         *model_routes("/config", models.model_config, ["GET"]),
         *model_routes("/stats", models.model_stats, ["GET"]),
-        *model_routes("/infer", infer.infer, ["POST"]),
         *model_routes("/generate", generate.generate, ["POST"]),
         *model_routes("/generate_stream", generate.generate_stream, ["POST"]),
         *repository_routes(),

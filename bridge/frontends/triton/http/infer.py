@@ -62,6 +62,7 @@ DECOUPLED = "HTTP end point doesn't support models with decoupled transaction po
 
 # zlib's window bits: a gzip wrapper, or a zlib wrapper (what HTTP calls "deflate").
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+_JOIN_BELOW = 1 << 16  # an answer's parts are joined and sent at once below this size
 _INFLATE_SLICE = 1 << 20  # output per step: never more than the limit allocated, nor past it
 
 
@@ -204,9 +205,10 @@ class _Call:
                 "content-type": "application/octet-stream",
                 "inference-header-content-length": str(len(head)),
             }
-            if encoding is None:
+            size = len(head) + sum(map(len, chunks))
+            if encoding is None and size > _JOIN_BELOW:
                 return PartsResponse([head, *chunks], out_headers)
-            content = b"".join([head, *chunks])
+            content = b"".join([head, *chunks])  # small: one send costs less than several
         else:
             out_headers = {"content-type": "application/json"}
             content = head

@@ -91,6 +91,9 @@ class Listener:
             log_config=None,  # the bridge configured logging
             access_log=False,
             server_header=False,
+            # Triton reads no X-Forwarded-* header, and nothing here should believe a local
+            # client's word for its address: uvicorn's rewriting middleware stays out.
+            proxy_headers=False,
             backlog=BACKLOG,
             timeout_keep_alive=self.limits.keep_alive_timeout,  # type: ignore[arg-type]
         )
