@@ -33,6 +33,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import uvloop
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _measure(
-    servers: dict[str, BridgeServer | TritonOracle],
+    servers: dict[str, Any],
     sizes: list[int],
     levels: list[int],
     args: argparse.Namespace,
