@@ -13,7 +13,6 @@ nothing else there, so `/versions/abc/ready` is a 404 as on Triton [V].
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from concurrent import futures
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
@@ -221,9 +220,4 @@ def make_app(service: TritonService, options: HttpOptions) -> Starlette:
     app.router.redirect_slashes = False  # `/v2/health/live/` is a 404 on Triton [V]
     app.state.service = service
     app.state.options = options
-    # infer.py's requests to this process's models: a thread for each connection the listener
-    # takes, each made when first needed.
-    app.state.infer_threads = futures.ThreadPoolExecutor(
-        options.limits.max_connections, thread_name_prefix="http-infer"
-    )
     return app

@@ -8,16 +8,6 @@ inflating, parsing and packing a large body, and rendering a large answer, run o
 A decoupled model cannot answer here (UNSUPPORTED, Triton's HTTP text; it has
 generate_stream); a default model must answer exactly once. The request plane's context is
 stopped when the client goes away before the answer, so the worker stops too.
-
-Two paths, as the gRPC wire's ModelInfer (grpc/unary.py). The loop reads the body; then a
-request to this process's own model is answered whole on a thread of the door's pool (inflate,
-parse, `Model.submit`, a wait for the final response, the answer: `_answer_on_thread`), so the
-event loop that every connection, stream and Dynamo's runtime share spends two hand-overs on it
-and nothing that grows with the request. The pool has a thread for each connection the listener
-takes (an HTTP/1.1 connection has one request at a time), so requests held by a slow model never
-keep another model's waiting. The loop's path takes what needs the loop: tracing, a request
-while shared memory regions are registered (their holding and lending are the loop's), and a
-model of another process.
 """
 
 from __future__ import annotations
@@ -26,7 +16,6 @@ import asyncio
 import gzip
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -35,14 +24,16 @@ from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+from tritonclient.grpc import model_config_pb2 as mc
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
+from ....serialized_bytes import BytesLimits
 from ....tracing.request import WireTrace
 from ..door_error import DoorError
 from ..header_forward import forward_into
-from ..routes import LocalRoute
-from ..service import Target, TritonService, single_answer
+from ..service import Target, single_answer
+from ..shm import SharedMemory
 from ..tensor_checks import run_deferred
 from .bodies import read_body
 from .error_status import error_response
@@ -114,108 +105,32 @@ def _response_encoding(accept: str | None) -> str | None:
     return None
 
 
-async def _watch_disconnect(request: Request, stop: Callable[[], None]) -> None:
-    """`stop()` when the client goes away (the body is read: the next message the server
-    hands over is the disconnect): the request plane's context, or the thread's answer."""
+async def _watch_disconnect(request: Request, context: Context) -> None:
+    """Stop the request plane's context when the client goes away (the body is read: the
+    next message the server hands over is the disconnect)."""
     while True:
         message = await request.receive()
         if message["type"] == "http.disconnect":
-            stop()
+            context.stop_generating()
             return
 
 
-@dataclass(frozen=True, slots=True)
-class _Call:
-    """What answering one request needs of it, read on the loop (the `Request` is the loop's)."""
-
-    model: str
-    target: Target
-    service: TritonService
-    limit: int  # `--http-max-input-size`
-    encoding: str | None  # Content-Encoding
-    header_length: str | None  # Inference-Header-Content-Length
-    accept_encoding: str | None
-    forwarded: dict[str, Any] | None  # `--http-header-forward-pattern`'s parameters
-
-    @classmethod
-    def of(cls, request: Request, target: Target) -> _Call:
-        headers = request.headers
-        options = request.app.state.options
-        forwarding = options.header_forwarding
-        return cls(
-            request.path_params["model"],
-            target,
-            request.app.state.service,
-            options.max_input_size,
-            headers.get("content-encoding"),
-            headers.get(HEADER_LENGTH),
-            headers.get("accept-encoding"),
-            None if forwarding is None else forwarding.parameters(headers.items()),
-        )
-
-    def split(self, raw: bytes) -> tuple[bytes, memoryview]:
-        """The body inflated and cut into (JSON header, binary part); DoorError when it
-        cannot be (answered text/plain: refused before the request is parsed [V])."""
-        return split_body(_decompress(raw, self.encoding, self.limit), self.header_length)
-
-    def to_bridge(
-        self, header: bytes, binary: memoryview, deferred: list[Callable[[], None]], lend: bool
-    ) -> tuple[dict[str, Any], InferPlan]:
-        """The bridge form and the response's plan; DoorError (Triton's texts) for a request
-        that does not fit the model."""
-        service = self.service
-        target = self.target
-        bridge, plan = to_bridge_request(
-            parse_json(header),
-            binary,
-            self.model,
-            target.version,
-            target.entry.config,
-            service.shm,
-            service.bytes_limits,
-            deferred,
-            self.limit,
-            lend,
-        )
-        if self.forwarded is not None:
-            forward_into(bridge, self.forwarded)
-        return bridge, plan
-
-    def render(self, answers: list[dict[str, Any]], plan: InferPlan) -> Response:
-        """The model's answers (flag-only FINALs left out) as Triton's HTTP answer."""
-        try:
-            answer = single_answer(answers)
-        except DoorError as exc:
-            return error_response(exc, "text/plain")
-        if "error" in answer:
-            # Triton labels a request check's refusal JSON, and what failed past it (the
-            # model, a version lookup) text/plain [V].
-            error = DoorError.from_item(answer["error"])
-            checked = answer.get("rejected") and error.code != ErrorCode.NOT_FOUND
-            return error_response(error, "application/json" if checked else "text/plain")
-        try:
-            head, chunks = to_response(
-                self.model, answer, plan, self.target.entry.config, self.service.shm
-            )
-        except DoorError as exc:  # e.g. FP16 asked for as JSON: found past the model [V]
-            return error_response(exc, "text/plain")
-        encoding = _response_encoding(self.accept_encoding)
-        if chunks:
-            out_headers = {
-                "content-type": "application/octet-stream",
-                "inference-header-content-length": str(len(head)),
-            }
-            size = len(head) + sum(map(len, chunks))
-            if encoding is None and size > _JOIN_BELOW:
-                return PartsResponse([head, *chunks], out_headers)
-            content = b"".join([head, *chunks])  # small: one send costs less than several
-        else:
-            out_headers = {"content-type": "application/json"}
-            content = head
-        if encoding is not None:
-            content = _compress(content, encoding)
-            out_headers["content-encoding"] = encoding
-        return Response(content, headers=out_headers)
+def _to_bridge(
+    header: bytes,
+    binary: memoryview,
+    model: str,
+    version: str,
+    config: mc.ModelConfig | None,
+    shm: SharedMemory,
+    limit: int,
+    bytes_limits: BytesLimits,
+    deferred: list[Callable[[], None]],
+    lend: bool,
+) -> tuple[dict[str, Any], InferPlan]:
+    document = parse_json(header)
+    return to_bridge_request(
+        document, binary, model, version, config, shm, bytes_limits, deferred, limit, lend
+    )
 
 
 async def infer(request: Request) -> Response:
@@ -236,86 +151,106 @@ async def infer(request: Request) -> Response:
 async def _infer(request: Request, trace: WireTrace | None) -> Response:
     service = request.app.state.service
     params = request.path_params
+    model = params["model"]
+    headers = request.headers
     try:
-        target = await service.target(params["model"], params.get("version", ""), stream=True)
+        target = await service.target(model, params.get("version", ""), stream=True)
         if target.decoupled:
             raise DoorError(ErrorCode.UNSUPPORTED, DECOUPLED)
         try:
             raw = await read_body(request)
         except ClientDisconnect:  # gone before its body arrived: nobody to answer, nothing to log
             return Response(b"", status_code=400)
+        if trace is not None:
+            trace.stamp("HTTP_RECV_END")
+        limit = request.app.state.options.max_input_size
+        encoding = headers.get("content-encoding")
+        body = await off_loop(len(raw), partial(_decompress, raw, encoding, limit))
+        header, binary = split_body(body, headers.get(HEADER_LENGTH))
     except DoorError as exc:  # refused before the request is parsed: Triton's label [V]
         return error_response(exc, "text/plain")
-    call = _Call.of(request, target)
-    # This process's own model, and nothing the loop must do (module doc): on a thread.
-    route = (
-        None
-        if trace is not None or service.shm.regions
-        else service.directory.local_route(target.endpoint)
-    )
-    if route is not None:
-        answer = route.on_thread()
-        watcher = asyncio.ensure_future(_watch_disconnect(request, answer.cancel))
-        try:
-            return await asyncio.get_running_loop().run_in_executor(
-                request.app.state.infer_threads, _answer_on_thread, call, raw, route, answer
-            )
-        except asyncio.CancelledError:  # the server stops past its grace: the thread too
-            answer.cancel()
-            raise
-        finally:
-            watcher.cancel()
-    if trace is not None:
-        trace.stamp("HTTP_RECV_END")
-    try:
-        header, binary = await off_loop(len(raw), partial(call.split, raw))
-    except DoorError as exc:
-        return error_response(exc, "text/plain")
+    config = target.entry.config
     deferred: list[Callable[[], None]] = []
     bridge, plan = await off_loop(
-        len(header) + len(binary),
-        partial(call.to_bridge, header, binary, deferred, service.lends(target)),
+        len(body),
+        partial(
+            _to_bridge,
+            header,
+            binary,
+            model,
+            target.version,
+            config,
+            service.shm,
+            limit,
+            service.bytes_limits,
+            deferred,
+            service.lends(target),
+        ),
     )
-    del raw, header, binary  # the bridge form holds what is needed
+    del raw, body, header, binary  # the bridge form holds what is needed
     with service.shm.holding(plan.regions):
-        await run_deferred(deferred)  # large BYTES inputs are walked off the event loop
-        if trace is not None and target.entry.bridge_form:
-            bridge["trace"] = trace.request_form()
-            trace.request_id = str(bridge.get("id") or "")
-        context = Context()
-        watcher = asyncio.ensure_future(_watch_disconnect(request, context.stop_generating))
-        try:
-            answers = await service.answers(target, bridge, context, trace)
-        finally:
-            watcher.cancel()
-        return await off_loop(_answers_size(answers), partial(call.render, answers, plan))
+        return await _answer(request, trace, target, bridge, plan, deferred)
 
 
-def _answer_on_thread(call: _Call, raw: bytes, route: LocalRoute, answer: Any) -> Response:
-    """The whole answer of a request to this process's own model, on a thread of the HTTP
-    door's pool that waits for the model (`LocalRoute.answer_on_thread`); the loop's
-    `answer.cancel()` gives it up when the client goes away."""
+async def _answer(
+    request: Request,
+    trace: WireTrace | None,
+    target: Target,
+    bridge: dict[str, Any],
+    plan: InferPlan,
+    deferred: list[Callable[[], None]],
+) -> Response:
+    """The rest of `_infer`, once the request is parsed (the regions it names held)."""
+    service = request.app.state.service
+    model = request.path_params["model"]
+    headers = request.headers
+    config = target.entry.config
+    await run_deferred(deferred)  # large BYTES inputs are walked off the event loop
+    forwarding = request.app.state.options.header_forwarding
+    if forwarding is not None:  # `--http-header-forward-pattern`
+        forward_into(bridge, forwarding.parameters(headers.items()))
+    if trace is not None and target.entry.bridge_form:
+        bridge["trace"] = trace.request_form()
+        trace.request_id = str(bridge.get("id") or "")
+    context = Context()
+    watcher = asyncio.ensure_future(_watch_disconnect(request, context))
     try:
-        header, binary = call.split(raw)
+        answers = await service.answers(target, bridge, context, trace)
+    finally:
+        watcher.cancel()
+    try:
+        answer = single_answer(answers)
     except DoorError as exc:
         return error_response(exc, "text/plain")
-    deferred: list[Callable[[], None]] = []
-    bridge, plan = call.to_bridge(header, binary, deferred, False)  # no regions: nothing to lend
-    del raw, header, binary
-    for check in deferred:  # large BYTES inputs' checks: this thread has no loop to free
-        check()
+    if "error" in answer:
+        # Triton labels a request check's refusal JSON, and what failed past it (the model, a
+        # version lookup) text/plain [V].
+        error = DoorError.from_item(answer["error"])
+        checked = answer.get("rejected") and error.code != ErrorCode.NOT_FOUND
+        return error_response(error, "application/json" if checked else "text/plain")
     try:
-        items = route.answer_on_thread(bridge, answer)
-    except Exception as exc:  # as TritonService.answers words a failure of the worker
-        raise DoorError(ErrorCode.UNAVAILABLE, str(exc)) from None
-    if answer.gone:  # the client went away: nobody reads this
-        return Response(b"", status_code=400)
-    return call.render([item for item in items if not item.get("empty")], plan)
-
-
-def _answers_size(answers: list[dict[str, Any]]) -> int:
-    """The bytes of the answers' tensors: what rendering them as JSON costs grows with."""
-    return sum(_answer_size(item) for item in answers)
+        head, chunks = await off_loop(
+            _answer_size(answer), partial(to_response, model, answer, plan, config, service.shm)
+        )
+    except DoorError as exc:  # e.g. FP16 asked for as JSON: found past the model, text/plain [V]
+        return error_response(exc, "text/plain")
+    encoding = _response_encoding(headers.get("accept-encoding"))
+    if chunks:
+        out_headers = {
+            "content-type": "application/octet-stream",
+            "inference-header-content-length": str(len(head)),
+        }
+        size = len(head) + sum(map(len, chunks))
+        if encoding is None and size > _JOIN_BELOW:
+            return PartsResponse([head, *chunks], out_headers)
+        content = b"".join([head, *chunks])  # small: one send costs less than several
+    else:
+        out_headers = {"content-type": "application/json"}
+        content = head
+    if encoding is not None:
+        content = await off_loop(len(content), partial(_compress, content, encoding))
+        out_headers["content-encoding"] = encoding
+    return Response(content, headers=out_headers)
 
 
 class PartsResponse(Response):

@@ -129,7 +129,6 @@ class HttpServer:
         """Stop accepting; requests in flight get `grace` seconds to finish."""
         if self._listener is not None:
             await self._listener.stop(grace)
-        self.app.state.infer_threads.shutdown(wait=False, cancel_futures=True)
 
     async def wait(self) -> None:
         if self._listener is not None:
