@@ -107,6 +107,9 @@ def test_web_pages_cannot_post_to_any_state_changing_route(door) -> None:
                 ({"Content-Type": SIMPLE_TYPES[2]}, 415),
                 # A rebinding page: Origin == Host, the Host not one of the door's.
                 ({"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"}, 403),
+                # An https page on the door's own port, claiming the scheme by a header that
+                # a proxy would set: the scheme is the connection's.
+                ({"Origin": f"https://127.0.0.1:{port}", "X-Forwarded-Proto": "https"}, 403),
             ]  # fmt: skip
             for headers, status in refusals:
                 answer = post(door, path, body, headers)
