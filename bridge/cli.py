@@ -868,6 +868,16 @@ def found_gpus() -> tuple[GpuDevice, ...]:
             "GPUs found, but not NVIDIA's cuda-bindings: models run, and GPU tensors in "
             "pb_utils fail (pip install 'dynamo-bridge[gpu]')"
         )
+    elif devices:
+        try:  # counts the devices: initialises the driver, makes no context
+            cuda.require_device()
+        except (cuda.CudaUnavailable, cuda.CudaError) as exc:  # bindings newer than the driver
+            log.warning(
+                "GPUs found, but CUDA cannot be used through cuda-bindings (%s): models run, "
+                "and GPU tensors in pb_utils fail; a CUDA 12 driver needs "
+                "'cuda-bindings>=12.6,<13' (docs/gpu.md)",
+                exc,
+            )
     return devices
 
 

@@ -54,6 +54,17 @@ def runtime() -> Any:
     return cudart
 
 
+@functools.cache
+def driver() -> Any:
+    """The bindings' driver module (the thread's current context is the driver's to tell)."""
+    runtime()  # CudaUnavailable first, with its text, when there are no bindings
+    try:
+        from cuda.bindings import driver as cu
+    except ImportError:
+        from cuda import cuda as cu  # cuda-python before 12.6
+    return cu
+
+
 def bindings_installed() -> bool:
     """Whether the bindings can be imported (without importing them)."""
     try:
@@ -104,8 +115,13 @@ def use_instance_device(kind: str, device: int) -> None:
         return
     try:
         set_device(device)
-    except CudaUnavailable as exc:
-        log.debug("GPU instance on device %d without CUDA: %s", device, exc)
+    except CudaUnavailable as exc:  # e.g. an EXECUTION_ENV_PATH environment without the bindings
+        log.warning(
+            "GPU instance on device %d cannot use CUDA (%s): the model runs, and GPU tensors in "
+            "pb_utils fail here",
+            device,
+            exc,
+        )
     except CudaError as exc:
         log.warning("could not make GPU %d current for an instance: %s", device, exc)
 
@@ -158,24 +174,42 @@ def _free(pointer: int, device: int) -> None:
         pass  # the process is going away with its context
 
 
-class on_device:  # noqa: N801 - used as a context manager, like torch.cuda.device
-    """Make `device` current for a block, then restore the thread's previous device."""
+def _current_context() -> Any:
+    """The CUDA context bound to the calling thread (a NULL one when none is)."""
+    cu = driver()
+    error, context = cu.cuCtxGetCurrent()
+    if error != cu.CUresult.CUDA_SUCCESS:
+        raise CudaError(f"cuCtxGetCurrent failed: {error}")
+    return context
 
-    __slots__ = ("_device", "_previous")
+
+class on_device:  # noqa: N801 - used as a context manager, like torch.cuda.device
+    """Make `device` current for a block, then give the thread back the context it had.
+
+    The context, not the device number: on a thread that never used CUDA `cudaGetDevice` says
+    0 with no context bound, and setting device 0 back would create device 0's primary context
+    (hundreds of MiB on GPU 0) in a process whose work is on another GPU."""
+
+    __slots__ = ("_device", "_saved")
 
     def __init__(self, device: int) -> None:
         self._device = device
-        self._previous: int | None = None
+        self._saved: Any = None
 
     def __enter__(self) -> None:
-        previous = current_device()
-        if previous != self._device:
+        current = current_device()  # initialises CUDA in this process if nothing has yet
+        saved = _current_context()
+        if current != self._device or not int(saved):
             set_device(self._device)
-            self._previous = previous
+            self._saved = saved
 
     def __exit__(self, *_: Any) -> None:
-        if self._previous is not None:
-            set_device(self._previous)
+        if self._saved is not None:
+            cu = driver()
+            (error,) = cu.cuCtxSetCurrent(self._saved)
+            self._saved = None
+            if error != cu.CUresult.CUDA_SUCCESS:
+                raise CudaError(f"cuCtxSetCurrent failed: {error}")
 
 
 # -- CUDA IPC ---------------------------------------------------------------------------------

@@ -23,7 +23,6 @@ the capsule is dropped unconsumed. The memory is never copied on either way.
 from __future__ import annotations
 
 import ctypes
-import threading
 import weakref
 from typing import Any
 
@@ -289,16 +288,17 @@ class _DLManagedTensor(ctypes.Structure):
 
 
 # The exported structs, their shapes and what keeps their memory alive, by struct address,
-# until the consumer calls the deleter (or the capsule is dropped unconsumed).
+# until the consumer calls the deleter (or the capsule is dropped unconsumed). One dict
+# operation each way, atomic under the GIL, and no lock: the deleter may run inside a garbage
+# collection that an allocation of the exporting thread set off, and a lock held there would
+# be waited for by its own thread.
 _exports: dict[int, tuple[_DLManagedTensor, Any, DeviceArray]] = {}
-_exports_lock = threading.Lock()
 
 
 @_EXPORT_DELETER
 def _release_export(address: int | None) -> None:
     if address is not None:
-        with _exports_lock:
-            _exports.pop(address, None)
+        _exports.pop(address, None)
 
 
 _CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -337,8 +337,7 @@ def export_device(array: DeviceArray, datatype: str) -> Any:
     tensor.byte_offset = 0
     managed.deleter = _release_export
     address = ctypes.addressof(managed)
-    with _exports_lock:
-        _exports[address] = (managed, shape, array)
+    _exports[address] = (managed, shape, array)
     return _capsule_new(address, _LEGACY, _destroy_capsule)
 
 

@@ -220,12 +220,19 @@ class Tensor:
         # `max_version` & co. come from newer consumers (Triton only takes `stream`); they get a
         # versioned capsule, which keeps the data writable on their side. GPU memory: as in
         # Triton, no work is pending on it (it was synchronised when it came in), so `stream`
-        # needs no wait, and a legacy capsule is what every consumer takes.
+        # needs no wait, and a legacy capsule is what every consumer takes. A consumer that
+        # passes `copy=True` trusts the capsule to be a copy (torch then aliases it), so it is
+        # one; another device than this tensor's is refused, as the protocol asks.
         if self._datatype == "BYTES":
             raise TritonModelException("DLPack does not have support for string tensors.")
+        here = self.__dlpack_device__()
+        if dl_device is not None and (int(dl_device[0]), int(dl_device[1])) != here:
+            raise BufferError(f"the tensor is on DLPack device {here}, not {tuple(dl_device)}")
         if self._device is not None:
-            return dlpack.export_device(self._device, self._datatype)
-        return dlpack.export_array(self._array, self._datatype, max_version)
+            device = self._device.copy_to(self._device.device) if copy else self._device
+            return dlpack.export_device(device, self._datatype)
+        array = np.array(self._array) if copy else self._array
+        return dlpack.export_array(array, self._datatype, max_version)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         if self._device is not None:

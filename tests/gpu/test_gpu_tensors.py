@@ -45,15 +45,40 @@ def test_the_host_copy_is_what_the_wire_reads() -> None:
 
 
 def test_pending_work_is_waited_for() -> None:
-    # Written on a side stream: from_dlpack hands the legacy stream to __dlpack__ and waits.
+    # Written on a side stream, taken while it is the current one: from_dlpack hands the legacy
+    # stream to __dlpack__, which orders it after the producer's current stream, and waits.
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         big = torch.ones(1 << 24, device="cuda")
         for _ in range(20):
             big = big * 1.0001
         total = big.sum()
-    tensor = Tensor.from_dlpack("OUT", total.reshape(1))
+        tensor = Tensor.from_dlpack("OUT", total.reshape(1))
     assert tensor._array[0] == pytest.approx(float(total.cpu()), rel=1e-6)
+
+
+def test_a_copy_on_a_fresh_thread_leaves_it_without_a_context() -> None:
+    """The loader's copies run on threads that may never have used CUDA (the door's, an
+    instance process's reader): they leave such a thread as they found it, with no context
+    bound, rather than with device 0's primary context made current."""
+    import threading
+
+    from model_repository_loader.gpu import cuda
+
+    source = torch.arange(4, dtype=torch.float32, device="cuda")
+    seen: list[object] = []
+
+    def fresh() -> None:
+        try:
+            seen.append(Tensor.from_dlpack("X", source)._array.tolist())
+            seen.append(int(cuda._current_context()))
+        except Exception as exc:  # reported below, not lost on the thread
+            seen.append(exc)
+
+    thread = threading.Thread(target=fresh)
+    thread.start()
+    thread.join()
+    assert seen == [[0.0, 1.0, 2.0, 3.0], 0], seen
 
 
 def test_a_model_that_keeps_the_tensor_keeps_the_memory() -> None:

@@ -241,6 +241,26 @@ def test_numpy_consumes_a_tensor_directly() -> None:
     assert view.tolist() == [9.0, 1.0, 2.0, 3.0]
 
 
+def test_a_consumer_asking_for_a_copy_gets_one() -> None:
+    """`torch.from_dlpack(t, copy=True)` passes `copy=True` and aliases what it is given;
+    without one the default shares the memory (the test above)."""
+    torch = pytest.importorskip("torch")
+    tensor = Tensor("x", np.arange(4, dtype=np.float32))
+    copied = torch.from_dlpack(tensor, copy=True)
+    copied[0] = 100
+    assert tensor.as_numpy().tolist() == [0, 1, 2, 3]
+    shared = torch.from_dlpack(tensor)
+    shared[1] = 7
+    assert tensor.as_numpy().tolist() == [0, 7, 2, 3]
+
+
+def test_another_device_than_the_tensor_s_is_refused() -> None:
+    tensor = Tensor("x", np.zeros(2, dtype=np.float32))
+    with pytest.raises(BufferError, match="on DLPack device"):
+        tensor.__dlpack__(dl_device=(2, 0))
+    assert np.from_dlpack(tensor, device="cpu").tolist() == [0, 0]
+
+
 def test_from_dlpack_object_and_capsule() -> None:
     array = np.arange(4, dtype=np.float32)
     from_object = Tensor.from_dlpack("x", array)
