@@ -25,7 +25,7 @@ log = logging.getLogger("dynamo_bridge")
 _GAUGE, _COUNTER = "gauge", "counter"
 
 # name, HELP, type, reading (NVML module, handle, energy at start in mJ) -> value
-_FAMILIES: tuple[tuple[str, str, str, Callable[[Any, Any, int], float]], ...] = (
+_FAMILIES: tuple[tuple[str, str, str, Callable[[Any, Any, int | None], float]], ...] = (
     (
         "nv_gpu_utilization",
         "GPU utilization rate [0.0 - 1.0)",
@@ -54,15 +54,27 @@ _FAMILIES: tuple[tuple[str, str, str, Callable[[Any, Any, int], float]], ...] = 
         "nv_gpu_power_limit",
         "GPU power management limit in watts",
         _GAUGE,
-        lambda nvml, h, _: nvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
+        # Triton's DCGM field POWER_MGMT_LIMIT: NVML's power management limit
+        lambda nvml, h, _: nvml.nvmlDeviceGetPowerManagementLimit(h) / 1000.0,
     ),
     (
         "nv_energy_consumption",
         "GPU energy consumption in joules since the Triton Server started",
         _COUNTER,
-        lambda nvml, h, start: (nvml.nvmlDeviceGetTotalEnergyConsumption(h) - start) / 1000.0,
+        lambda nvml, h, start: _since(nvml.nvmlDeviceGetTotalEnergyConsumption(h), start),
     ),
 )
+
+
+def _since(energy: int, start: int | None) -> float:
+    """Joules since `start` (mJ); left out (as an unsupported reading) before a first one."""
+    if start is None:
+        raise _NoReading
+    return (energy - start) / 1000.0
+
+
+class _NoReading(Exception):
+    """No energy reading to count from yet."""
 
 
 class GpuMetrics:
@@ -70,7 +82,8 @@ class GpuMetrics:
 
     def __init__(self, devices: Sequence[GpuDevice]) -> None:
         self._nvml: Any = None
-        self._gpus: list[tuple[str, Any, int]] = []  # uuid, NVML handle, energy at start (mJ)
+        # uuid, NVML handle, energy at the first reading that worked (mJ; None before one)
+        self._gpus: list[list[Any]] = []
         self._lock = threading.Lock()
         if not devices:
             return
@@ -86,13 +99,13 @@ class GpuMetrics:
         self._nvml = pynvml
         for device in devices:
             handle = pynvml.nvmlDeviceGetHandleByIndex(device.nvml_index)
-            self._gpus.append((device.uuid, handle, self._energy(handle)))
+            self._gpus.append([device.uuid, handle, self._energy(handle)])
 
-    def _energy(self, handle: Any) -> int:
+    def _energy(self, handle: Any) -> int | None:
         try:
             return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
         except self._nvml.NVMLError:
-            return 0
+            return None  # counted from the first reading that works, as Triton counts
 
     def render(self) -> str:
         """The families' text, or "" without GPUs."""
@@ -100,13 +113,16 @@ class GpuMetrics:
             if self._nvml is None or not self._gpus:
                 return ""
             lines: list[str] = []
+            for gpu in self._gpus:
+                if gpu[2] is None:
+                    gpu[2] = self._energy(gpu[1])
             for name, help_text, kind, read in _FAMILIES:
                 samples = []
                 for uuid, handle, start in self._gpus:
                     try:
                         value = read(self._nvml, handle, start)
-                    except self._nvml.NVMLError:
-                        continue  # not supported on this GPU
+                    except (self._nvml.NVMLError, _NoReading):
+                        continue  # not supported on this GPU, or no reading yet
                     samples.append(f'{name}{{gpu_uuid="{uuid}"}} {value:f}')
                 if samples:
                     lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples]
