@@ -39,11 +39,11 @@ import numpy as np
 import uvloop
 
 from benchmarks.placement import PIN_CHOICES, choose, describe
-from tests.harness import BridgeServer, TritonOracle, oracle_unavailable_reason
+from benchmarks.servers import make_targets, start_targets, stop_targets
+from tests.harness import oracle_unavailable_reason
 
 REPOSITORY = Path(__file__).resolve().parent / "repository"
 MODEL = "identity_fp32"
-STARTUP_TIMEOUT = 120.0
 _HEAD_END = b"\r\n\r\n"
 
 
@@ -153,31 +153,18 @@ def main(argv: list[str] | None = None) -> int:
     levels = [int(c) for c in args.concurrency.split(",")]
     placement = choose(args.pin)
     with tempfile.TemporaryDirectory() as tmp:
-        if placement is not None:
-            placement.pin_server_side()
-        servers = {
-            "triton": TritonOracle(
-                REPOSITORY, log_path=Path(tmp) / "triton.log", startup_timeout=STARTUP_TIMEOUT
-            ),
-            "door": BridgeServer(
-                REPOSITORY,
-                "--frontend=triton",
-                log_path=Path(tmp) / "door.log",
-                startup_timeout=STARTUP_TIMEOUT,
-            ),
-        }
+        targets = make_targets(("triton", "door"), Path(tmp))
         try:
-            for server in servers.values():
-                server.start()
-            for server in servers.values():
-                server.wait_model_ready(MODEL, timeout=STARTUP_TIMEOUT)
-            if placement is not None:
-                placement.pin_client()
+            start_targets(targets, REPOSITORY, [MODEL], placement)
+            missing = [f"{t.name}: {t.reason}" for t in targets if t.server is None]
+            if missing:
+                print("cannot measure: " + "; ".join(missing), file=sys.stderr)
+                return 2
             print(f"{describe(placement)}; load average {load:.1f} at start", flush=True)
+            servers = {t.name: t.server for t in targets}
             rows = _measure(servers, sizes, levels, args)
         finally:
-            for server in servers.values():
-                server.stop()
+            stop_targets(targets)
     print(
         f"\nHTTP, FP32 identity, binary tensors both ways, closed loop ({args.rounds} rounds of "
         f"{args.seconds:g} s per server and cell)"
