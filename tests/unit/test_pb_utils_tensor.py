@@ -258,7 +258,8 @@ def test_another_device_than_the_tensor_s_is_refused() -> None:
     tensor = Tensor("x", np.zeros(2, dtype=np.float32))
     with pytest.raises(BufferError, match="on DLPack device"):
         tensor.__dlpack__(dl_device=(2, 0))
-    assert np.from_dlpack(tensor, device="cpu").tolist() == [0, 0]
+    capsule = tensor.__dlpack__(dl_device=(1, 0))  # its own device: exported
+    assert Tensor.from_dlpack("y", capsule).as_numpy().tolist() == [0, 0]
 
 
 def test_from_dlpack_object_and_capsule() -> None:
