@@ -15,10 +15,13 @@ Two forms (docs/worker_protocol.md §2, "the bridge tensor form"):
   `final`, `model_version`, and errors as items (`bridge_error`) rather than exceptions.
 - Lent buffers, in-process only (the door's LocalRoute, issue 27): an input's `data.values`
   may be a writable `memoryview` the caller lends for the request (a client's shared memory,
-  mapped copy-on-write): a numeric input then reaches the model as a numpy view of it, no copy.
+  mapped copy-on-write): a numeric input then reaches the model as a numpy view of it, no copy;
+  or a `DeviceArray` (a client's CUDA shared memory, copied on its GPU for a model that takes
+  GPU inputs): the input then reaches the model as a GPU tensor, never through the host.
   A requested output may carry an `OutputSink` as `sink` (`output_sinks`): the model's
-  array is written with it straight into the client's memory when the model sends it, and its
-  `data` says `"written": true` (with empty `values`). Neither crosses a process.
+  output (host or GPU memory) is written with it straight into the client's memory when the
+  model sends it, and its `data` says `"written": true` (with empty `values`). Neither crosses
+  a process.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from model_repository_loader.gpu.device_array import DeviceArray
 from model_repository_loader.inference import InferRequest
 from model_repository_loader.pb_utils import InferenceResponse, Tensor, TritonError
 from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
@@ -175,6 +179,8 @@ def decode_tensor(
     datatype = TO_KSERVE[metadata["data_type"]]
     values = tensor["data"]["values"]
     shape = metadata["shape"]
+    if isinstance(values, DeviceArray):
+        return _decode_device(metadata["name"], datatype, shape, values, model, request_id)
     if isinstance(values, bytes | memoryview):
         name = metadata["name"]
         array = _decode_raw(name, datatype, shape, values, model, request_id, budget)
@@ -187,6 +193,24 @@ def decode_tensor(
     if len(shape) != 1 or shape[0] != array.shape[0]:  # 1-D needs no reshape (the usual case)
         array = array.reshape(shape)
     return Tensor._from_wire(metadata["name"], array, datatype)
+
+
+def _decode_device(
+    name: str, datatype: str, shape: list[int], raw: DeviceArray, model: str, request_id: str
+) -> Tensor:
+    """A GPU tensor over raw contents a caller in this process lent on a GPU (a client's CUDA
+    shared memory, copied on the device for the request: frontends/triton/shm.py), read in
+    place as the datatype's stored form."""
+    if datatype == "BYTES":
+        raise TypeError("BYTES contents are never lent on a GPU")
+    dtype = np.dtype(_STORED_TYPES[datatype])
+    expected = math.prod(shape) * dtype.itemsize
+    if raw.nbytes != expected:
+        raise RawContentsError(
+            f"{_request_prefix(request_id)}input byte size mismatch for input '{name}' for "
+            f"model '{model}'. Expected {expected}, got {raw.nbytes}"
+        )
+    return Tensor._from_device(name, raw.viewed_as(dtype, _dims(shape)), datatype)
 
 
 def _dims(shape: list[int]) -> tuple[int, ...]:
@@ -487,8 +511,9 @@ def _little_endian(tensor: Tensor) -> np.ndarray:
 class OutputSink(Protocol):
     """Where an in-process caller has an output written (module doc)."""
 
-    def write(self, data: memoryview) -> bool:
-        """Writes `data` (C order); False, writing nothing, where it cannot take it."""
+    def write(self, data: memoryview | DeviceArray) -> bool:
+        """Writes `data` (C order, host or GPU memory); False, writing nothing, where it
+        cannot take it."""
         ...
 
 
@@ -511,7 +536,7 @@ def encode_raw_tensor(
         "metadata": {
             "name": tensor._name,
             "data_type": dynamo_type,
-            "shape": list(tensor._array.shape),
+            "shape": list(tensor._dims()),
         },
         "data": data,
     }
@@ -525,6 +550,8 @@ def _written(tensor: Tensor, sink: OutputSink) -> bool:
     datatype = tensor._datatype
     if datatype == "BYTES":
         return False
+    if tensor._device is not None:  # from the GPU, with no host copy on the way
+        return sink.write(tensor._device)
     array = tensor._array
     if array.dtype == _RAW_TYPES[datatype] and array.flags.c_contiguous:
         return sink.write(array.reshape(-1).data)  # a view: C-contiguous

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from . import cuda
+# `cuda` is imported where it is used: it imports pb_utils (its errors are pb_utils' exception
+# types), whose Tensor imports this module, and this module may be the first one imported.
 
 
 class DeviceArray:
@@ -57,8 +58,18 @@ class DeviceArray:
             raise ValueError(f"cannot reshape array of size {self.size} into shape {shape}")
         return DeviceArray(self.pointer, shape, self.dtype, self.device, self.owner)
 
+    def viewed_as(self, dtype: np.dtype, shape: Sequence[int]) -> DeviceArray:
+        """The same bytes read as `dtype` in `shape` (ValueError when the sizes differ)."""
+        shape = [int(d) for d in shape]
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if nbytes != self.nbytes:
+            raise ValueError(f"{self.nbytes} bytes cannot be read as {dtype} in shape {shape}")
+        return DeviceArray(self.pointer, shape, dtype, self.device, self.owner)
+
     def to_host(self) -> np.ndarray:
         """A host copy (a new, writable numpy array of the same shape and dtype)."""
+        from . import cuda
+
         with cuda.on_device(self.device):
             raw = cuda.copy_to_host(self.pointer, self.nbytes)
         return raw.view(self.dtype).reshape(self.shape)
@@ -66,6 +77,8 @@ class DeviceArray:
     @classmethod
     def from_host(cls, array: np.ndarray, device: int) -> DeviceArray:
         """A new device copy of a host array on `device`."""
+        from . import cuda
+
         array = np.ascontiguousarray(array)
         allocation = cuda.Allocation(array.nbytes, device)
         with cuda.on_device(device):
@@ -74,6 +87,8 @@ class DeviceArray:
 
     def copy_to(self, device: int) -> DeviceArray:
         """A new copy of this memory on `device` (another GPU, or the same one)."""
+        from . import cuda
+
         allocation = cuda.Allocation(self.nbytes, device)
         with cuda.on_device(device):
             cuda.copy(allocation.pointer, self.pointer, self.nbytes)

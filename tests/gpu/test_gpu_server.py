@@ -165,3 +165,37 @@ def test_cuda_shared_memory_in_and_out(server, wire: str) -> None:
             cudashm.destroy_shared_memory_region(handle)
     status = client.get_cuda_shared_memory_status()
     assert not (status.regions if wire == "grpc" else status)
+
+
+@pytest.mark.parametrize("wire", ["grpc", "http"])
+def test_a_cuda_region_reaches_a_gpu_input_model_on_the_gpu(server, wire: str) -> None:
+    """gpu_identity takes GPU inputs (FORCE_CPU_ONLY_INPUT_TENSORS "no"): its input, in a CUDA
+    region, reaches `execute` as a GPU tensor, and its GPU output goes into a CUDA region."""
+    import tritonclient.utils.cuda_shared_memory as cudashm
+
+    module, url = (grpcclient, server.grpc_url) if wire == "grpc" else (httpclient, server.http_url)
+    client = module.InferenceServerClient(url)
+    data = np.arange(4096, dtype=np.float32)
+    regions = {
+        name: cudashm.create_shared_memory_region(f"{wire}_gpu_{name}", data.nbytes, 0)
+        for name in ("in", "out")
+    }
+    try:
+        cudashm.set_shared_memory_region(regions["in"], [data])
+        for name, handle in regions.items():
+            client.register_cuda_shared_memory(
+                f"{wire}_gpu_{name}", cudashm.get_raw_handle(handle), 0, data.nbytes
+            )
+        tensor = module.InferInput("IN", [data.size], "FP32")
+        tensor.set_shared_memory(f"{wire}_gpu_in", data.nbytes)
+        out = module.InferRequestedOutput("OUT")
+        out.set_shared_memory(f"{wire}_gpu_out", data.nbytes)
+        on_gpu = module.InferRequestedOutput("ON_GPU")
+        result = client.infer("gpu_identity", [tensor], outputs=[out, on_gpu])
+        assert result.as_numpy("ON_GPU").tolist() == [True]
+        written = cudashm.get_contents_as_numpy(regions["out"], np.float32, [data.size])
+        np.testing.assert_array_equal(written, data)
+    finally:
+        client.unregister_cuda_shared_memory()
+        for handle in regions.values():
+            cudashm.destroy_shared_memory_region(handle)

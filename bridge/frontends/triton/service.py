@@ -376,7 +376,7 @@ class TritonService:
     def lends(self, target: Target) -> bool:
         """May the wire lend `target` the client's shared memory (shm.py), mapped, instead of
         copying it? Only to this process's own worker (the embedded default)."""
-        return bool(self.shm.regions) and self.directory.serves_locally(target.endpoint)
+        return self.shm.any_registered() and self.directory.serves_locally(target.endpoint)
 
     async def target(self, name: str, version_text: str, stream: bool) -> Target:
         """Where a request for `name` goes, or Triton's error for a model that cannot take it

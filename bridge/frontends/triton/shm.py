@@ -64,7 +64,10 @@ Texts and codes are Triton 2.51's [V] unless said otherwise.
 CUDA shared memory (a client's device memory, registered by its CUDA IPC handle, device id and
 size) lives in the same name space as the system regions, as in Triton: `register_cuda` opens
 the handle in this process (model_repository_loader/gpu/cuda.py), an input named there is
-copied from the device, an output copied to it, with the same size checks and texts. A region
+copied from the device, an output copied to it, with the same size checks and texts. For this
+process's own model, an input is copied on the device instead when the model takes GPU inputs
+(FORCE_CPU_ONLY_INPUT_TENSORS "no"), and reaches `execute` as a GPU tensor with no host copy;
+an output is written when the model sends it, from the GPU when it is on one. A region
 holds its mapping by reference: a request that copies from or to it keeps it open, so an
 unregistering meanwhile closes it after the copy. Where CUDA cannot be used (no GPU, no
 driver, no cuda-bindings) `register_cuda` raises CudaUnavailable and each wire answers as
@@ -91,8 +94,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
 
 from model_repository_loader.gpu import cuda
+from model_repository_loader.gpu.device_array import DeviceArray
+from model_repository_loader.model import cpu_only_input_tensors
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ...transport import shm_regions
@@ -261,6 +267,10 @@ class SharedMemory:
         # the loop (a large body) reads its regions on a thread, and a descriptor closed and
         # reused meanwhile would read another file.
         self._descriptors = threading.Lock()
+
+    def any_registered(self) -> bool:
+        """Whether any region, system or CUDA, is registered (a request may name one)."""
+        return bool(self.regions or self.cuda_regions)
 
     def require_allowed(self) -> None:
         """Triton's refusal of every (un)registration while client shared memory is off; the
@@ -464,16 +474,27 @@ class SharedMemory:
             buffer += more
         return bytes(buffer)
 
-    def lend_input(self, name: str, offset: int, size: int) -> memoryview | None:
+    def lend_input(
+        self, name: str, offset: int, size: int, config: mc.ModelConfig | None = None
+    ) -> memoryview | DeviceArray | None:
         """The span as a writable private mapping for an in-process worker (zero copies), or
         None where it is copied instead (`read`): an object not ours, a span under
         LEND_MIN_BYTES, no mapping to be had.
 
         Private (copy-on-write): the model may write its input, as Triton lets it, and the
         client's object never sees it.
+
+        In a CUDA region: for a model whose `config` takes GPU inputs
+        (FORCE_CPU_ONLY_INPUT_TENSORS "no") a copy of the span on the region's GPU, the model's
+        own as a mapping's private pages are; else None (`read` copies it to the host).
         """
-        if name in self.cuda_regions:
-            return None  # copied from the device (`read`)
+        on_gpu = self._cuda_span(name, offset, size)
+        if on_gpu is not None:
+            region, address = on_gpu
+            if config is None or cpu_only_input_tensors(config):
+                return None
+            client = DeviceArray(address, (size,), np.dtype(np.uint8), region.device_id, region)
+            return client.copy_to(region.device_id)
         with self._descriptors:
             return self._lend_input(name, offset, size)
 
@@ -499,10 +520,17 @@ class SharedMemory:
             return None
         return memoryview(mapping)[start - first_page :]
 
-    def lend_output(self, name: str, offset: int, size: int) -> RegionWriter | None:
+    def lend_output(
+        self, name: str, offset: int, size: int
+    ) -> RegionWriter | CudaRegionWriter | None:
         """A writer of the span that an in-process worker writes an output with, from the
         model's own array when the model sends it, or None where the door writes it (`write`,
         which also says what is wrong with the region, once the model has run)."""
+        cuda_region = self.cuda_regions.get(name)
+        if cuda_region is not None:
+            if offset < 0 or size < 0 or offset + size > cuda_region.byte_size:
+                return None
+            return CudaRegionWriter(cuda_region, cuda_region.mapping.pointer + offset, size)
         region = self.regions.get(name)
         if region is None or size < LEND_MIN_BYTES or offset < 0:
             return None
@@ -573,8 +601,12 @@ class RegionWriter:
         if self.fd >= 0:
             os.close(self.fd)
 
-    def write(self, data: memoryview) -> bool:
+    def write(self, data: memoryview | DeviceArray) -> bool:
         """`data` written at the span's start; False (nothing written) where it cannot be."""
+        if isinstance(data, DeviceArray):  # a GPU output: through one host copy
+            if data.nbytes > self.size:
+                return False
+            data = data.to_host().reshape(-1).view(np.uint8).data
         if data.nbytes > self.size or self.start + data.nbytes > os.fstat(self.fd).st_size:
             return False
         view = data.cast("B")
@@ -583,6 +615,29 @@ class RegionWriter:
             written = os.pwrite(self.fd, view, start)
             view = view[written:]
             start += written
+        return True
+
+
+class CudaRegionWriter:
+    """A span of a client's CUDA region that an in-process worker writes an output with when
+    the model sends it (`SharedMemory.lend_output`): a GPU output copied on the device, a host
+    output copied to it. It holds the region (and so its mapping) until it is dropped, so an
+    unregistering meanwhile closes the mapping after the copy. An output too large for the
+    span is not written (False): the door then answers Triton's error."""
+
+    __slots__ = ("region", "address", "size")
+
+    def __init__(self, region: CudaRegion, address: int, size: int) -> None:
+        self.region = region
+        self.address = address
+        self.size = size
+
+    def write(self, data: memoryview | DeviceArray) -> bool:
+        if data.nbytes > self.size:
+            return False
+        source = data.pointer if isinstance(data, DeviceArray) else _address_of(data)
+        with cuda.on_device(self.region.device_id):
+            cuda.copy(self.address, source, data.nbytes)
         return True
 
 

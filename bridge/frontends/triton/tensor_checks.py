@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from model_repository_loader.gpu.device_array import DeviceArray
 from model_repository_loader.pb_utils.constants import ELEMENT_SIZES
 from model_repository_loader.validation import config_datatype_name
 
@@ -96,7 +97,7 @@ def check_tensor(
     name: str,
     datatype: str,
     shape: Sequence[int],
-    data: bytes | memoryview,
+    data: bytes | memoryview | DeviceArray,
     config: mc.ModelConfig | None,
     budget: Budget | None = None,
     deferred: list[Callable[[], None]] | None = None,
@@ -123,7 +124,8 @@ def check_tensor(
             f"'{name}' for model '{model}', got [{dims}]"
         )
     if datatype == "BYTES":
-        raw = data if isinstance(data, bytes) else bytes(data)  # the wires never lend BYTES
+        assert not isinstance(data, DeviceArray)  # the wires never lend BYTES
+        raw = data if isinstance(data, bytes) else bytes(data)
         if deferred is not None and len(raw) > OFF_LOOP_BYTES:
             deferred.append(
                 functools.partial(check_bytes_framing, model, request_id, name, shape, raw, budget)
@@ -132,8 +134,9 @@ def check_tensor(
         check_bytes_framing(model, request_id, name, shape, raw, budget)
         return
     expected = math.prod(shape) * ELEMENT_SIZES[datatype]
-    if expected != len(data):
+    got = data.nbytes if isinstance(data, DeviceArray) else len(data)  # GPU: a CUDA region's
+    if expected != got:
         raise invalid(
             f"{request_prefix(request_id)}input byte size mismatch for input '{name}' for model "
-            f"'{model}'. Expected {expected}, got {len(data)}"
+            f"'{model}'. Expected {expected}, got {got}"
         )

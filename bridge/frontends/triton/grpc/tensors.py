@@ -195,7 +195,7 @@ def to_bridge_request(
         parameters = tensor.parameters if tensor.parameters else None
         where = placement(parameters) if parameters is not None else None
         if where is not None and shm is not None:
-            lent = shm.lend_input(*where) if lend and datatype != "BYTES" else None
+            lent = shm.lend_input(*where, config) if lend and datatype != "BYTES" else None
             data = lent if lent is not None else shm.read(*where)
         elif raw_count:
             if tensor.HasField("contents"):

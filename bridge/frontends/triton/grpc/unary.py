@@ -51,7 +51,7 @@ class ModelInferOnThread:
         if (
             received is MALFORMED
             or service.trace.active
-            or (service.shm.regions and region_names(received.message))
+            or (service.shm.any_registered() and region_names(received.message))
         ):
             return self._on_loop(received, context)
         try:

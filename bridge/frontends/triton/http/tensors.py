@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
+from model_repository_loader.gpu.device_array import DeviceArray
 from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
 from model_repository_loader.pb_utils.errors import ErrorCode
 
@@ -357,7 +358,8 @@ def to_bridge_request(
             out["parameters"] = parameters
     budget = Budget(limits, model, plan.request_id) if limits is not None else None
     tensors = []
-    unchecked: list[tuple[str, str, list[int], bytes | memoryview]] = []  # the core's checks
+    # The core's checks, run once every input took its bytes.
+    unchecked: list[tuple[str, str, list[int], bytes | memoryview | DeviceArray]] = []
     offset = 0
     for entry in _array(_member(document, "inputs"), "inputs"):
         tensor = _object(entry, "inputs")
@@ -378,7 +380,7 @@ def to_bridge_request(
         ]
         if len(given) != 1:
             raise _sources_error(given)
-        data: bytes | memoryview
+        data: bytes | memoryview | DeviceArray
         if given[0] == "data":
             count = math.prod(shape)
             data = _packed_json(name, datatype, tensor["data"], count, max_input_size)
@@ -399,7 +401,7 @@ def to_bridge_request(
                 raise DoorError(ErrorCode.UNSUPPORTED, "shared memory is not served here")
             where = _placement(raw_parameters)
             plan.regions.append(where[0])
-            lent = shm.lend_input(*where) if lend and datatype != "BYTES" else None
+            lent = shm.lend_input(*where, config) if lend and datatype != "BYTES" else None
             data = lent if lent is not None else shm.read(*where)
             unchecked.append((name, datatype, shape, data))
         data_type = TO_DYNAMO[datatype]
