@@ -856,6 +856,8 @@ def found_gpus() -> tuple[GpuDevice, ...]:
     """The GPUs this process's models may use, each named once in the log."""
     devices = tuple(visible_devices())
     for device in devices:
+        if not device.readable:
+            continue  # warned as found
         log.info(
             "GPU %d: %s, compute capability %.1f (%s)",
             device.index,

@@ -98,7 +98,13 @@ class GpuMetrics:
             return
         self._nvml = pynvml
         for device in devices:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(device.nvml_index)
+            if not device.readable:
+                continue  # no handle to be had (gpu/devices.py said so)
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(device.nvml_index)
+            except pynvml.NVMLError as exc:
+                log.warning("GPU metrics: GPU %s cannot be read (%s)", device.uuid, exc)
+                continue
             self._gpus.append([device.uuid, handle, self._energy(handle)])
 
     def _energy(self, handle: Any) -> int | None:

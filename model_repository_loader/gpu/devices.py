@@ -41,6 +41,12 @@ class GpuDevice:
     # NVML's own index of the device (PCI bus order, all GPUs of the host).
     nvml_index: int
 
+    @property
+    def readable(self) -> bool:
+        """False for a GPU NVML lists but cannot describe (fallen off the bus, its driver in a
+        bad state): it keeps its place in CUDA's numbering, and no model is placed on it."""
+        return bool(self.uuid)
+
 
 @contextmanager
 def nvml_session() -> Iterator[Any]:
@@ -67,7 +73,12 @@ def visible_devices() -> list[GpuDevice]:
     with nvml_session() as nvml:
         if nvml is None:
             return []
-        host = [_describe(nvml, i) for i in range(nvml.nvmlDeviceGetCount())]
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except nvml.NVMLError as exc:
+            log.warning("NVML cannot count this host's GPUs (%s): no GPU is used", exc)
+            return []
+        host = [_describe(nvml, i) for i in range(count)]
     return select_visible(host, os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
@@ -77,6 +88,8 @@ def supported_gpu_ids(
     """The CUDA ordinals a KIND_GPU instance may use (Triton's "supported GPUs")."""
     supported = []
     for device in devices:
+        if not device.readable:
+            continue  # said when it was found (`_describe`)
         if device.compute_capability >= min_compute_capability:
             supported.append(device.index)
         else:
@@ -118,12 +131,20 @@ def _renumbered(device: GpuDevice, index: int) -> GpuDevice:
 
 
 def _describe(nvml: Any, nvml_index: int) -> GpuDevice:
-    handle = nvml.nvmlDeviceGetHandleByIndex(nvml_index)
-    major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+    """The GPU at NVML's `nvml_index`; one NVML cannot read is kept, not readable (one bad GPU
+    of eight must not stop a server whose models can use the other seven)."""
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(nvml_index)
+        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        name = _text(nvml.nvmlDeviceGetName(handle))
+    except nvml.NVMLError as exc:
+        log.warning("GPU %d cannot be read through NVML (%s): not used", nvml_index, exc)
+        return GpuDevice(nvml_index, "", "unreadable", 0.0, nvml_index)
     return GpuDevice(
         index=nvml_index,
-        uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-        name=_text(nvml.nvmlDeviceGetName(handle)),
+        uuid=uuid,
+        name=name,
         compute_capability=float(f"{major}.{minor}"),
         nvml_index=nvml_index,
     )

@@ -68,6 +68,16 @@ def test_compute_capability_below_the_minimum_is_not_used() -> None:
     assert supported_gpu_ids(visible, 9.5) == ()
 
 
+def test_a_gpu_nvml_cannot_read_keeps_its_number_and_is_not_used() -> None:
+    # As gpu/devices.py describes a GPU whose handle or properties NVML cannot read.
+    host = [HOST[0], GpuDevice(1, "", "unreadable", 0.0, 1), GpuDevice(2, "GPU-b", "H200", 9.0, 2)]
+    visible = select_visible(host, None)
+    assert [d.index for d in visible] == [0, 1, 2]  # CUDA still numbers it
+    assert supported_gpu_ids(visible, 0.0) == (0, 2)
+    assert [d.index for d in select_visible(host, "2,1,0")] == [0, 1, 2]
+    assert supported_gpu_ids(select_visible(host, "2,1,0"), 0.0) == (0, 2)
+
+
 def _nvml_answers() -> bool:
     with devices.nvml_session() as nvml:
         return nvml is not None
