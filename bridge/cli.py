@@ -865,19 +865,14 @@ def found_gpus() -> tuple[GpuDevice, ...]:
             device.compute_capability,
             device.uuid,
         )
-    if devices and not cuda.bindings_installed():
-        log.warning(
-            "GPUs found, but not NVIDIA's cuda-bindings: models run, and GPU tensors in "
-            "pb_utils fail (pip install 'dynamo-bridge[gpu]')"
-        )
-    elif devices:
-        try:  # counts the devices: initialises the driver, makes no context
+    if devices:
+        try:  # counts the devices: loads the driver, makes no context
             cuda.require_device()
-        except (cuda.CudaUnavailable, cuda.CudaError) as exc:  # bindings newer than the driver
+            log.info("CUDA calls through %s", cuda.calls().name)
+        except (cuda.CudaUnavailable, cuda.CudaError) as exc:
             log.warning(
-                "GPUs found, but CUDA cannot be used through cuda-bindings (%s): models run, "
-                "and GPU tensors in pb_utils fail; a CUDA 12 driver needs "
-                "'cuda-bindings>=12.6,<13' (docs/gpu.md)",
+                "GPUs found, but CUDA cannot be used (%s): models run, and GPU tensors in "
+                "pb_utils fail (docs/gpu.md)",
                 exc,
             )
     return devices

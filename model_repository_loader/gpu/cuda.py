@@ -1,108 +1,96 @@
-"""The CUDA runtime calls the loader makes, through NVIDIA's `cuda-bindings`.
+"""The CUDA calls the loader makes, and which implementation makes them in this process.
 
 Few and plain: make a device current, copy between host and device (or device and device),
-allocate, wait for a stream, and CUDA IPC handles. Copies use `cudaMemcpyDefault` (unified
-addressing tells the direction) on the legacy default stream, which is what Triton's stub
-synchronises with before a tensor changes hands.
+allocate, wait for a stream, and CUDA IPC handles. Copies infer their direction from unified
+addresses, on the legacy default stream, which is what Triton's stub synchronises with before
+a tensor changes hands.
 
-`cuda-bindings` 12.6+ names its module `cuda.bindings.runtime`; older `cuda-python` releases
-name it `cuda.cudart`; both are accepted. Without either, or without a driver, every call
-raises `CudaUnavailable` with the reason, and nothing is imported until GPU memory is touched.
+Two implementations of the same calls (`CudaCalls`), chosen once per process at the first call:
+NVIDIA's `cuda-bindings` (bindings.py) where it can be imported and reaches the driver, else the
+driver's own `libcuda.so.1` through ctypes (libcuda.py: an `EXECUTION_ENV_PATH` environment's
+Python without the bindings, bindings newer than the driver). Where neither can be used (no
+driver, no device) every call raises CudaUnavailable with both reasons, and nothing is loaded
+until GPU memory is touched.
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
-import importlib.util
 import logging
 import threading
 import weakref
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..pb_utils.errors import TritonModelException
+from .errors import CudaError, CudaUnavailable
 
 log = logging.getLogger(__name__)
 
 IPC_HANDLE_BYTES = 64
-# cudaStreamLegacy: the legacy default stream, whatever the thread's default is.
+# cudaStreamLegacy / CU_STREAM_LEGACY: the legacy default stream, whatever the thread's default is.
 LEGACY_STREAM = 1
 
 
-class CudaUnavailable(TritonModelException):
-    """CUDA cannot be used in this process (no bindings, no driver, no device)."""
+class CudaCalls(Protocol):
+    """What each implementation offers: the runtime API's meaning (libcuda.py's doc)."""
+
+    name: str
+
+    def device_count(self) -> int: ...
+    def set_device(self, device: int) -> None: ...
+    def current_device(self) -> int: ...
+    def current_context(self) -> int: ...
+    def set_context(self, context: int) -> None: ...
+    def synchronize(self, stream: int) -> None: ...
+    def copy(self, destination: int, source: int, nbytes: int) -> None: ...
+    def allocate(self, nbytes: int) -> int: ...
+    def free(self, pointer: int) -> None: ...
+    def ipc_handle(self, pointer: int) -> bytes: ...
+    def ipc_open(self, handle: bytes) -> int: ...
+    def ipc_close(self, pointer: int) -> None: ...
 
 
-class CudaError(TritonModelException):
-    """A CUDA call failed."""
+_chosen: CudaCalls | None = None
+_choosing = threading.Lock()
 
 
-@functools.cache
-def runtime() -> Any:
-    """The bindings' runtime module; raises CudaUnavailable when there is none."""
-    try:
-        from cuda.bindings import runtime as cudart
-    except ImportError:
-        try:
-            from cuda import cudart  # cuda-python before 12.6
-        except ImportError:
-            raise CudaUnavailable(
-                "GPU memory needs NVIDIA's cuda-bindings package (pip install 'dynamo-bridge[gpu]')"
-            ) from None
-    return cudart
+def calls() -> CudaCalls:
+    """This process's implementation (module doc); CudaUnavailable, with each one's reason,
+    where neither can be used. A failure is not kept: the next call tries again."""
+    global _chosen
+    if _chosen is not None:
+        return _chosen
+    from .bindings import Bindings
+    from .libcuda import LibCuda
 
-
-@functools.cache
-def driver() -> Any:
-    """The bindings' driver module (the thread's current context is the driver's to tell)."""
-    runtime()  # CudaUnavailable first, with its text, when there are no bindings
-    try:
-        from cuda.bindings import driver as cu
-    except ImportError:
-        from cuda import cuda as cu  # cuda-python before 12.6
-    return cu
-
-
-def bindings_installed() -> bool:
-    """Whether the bindings can be imported (without importing them)."""
-    try:
-        return any(
-            importlib.util.find_spec(name) is not None for name in ("cuda.bindings", "cuda.cudart")
-        )
-    except ModuleNotFoundError:  # no `cuda` package at all
-        return False
-
-
-def call(name: str, *args: Any) -> Any:
-    """`cudart.<name>(*args)`; the one value it returns (or None); CudaError when it fails."""
-    cudart = runtime()
-    result = getattr(cudart, name)(*args)
-    error = result[0]
-    if error != cudart.cudaError_t.cudaSuccess:
-        _, text = cudart.cudaGetErrorString(error)
-        message = f"{name} failed: {text.decode() if isinstance(text, bytes) else text}"
-        if error in _unavailable_errors(cudart):
-            raise CudaUnavailable(message)
-        raise CudaError(message)
-    return result[1] if len(result) > 1 else None
-
-
-def _unavailable_errors(cudart: Any) -> tuple[Any, ...]:
-    codes = cudart.cudaError_t
-    return (codes.cudaErrorInsufficientDriver, codes.cudaErrorNoDevice)
+    with _choosing:
+        if _chosen is None:
+            reasons = []
+            for implementation in (Bindings, LibCuda):
+                try:
+                    candidate = implementation()
+                    candidate.device_count()  # reaches the driver
+                except CudaUnavailable as exc:
+                    reasons.append(f"{implementation.name}: {exc}")
+                    continue
+                log.debug("CUDA calls through %s", candidate.name)
+                _chosen = candidate
+                break
+            else:
+                raise CudaUnavailable("CUDA cannot be used here (" + "; ".join(reasons) + ")")
+        return _chosen
 
 
 def set_device(device: int) -> None:
     """Make `device` current on the calling thread (and its primary context, as the runtime
     and every framework that meets it through DLPack use)."""
-    call("cudaSetDevice", device)
+    calls().set_device(device)
 
 
 def require_device() -> None:
     """CudaUnavailable unless CUDA can be used here with at least one device."""
-    if int(call("cudaGetDeviceCount")) == 0:
+    if calls().device_count() == 0:
         raise CudaUnavailable("no CUDA device")
 
 
@@ -115,7 +103,7 @@ def use_instance_device(kind: str, device: int) -> None:
         return
     try:
         set_device(device)
-    except CudaUnavailable as exc:  # e.g. an EXECUTION_ENV_PATH environment without the bindings
+    except CudaUnavailable as exc:  # a GPU host without a usable driver
         log.warning(
             "GPU instance on device %d cannot use CUDA (%s): the model runs, and GPU tensors in "
             "pb_utils fail here",
@@ -127,20 +115,27 @@ def use_instance_device(kind: str, device: int) -> None:
 
 
 def current_device() -> int:
-    return int(call("cudaGetDevice"))
+    """The calling thread's device (0 where it has no context, as the runtime says)."""
+    return calls().current_device()
+
+
+def current_context() -> int:
+    """The CUDA context bound to the calling thread (0 when none is)."""
+    return calls().current_context()
 
 
 def synchronize(stream: int = LEGACY_STREAM) -> None:
-    call("cudaStreamSynchronize", stream)
+    calls().synchronize(stream)
 
 
 def copy(destination: int, source: int, nbytes: int) -> None:
     """Copy `nbytes` from `source` to `destination` (host or device addresses, any mix), done
-    when this returns: cudaMemcpy does not wait for a copy between two device addresses, and
-    the memory may be read next by another process (CUDA IPC) or another stream."""
+    when this returns: a copy between two device addresses does not wait by itself, and the
+    memory may be read next by another process (CUDA IPC) or another stream."""
     if nbytes:
-        call("cudaMemcpy", destination, source, nbytes, runtime().cudaMemcpyKind.cudaMemcpyDefault)
-        synchronize()
+        implementation = calls()
+        implementation.copy(destination, source, nbytes)
+        implementation.synchronize(LEGACY_STREAM)
 
 
 def copy_to_host(source: int, nbytes: int) -> np.ndarray:
@@ -151,14 +146,14 @@ def copy_to_host(source: int, nbytes: int) -> np.ndarray:
 
 
 class Allocation:
-    """`nbytes` of device memory from `cudaMalloc` on `device`, freed when the last reference
+    """`nbytes` of device memory allocated on `device`, freed when the last reference
     to it goes (a finalizer, so a view that outlives its maker keeps it)."""
 
     __slots__ = ("pointer", "nbytes", "device", "__weakref__")
 
     def __init__(self, nbytes: int, device: int) -> None:
         with on_device(device):
-            pointer = int(call("cudaMalloc", max(nbytes, 1)))
+            pointer = calls().allocate(max(nbytes, 1))
         self.pointer = pointer
         self.nbytes = nbytes
         self.device = device
@@ -169,18 +164,9 @@ class Allocation:
 def _free(pointer: int, device: int) -> None:
     try:
         with on_device(device):
-            call("cudaFree", pointer)
+            calls().free(pointer)
     except TritonModelException:
         pass  # the process is going away with its context
-
-
-def _current_context() -> Any:
-    """The CUDA context bound to the calling thread (a NULL one when none is)."""
-    cu = driver()
-    error, context = cu.cuCtxGetCurrent()
-    if error != cu.CUresult.CUDA_SUCCESS:
-        raise CudaError(f"cuCtxGetCurrent failed: {error}")
-    return context
 
 
 class on_device:  # noqa: N801 - used as a context manager, like torch.cuda.device
@@ -194,22 +180,19 @@ class on_device:  # noqa: N801 - used as a context manager, like torch.cuda.devi
 
     def __init__(self, device: int) -> None:
         self._device = device
-        self._saved: Any = None
+        self._saved: int | None = None
 
     def __enter__(self) -> None:
-        current = current_device()  # initialises CUDA in this process if nothing has yet
-        saved = _current_context()
-        if current != self._device or not int(saved):
-            set_device(self._device)
+        implementation = calls()
+        saved = implementation.current_context()
+        if not saved or implementation.current_device() != self._device:
+            implementation.set_device(self._device)
             self._saved = saved
 
     def __exit__(self, *_: Any) -> None:
         if self._saved is not None:
-            cu = driver()
-            (error,) = cu.cuCtxSetCurrent(self._saved)
-            self._saved = None
-            if error != cu.CUresult.CUDA_SUCCESS:
-                raise CudaError(f"cuCtxSetCurrent failed: {error}")
+            saved, self._saved = self._saved, None
+            calls().set_context(saved)
 
 
 # -- CUDA IPC ---------------------------------------------------------------------------------
@@ -219,8 +202,7 @@ _ipc_lock = threading.Lock()
 
 def ipc_handle(pointer: int) -> bytes:
     """The 64-byte IPC handle of the allocation that starts at `pointer`."""
-    handle = call("cudaIpcGetMemHandle", pointer)
-    return ctypes.string_at(handle.getPtr(), IPC_HANDLE_BYTES)
+    return calls().ipc_handle(pointer)
 
 
 class IpcMapping:
@@ -232,15 +214,9 @@ class IpcMapping:
     def __init__(self, handle: bytes, device: int) -> None:
         if len(handle) != IPC_HANDLE_BYTES:
             raise CudaError(f"a CUDA IPC handle has {IPC_HANDLE_BYTES} bytes, not {len(handle)}")
-        cudart = runtime()
-        raw = ctypes.create_string_buffer(handle, IPC_HANDLE_BYTES)
         with _ipc_lock, on_device(device):
-            pointer = call(
-                "cudaIpcOpenMemHandle",
-                cudart.cudaIpcMemHandle_t(_ptr=ctypes.addressof(raw)),
-                cudart.cudaIpcMemLazyEnablePeerAccess,
-            )
-        self.pointer = int(pointer)
+            pointer = calls().ipc_open(handle)
+        self.pointer = pointer
         self.device = device
         weakref.finalize(self, _close, self.pointer, device).atexit = False
 
@@ -248,6 +224,6 @@ class IpcMapping:
 def _close(pointer: int, device: int) -> None:
     try:
         with on_device(device):
-            call("cudaIpcCloseMemHandle", pointer)
+            calls().ipc_close(pointer)
     except TritonModelException:
         pass

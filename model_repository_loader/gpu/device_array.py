@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-# `cuda` is imported where it is used: it imports pb_utils (its errors are pb_utils' exception
-# types), whose Tensor imports this module, and this module may be the first one imported.
+# `cuda` is imported where it is used: its errors import pb_utils (they are pb_utils'
+# exception types), whose Tensor imports this module, which may be the first one imported.
 
 
 class DeviceArray:

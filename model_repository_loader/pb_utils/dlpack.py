@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from ..gpu import cuda
 from ..gpu.device_array import DeviceArray
 from .constants import DATATYPE_TO_NUMPY
 from .errors import TritonModelException
@@ -164,6 +163,8 @@ def to_capsule(obj: Any) -> Any:
 
 def _cuda_capsule(obj: Any, device: int) -> Any:
     """The capsule of a producer's GPU data, once its pending work on the data is done."""
+    from ..gpu import cuda  # here: gpu's errors import pb_utils, which imports this module
+
     try:
         with cuda.on_device(device):
             capsule = obj.__dlpack__(stream=cuda.LEGACY_STREAM)
@@ -234,6 +235,8 @@ def _import_device(
 
 
 def _rows_made_contiguous(array: DeviceArray, row_pitch: int) -> DeviceArray:
+    from ..gpu import cuda  # here, as in `_cuda_capsule`
+
     rows = array.shape[0]
     row_bytes = array.nbytes // rows if rows else 0
     allocation = cuda.Allocation(array.nbytes, array.device)

@@ -192,10 +192,7 @@ def test_bytes_cannot_be_exported_from_a_gpu_tensor_either() -> None:
         tensor.to_dlpack()
 
 
-WITHOUT_CUDA = pytest.mark.skipif(
-    not cuda.bindings_installed() or cuda_usable(),
-    reason="needs cuda-bindings on a host where CUDA cannot be used",
-)
+WITHOUT_CUDA = pytest.mark.skipif(cuda_usable(), reason="needs a host where CUDA cannot be used")
 
 
 @WITHOUT_CUDA
@@ -214,3 +211,12 @@ def test_a_gpu_object_on_a_host_without_cuda_gets_tritons_text() -> None:
     assert str(info.value).startswith(
         "DLPack capsule passed pointer to memory allocated on GPU device, when GPU is not available"
     )
+
+
+@WITHOUT_CUDA
+def test_without_a_driver_each_way_to_cuda_says_why() -> None:
+    with pytest.raises(cuda.CudaUnavailable) as info:
+        cuda.calls()
+    text = str(info.value)
+    assert text.startswith("CUDA cannot be used here (cuda-bindings: ")
+    assert "; libcuda.so.1: the CUDA driver's libcuda.so.1 cannot be loaded: " in text

@@ -70,7 +70,7 @@ process's own model, an input is copied on the device instead when the model tak
 an output is written when the model sends it, from the GPU when it is on one. A region
 holds its mapping by reference: a request that copies from or to it keeps it open, so an
 unregistering meanwhile closes it after the copy. Where CUDA cannot be used (no GPU, no
-driver, no cuda-bindings) `register_cuda` raises CudaUnavailable and each wire answers as
+driver) `register_cuda` raises CudaUnavailable and each wire answers as
 Triton does on a host without GPUs.
 
 How many regions, system and CUDA together, one door holds is capped (`max_regions`,
