@@ -8,6 +8,7 @@ older `cuda-python` releases name them `cuda.cudart` and `cuda.cuda`; both are a
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any
 
 from .errors import CudaError, CudaUnavailable
@@ -33,7 +34,21 @@ class Bindings:
         self._runtime: Any = runtime
         self._driver: Any = driver
         codes = runtime.cudaError_t
-        self._unavailable = (codes.cudaErrorInsufficientDriver, codes.cudaErrorNoDevice)
+        # No usable CUDA here: libcuda.py's list, and a driver older than the bindings.
+        self._unavailable = tuple(
+            getattr(codes, name)
+            for name in (
+                "cudaErrorInitializationError",
+                "cudaErrorStubLibrary",
+                "cudaErrorNoDevice",
+                "cudaErrorSystemDriverMismatch",
+                "cudaErrorCompatNotSupportedOnDevice",
+                "cudaErrorInsufficientDriver",
+            )
+            if hasattr(codes, name)
+        )
+        self._primary: dict[int, int] = {}  # device → its primary context, retained once
+        self._retaining = threading.RLock()  # re-entrant: libcuda.py says why
 
     def _call(self, name: str, *args: Any) -> Any:
         """`runtime.<name>(*args)`: the one value it returns (or None); CudaError when it fails."""
@@ -49,11 +64,13 @@ class Bindings:
         return result[1] if len(result) > 1 else None
 
     def _driver_call(self, name: str, *args: Any) -> Any:
+        """`driver.<name>(*args)`: the value it returns, or the values as a tuple when it
+        returns several; CudaError when it fails."""
         driver = self._driver
         result = getattr(driver, name)(*args)
         if result[0] != driver.CUresult.CUDA_SUCCESS:
             raise CudaError(f"{name} failed: {result[0]}")
-        return result[1] if len(result) > 1 else None
+        return result[1] if len(result) == 2 else result[1:] if len(result) > 2 else None
 
     def device_count(self) -> int:
         return int(self._call("cudaGetDeviceCount"))
@@ -61,8 +78,14 @@ class Bindings:
     def set_device(self, device: int) -> None:
         self._call("cudaSetDevice", device)
 
-    def current_device(self) -> int:
-        return int(self._call("cudaGetDevice"))
+    def primary_context(self, device: int) -> int:
+        with self._retaining:
+            context = self._primary.get(device)
+            if context is None:
+                handle = self._driver_call("cuDeviceGet", device)
+                retained = self._driver_call("cuDevicePrimaryCtxRetain", handle)
+                context = self._primary[device] = int(retained)
+            return context
 
     def current_context(self) -> int:
         return int(self._driver_call("cuCtxGetCurrent"))
@@ -73,9 +96,13 @@ class Bindings:
     def synchronize(self, stream: int) -> None:
         self._call("cudaStreamSynchronize", stream)
 
-    def copy(self, destination: int, source: int, nbytes: int) -> None:
+    def copy(self, destination: int, source: int, nbytes: int, stream: int) -> None:
         kind = self._runtime.cudaMemcpyKind.cudaMemcpyDefault
-        self._call("cudaMemcpy", destination, source, nbytes, kind)
+        self._call("cudaMemcpyAsync", destination, source, nbytes, kind, stream)
+
+    def allocation_size(self, pointer: int) -> int:
+        base, size = self._driver_call("cuMemGetAddressRange", pointer)
+        return int(base) + int(size) - pointer
 
     def allocate(self, nbytes: int) -> int:
         return int(self._call("cudaMalloc", nbytes))

@@ -39,11 +39,12 @@ class CudaCalls(Protocol):
 
     def device_count(self) -> int: ...
     def set_device(self, device: int) -> None: ...
-    def current_device(self) -> int: ...
+    def primary_context(self, device: int) -> int: ...
     def current_context(self) -> int: ...
     def set_context(self, context: int) -> None: ...
     def synchronize(self, stream: int) -> None: ...
-    def copy(self, destination: int, source: int, nbytes: int) -> None: ...
+    def copy(self, destination: int, source: int, nbytes: int, stream: int) -> None: ...
+    def allocation_size(self, pointer: int) -> int: ...
     def allocate(self, nbytes: int) -> int: ...
     def free(self, pointer: int) -> None: ...
     def ipc_handle(self, pointer: int) -> bytes: ...
@@ -71,7 +72,7 @@ def calls() -> CudaCalls:
                 try:
                     candidate = implementation()
                     candidate.device_count()  # reaches the driver
-                except CudaUnavailable as exc:
+                except TritonModelException as exc:  # CudaUnavailable, or a CudaError
                     reasons.append(f"{implementation.name}: {exc}")
                     continue
                 log.debug("CUDA calls through %s", candidate.name)
@@ -88,9 +89,14 @@ def set_device(device: int) -> None:
     calls().set_device(device)
 
 
+def device_count() -> int:
+    """How many devices CUDA shows this process (CudaUnavailable where it cannot be used)."""
+    return calls().device_count()
+
+
 def require_device() -> None:
     """CudaUnavailable unless CUDA can be used here with at least one device."""
-    if calls().device_count() == 0:
+    if device_count() == 0:
         raise CudaUnavailable("no CUDA device")
 
 
@@ -114,11 +120,6 @@ def use_instance_device(kind: str, device: int) -> None:
         log.warning("could not make GPU %d current for an instance: %s", device, exc)
 
 
-def current_device() -> int:
-    """The calling thread's device (0 where it has no context, as the runtime says)."""
-    return calls().current_device()
-
-
 def current_context() -> int:
     """The CUDA context bound to the calling thread (0 when none is)."""
     return calls().current_context()
@@ -133,9 +134,17 @@ def copy(destination: int, source: int, nbytes: int) -> None:
     when this returns: a copy between two device addresses does not wait by itself, and the
     memory may be read next by another process (CUDA IPC) or another stream."""
     if nbytes:
+        # On the legacy stream by name: a process whose default stream is per-thread
+        # (CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM) would otherwise copy on another one.
         implementation = calls()
-        implementation.copy(destination, source, nbytes)
+        implementation.copy(destination, source, nbytes, LEGACY_STREAM)
         implementation.synchronize(LEGACY_STREAM)
+
+
+def allocation_bytes_from(pointer: int) -> int:
+    """How many bytes of its allocation lie from `pointer` on (CudaError for an address that is
+    in no allocation)."""
+    return calls().allocation_size(pointer)
 
 
 def copy_to_host(source: int, nbytes: int) -> np.ndarray:
@@ -170,11 +179,15 @@ def _free(pointer: int, device: int) -> None:
 
 
 class on_device:  # noqa: N801 - used as a context manager, like torch.cuda.device
-    """Make `device` current for a block, then give the thread back the context it had.
+    """Make `device`'s primary context current for a block, then give the thread back the
+    context it had.
 
-    The context, not the device number: on a thread that never used CUDA `cudaGetDevice` says
-    0 with no context bound, and setting device 0 back would create device 0's primary context
-    (hundreds of MiB on GPU 0) in a process whose work is on another GPU."""
+    The primary context (the one torch, cupy and the runtime use), even where another context
+    of the same device is current (one a model made with PyCUDA, say): memory allocated in that
+    one would go with it, and a CUDA IPC handle opens in one context per device only. The
+    context given back, not the device number: on a thread that never used CUDA the runtime
+    says device 0 with no context bound, and setting device 0 back would create device 0's
+    primary context (hundreds of MiB on GPU 0) in a process whose work is on another GPU."""
 
     __slots__ = ("_device", "_saved")
 
@@ -185,8 +198,9 @@ class on_device:  # noqa: N801 - used as a context manager, like torch.cuda.devi
     def __enter__(self) -> None:
         implementation = calls()
         saved = implementation.current_context()
-        if not saved or implementation.current_device() != self._device:
-            implementation.set_device(self._device)
+        primary = implementation.primary_context(self._device)
+        if saved != primary:
+            implementation.set_context(primary)
             self._saved = saved
 
     def __exit__(self, *_: Any) -> None:

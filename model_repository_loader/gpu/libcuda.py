@@ -9,8 +9,7 @@ Python and any driver of CUDA 11 on.
 
 The runtime API's meaning is kept where the loader relies on it: making a device current makes
 its primary context current (`cudaSetDevice`), the one torch, cupy and jax use, retained once
-per process; the current device of a thread with no context is 0 (`cudaGetDevice`); copies
-infer their direction from unified addresses (`cudaMemcpyDefault`).
+per process; copies infer their direction from unified addresses (`cudaMemcpyDefault`).
 """
 
 from __future__ import annotations
@@ -27,11 +26,10 @@ IPC_HANDLE_BYTES = 64
 
 # CUresult values (cuda.h)
 _SUCCESS = 0
-_NOT_INITIALIZED = 3
-_INSUFFICIENT_DRIVER = 35
-_NO_DEVICE = 100
-_INVALID_CONTEXT = 201
-_UNAVAILABLE = (_NOT_INITIALIZED, _INSUFFICIENT_DRIVER, _NO_DEVICE)
+# No usable CUDA here (what cuInit documents for a broken install): not initialized, the stub
+# library, no device, a driver that does not match the kernel module, a forward-compatibility
+# package the device does not support.
+_UNAVAILABLE = (3, 34, 100, 803, 804)
 _LAZY_ENABLE_PEER_ACCESS = 1  # CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
 
 
@@ -50,9 +48,9 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cuDevicePrimaryCtxRetain": [POINTER(c_void_p), c_int],
     "cuCtxGetCurrent": [POINTER(c_void_p)],
     "cuCtxSetCurrent": [c_void_p],
-    "cuCtxGetDevice": [POINTER(c_int)],
     "cuStreamSynchronize": [c_void_p],
-    "cuMemcpy": [c_uint64, c_uint64, c_size_t],
+    "cuMemcpyAsync": [c_uint64, c_uint64, c_size_t, c_void_p],
+    "cuMemGetAddressRange_v2": [POINTER(c_uint64), POINTER(c_size_t), c_uint64],
     "cuMemAlloc_v2": [POINTER(c_uint64), c_size_t],
     "cuMemFree_v2": [c_uint64],
     "cuIpcGetMemHandle": [POINTER(_IpcHandle), c_uint64],
@@ -83,7 +81,9 @@ class LibCuda:
             function.restype = c_int
             self._functions[name] = function
         self._primary: dict[int, int] = {}  # device → its primary context, retained once
-        self._retaining = threading.Lock()
+        # Re-entrant: a finalizer freeing GPU memory may run inside the retain (an allocation
+        # there can start a garbage collection) and make its device current on this thread.
+        self._retaining = threading.RLock()
         self._call("cuInit", 0)
 
     def _call(self, name: str, *args: Any) -> None:
@@ -104,9 +104,9 @@ class LibCuda:
         return count.value
 
     def set_device(self, device: int) -> None:
-        self.set_context(self._primary_context(device))
+        self.set_context(self.primary_context(device))
 
-    def _primary_context(self, device: int) -> int:
+    def primary_context(self, device: int) -> int:
         with self._retaining:
             context = self._primary.get(device)
             if context is None:
@@ -116,15 +116,6 @@ class LibCuda:
                 self._call("cuDevicePrimaryCtxRetain", byref(retained), handle.value)
                 context = self._primary[device] = int(retained.value or 0)
             return context
-
-    def current_device(self) -> int:
-        device = c_int()
-        result = self._functions["cuCtxGetDevice"](byref(device))
-        if result == _INVALID_CONTEXT:  # no context on this thread: the runtime says 0
-            return 0
-        if result != _SUCCESS:
-            self._call("cuCtxGetDevice", byref(device))  # raises with the driver's text
-        return device.value
 
     def current_context(self) -> int:
         context = c_void_p()
@@ -137,8 +128,13 @@ class LibCuda:
     def synchronize(self, stream: int) -> None:
         self._call("cuStreamSynchronize", c_void_p(stream or None))
 
-    def copy(self, destination: int, source: int, nbytes: int) -> None:
-        self._call("cuMemcpy", destination, source, nbytes)
+    def copy(self, destination: int, source: int, nbytes: int, stream: int) -> None:
+        self._call("cuMemcpyAsync", destination, source, nbytes, c_void_p(stream or None))
+
+    def allocation_size(self, pointer: int) -> int:
+        base, size = c_uint64(), c_size_t()
+        self._call("cuMemGetAddressRange_v2", byref(base), byref(size), pointer)
+        return base.value + size.value - pointer
 
     def allocate(self, nbytes: int) -> int:
         pointer = c_uint64()

@@ -9,6 +9,7 @@ Triton's GPU families.
 
 from __future__ import annotations
 
+import base64
 import json
 import queue
 import urllib.request
@@ -199,3 +200,30 @@ def test_a_cuda_region_reaches_a_gpu_input_model_on_the_gpu(server, wire: str) -
         client.unregister_cuda_shared_memory()
         for handle in regions.values():
             cudashm.destroy_shared_memory_region(handle)
+
+
+@pytest.mark.parametrize("wire", ["grpc", "http"])
+def test_a_cuda_region_registration_tritons_checks_refuse(server, wire: str) -> None:
+    """Larger than the client's allocation, a device this server does not have, or a handle
+    that opens nothing: INVALID_ARG with Triton's texts, and nothing registered."""
+    import tritonclient.utils.cuda_shared_memory as cudashm
+
+    module, url = (grpcclient, server.grpc_url) if wire == "grpc" else (httpclient, server.http_url)
+    client = module.InferenceServerClient(url)
+    handle = cudashm.create_shared_memory_region(f"{wire}_checked", 4096, 0)
+    raw = cudashm.get_raw_handle(handle)
+    try:
+        refused = f"failed to register shared memory region '{wire}_big': invalid args"
+        for device, size in ((0, 4096 + 1), (GPUS, 4096)):  # too large; no such device
+            with pytest.raises(Exception, match=refused):
+                client.register_cuda_shared_memory(f"{wire}_big", raw, device, size)
+        # A well-formed handle of memory that no process exported.
+        forged = base64.b64encode(bytes(64))  # both clients take the handle in base64
+        with pytest.raises(Exception, match="failed to register shared memory region"):
+            client.register_cuda_shared_memory(f"{wire}_forged", forged, 0, 16)
+        status = client.get_cuda_shared_memory_status()
+        assert not (status.regions if wire == "grpc" else status)
+        client.register_cuda_shared_memory(f"{wire}_fits", raw, 0, 4096)  # the same, fitting
+    finally:
+        client.unregister_cuda_shared_memory()
+        cudashm.destroy_shared_memory_region(handle)

@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import mmap
 import os
 import stat
@@ -104,6 +105,8 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from ...transport import shm_regions
 from ...transport.shm_regions import Identity
 from .door_error import DoorError
+
+log = logging.getLogger(__name__)
 
 REGION = "shared_memory_region"
 BYTE_SIZE = "shared_memory_byte_size"
@@ -336,22 +339,37 @@ class SharedMemory:
 
     def register_cuda(self, name: str, handle: bytes, device_id: int, byte_size: int) -> None:
         """A client's device memory under `name`. CudaUnavailable where CUDA cannot be used
-        (before anything else is checked: the wires then answer as Triton without GPUs)."""
+        (before anything else is checked: the wires then answer as Triton without GPUs).
+
+        As Triton: a handle that does not open, or memory smaller than `byte_size` from the
+        handle's address on, is INVALID_ARG "invalid args", the reason only in the log. So is
+        a device this process does not have (Triton tries the handle on its current device)."""
         self.require_allowed()
-        cuda.require_device()
+        devices = cuda.device_count()
+        if not devices:
+            raise cuda.CudaUnavailable("no CUDA device")
         self._check_new(name)
         self._check_room(name)
-        if len(handle) != cuda.IPC_HANDLE_BYTES:
-            raise DoorError(
-                ErrorCode.INVALID_ARG,
-                f"failed to register shared memory region '{name}': invalid args",
-            )
+        invalid = DoorError(
+            ErrorCode.INVALID_ARG, f"failed to register shared memory region '{name}': invalid args"
+        )
+        if len(handle) != cuda.IPC_HANDLE_BYTES or not 0 <= device_id < devices:
+            raise invalid
         try:
             mapping = cuda.IpcMapping(handle, device_id)
         except cuda.CudaError as exc:  # CudaUnavailable goes on to the wire
+            log.info("failed to open CUDA IPC handle: %s", exc)
             raise DoorError(
-                ErrorCode.INVALID_ARG, f"failed to open CUDA IPC handle: {exc}"
+                ErrorCode.INVALID_ARG, "failed to register shared memory region: invalid args"
             ) from None
+        try:
+            with cuda.on_device(device_id):
+                room = cuda.allocation_bytes_from(mapping.pointer)
+        except cuda.CudaError as exc:
+            log.info("CUDA shared memory region '%s': its size cannot be read: %s", name, exc)
+            room = -1
+        if byte_size > room:  # a copy past the allocation's end could break this process's CUDA
+            raise invalid
         self.cuda_regions[name] = CudaRegion(name, device_id, byte_size, mapping)
 
     def cuda_status(self, name: str) -> list[CudaRegion]:
@@ -455,7 +473,7 @@ class SharedMemory:
         on_device = self._cuda_span(name, offset, size)
         if on_device is not None:
             region, address = on_device
-            with cuda.on_device(region.device_id):
+            with _copying(name), cuda.on_device(region.device_id):
                 return cuda.copy_to_host(address, size).tobytes()
         with self._descriptors:
             return self._read(name, offset, size)
@@ -494,7 +512,8 @@ class SharedMemory:
             if config is None or cpu_only_input_tensors(config):
                 return None
             client = DeviceArray(address, (size,), np.dtype(np.uint8), region.device_id, region)
-            return client.copy_to(region.device_id)
+            with _copying(name):
+                return client.copy_to(region.device_id)
         with self._descriptors:
             return self._lend_input(name, offset, size)
 
@@ -550,7 +569,7 @@ class SharedMemory:
             _check_fits(output, size, data)
             region, address = on_device
             host = memoryview(data).cast("B")
-            with cuda.on_device(region.device_id):
+            with _copying(name), cuda.on_device(region.device_id):
                 cuda.copy(address, _address_of(host), host.nbytes)
             return
         with self._descriptors:
@@ -636,9 +655,23 @@ class CudaRegionWriter:
         if data.nbytes > self.size:
             return False
         source = data.pointer if isinstance(data, DeviceArray) else _address_of(data)
-        with cuda.on_device(self.region.device_id):
-            cuda.copy(self.address, source, data.nbytes)
+        try:
+            with cuda.on_device(self.region.device_id):
+                cuda.copy(self.address, source, data.nbytes)
+        except cuda.CudaError:
+            return False  # the door's own write then answers with CUDA's reason
         return True
+
+
+@contextlib.contextmanager
+def _copying(region: str) -> Iterator[None]:
+    """A copy from or to a client's CUDA region: a CUDA failure is INTERNAL, with its reason."""
+    try:
+        yield
+    except cuda.CudaError as exc:
+        raise DoorError(
+            ErrorCode.INTERNAL, f"failed to copy CUDA shared memory region '{region}': {exc}"
+        ) from None
 
 
 def _check_fits(output: str, size: int, data: bytes | bytearray) -> None:
