@@ -52,35 +52,43 @@ class CudaCalls(Protocol):
     def ipc_close(self, pointer: int) -> None: ...
 
 
-_chosen: CudaCalls | None = None
+# This process's implementation, or why there is none: chosen once (a driver does not appear
+# while a process runs, and a client registering CUDA regions on a CPU host must not make each
+# attempt load libraries again).
+_chosen: CudaCalls | CudaUnavailable | None = None
 _choosing = threading.Lock()
 
 
 def calls() -> CudaCalls:
     """This process's implementation (module doc); CudaUnavailable, with each one's reason,
-    where neither can be used. A failure is not kept: the next call tries again."""
+    where neither can be used."""
     global _chosen
-    if _chosen is not None:
-        return _chosen
+    chosen = _chosen
+    if chosen is None:
+        with _choosing:
+            if _chosen is None:
+                _chosen = _choose()
+            chosen = _chosen
+    if isinstance(chosen, CudaUnavailable):
+        raise CudaUnavailable(str(chosen))
+    return chosen
+
+
+def _choose() -> CudaCalls | CudaUnavailable:
     from .bindings import Bindings
     from .libcuda import LibCuda
 
-    with _choosing:
-        if _chosen is None:
-            reasons = []
-            for implementation in (Bindings, LibCuda):
-                try:
-                    candidate = implementation()
-                    candidate.device_count()  # reaches the driver
-                except TritonModelException as exc:  # CudaUnavailable, or a CudaError
-                    reasons.append(f"{implementation.name}: {exc}")
-                    continue
-                log.debug("CUDA calls through %s", candidate.name)
-                _chosen = candidate
-                break
-            else:
-                raise CudaUnavailable("CUDA cannot be used here (" + "; ".join(reasons) + ")")
-        return _chosen
+    reasons = []
+    for implementation in (Bindings, LibCuda):
+        try:
+            candidate = implementation()
+            candidate.device_count()  # reaches the driver
+        except TritonModelException as exc:  # CudaUnavailable, or a CudaError
+            reasons.append(f"{implementation.name}: {exc}")
+            continue
+        log.debug("CUDA calls through %s", candidate.name)
+        return candidate
+    return CudaUnavailable("CUDA cannot be used here (" + "; ".join(reasons) + ")")
 
 
 def set_device(device: int) -> None:
