@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ import pytest
 from model_repository_loader.gpu.bindings import Bindings
 from model_repository_loader.gpu.cuda import CudaUnavailable
 from model_repository_loader.gpu.libcuda import LibCuda
+from tests.harness.gpu import on_fresh_thread
 
 IMPLEMENTATIONS = {"cuda-bindings": Bindings, "libcuda": LibCuda}
 
@@ -59,22 +59,15 @@ def test_copies_every_way(implementation) -> None:
 
 
 def test_a_fresh_thread_has_no_context_until_a_device_is_made_current(implementation) -> None:
-    seen: list[object] = []
+    def steps() -> list[object]:
+        before = implementation.current_context()
+        implementation.set_device(0)
+        made = implementation.current_context()
+        implementation.set_context(0)
+        after = implementation.current_context()
+        return [before, made == implementation.primary_context(0) != 0, after]
 
-    def fresh() -> None:
-        try:
-            seen.append(implementation.current_context())
-            implementation.set_device(0)
-            context = implementation.current_context()
-            seen.append(context == implementation.primary_context(0) != 0)
-            implementation.set_context(0)
-            seen.append(implementation.current_context())
-        except Exception as exc:  # reported below, not lost on the thread
-            seen.append(exc)
-
-    thread = threading.Thread(target=fresh)
-    thread.start()
-    thread.join()
+    seen = on_fresh_thread(steps)
     assert seen == [0, True, 0], seen
 
 

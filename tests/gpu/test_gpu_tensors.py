@@ -19,6 +19,7 @@ from model_repository_loader.config import ConfigOptions
 from model_repository_loader.inference import InferRequest
 from model_repository_loader.loader import load_repository
 from model_repository_loader.pb_utils import Tensor, TritonModelException
+from tests.harness.gpu import on_fresh_thread
 
 torch = pytest.importorskip("torch")
 
@@ -61,23 +62,12 @@ def test_a_copy_on_a_fresh_thread_leaves_it_without_a_context() -> None:
     """The loader's copies run on threads that may never have used CUDA (the door's, an
     instance process's reader): they leave such a thread as they found it, with no context
     bound, rather than with device 0's primary context made current."""
-    import threading
-
     from model_repository_loader.gpu import cuda
 
     source = torch.arange(4, dtype=torch.float32, device="cuda")
-    seen: list[object] = []
-
-    def fresh() -> None:
-        try:
-            seen.append(Tensor.from_dlpack("X", source)._array.tolist())
-            seen.append(cuda.current_context())
-        except Exception as exc:  # reported below, not lost on the thread
-            seen.append(exc)
-
-    thread = threading.Thread(target=fresh)
-    thread.start()
-    thread.join()
+    seen = on_fresh_thread(
+        lambda: [Tensor.from_dlpack("X", source)._array.tolist(), cuda.current_context()]
+    )
     assert seen == [[0.0, 1.0, 2.0, 3.0], 0], seen
 
 

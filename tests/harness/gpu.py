@@ -4,6 +4,8 @@ installed torch has CUDA (the GPU test models drive the GPU with torch, as Trito
 from __future__ import annotations
 
 import functools
+import threading
+from collections.abc import Callable
 
 from model_repository_loader.gpu.devices import visible_devices
 
@@ -33,3 +35,20 @@ def cuda_usable() -> bool:
     except cuda.CudaUnavailable:
         return False
     return True
+
+
+def on_fresh_thread(steps: Callable[[], list[object]]) -> list[object]:
+    """What `steps` returns when run on a new thread (one that has never used CUDA), or the
+    exception it raised there (a thread's exception would otherwise be lost)."""
+    seen: list[object] = []
+
+    def run() -> None:
+        try:
+            seen.extend(steps())
+        except Exception as exc:
+            seen.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    return seen
