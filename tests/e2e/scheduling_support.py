@@ -78,9 +78,8 @@ def run_scenario(url: str, model: str, sends: list[Send], batching: bool = True)
     outcomes: dict[str, Outcome] = {}
     clients = [grpcclient.InferenceServerClient(url) for _ in sends]
     for client in clients:
-        # Each connection made before the clock starts: the scenario times the server, and a
-        # new channel's first connect (a retry after a backoff of ~1 s, on a loaded machine)
-        # would put its send after ones timed later (seen through Dynamo's frontend in CI).
+        # Each connection made before the clock starts: the scenario times the server, not a
+        # new channel's first connect (which gRPC retries after a backoff of about 1 s).
         client.is_server_live()
     start = time.monotonic() + 0.05
 
