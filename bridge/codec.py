@@ -182,17 +182,32 @@ def decode_tensor(
     if isinstance(values, DeviceArray):
         return _decode_device(metadata["name"], datatype, shape, values, model, request_id)
     if isinstance(values, bytes | memoryview):
-        name = metadata["name"]
-        array = _decode_raw(name, datatype, shape, values, model, request_id, budget)
-        if isinstance(array, serialized_bytes.Serialized):
-            return Tensor._from_source(name, array, _dims(shape), datatype)
-        return Tensor._from_wire(name, array, datatype)
+        return decode_raw_tensor(
+            metadata["name"], datatype, shape, values, model, request_id, budget
+        )
     if datatype == "BYTES" and budget is not None:
         _charge_bytes_list(budget, values)
     array = _DECODERS[datatype](values)
     if len(shape) != 1 or shape[0] != array.shape[0]:  # 1-D needs no reshape (the usual case)
         array = array.reshape(shape)
     return Tensor._from_wire(metadata["name"], array, datatype)
+
+
+def decode_raw_tensor(
+    name: str,
+    datatype: str,
+    shape: list[int],
+    raw: bytes | memoryview,
+    model: str = "",
+    request_id: str = "",
+    budget: Budget | None = None,
+) -> Tensor:
+    """An input's raw contents (KServe's, `datatype` its KServe name) as the `Tensor` a model
+    reads: numeric data copied once, BYTES checked now and decoded when read (`_decode_raw`)."""
+    array = _decode_raw(name, datatype, shape, raw, model, request_id, budget)
+    if isinstance(array, serialized_bytes.Serialized):
+        return Tensor._from_source(name, array, _dims(shape), datatype)
+    return Tensor._from_wire(name, array, datatype)
 
 
 def _decode_device(

@@ -33,8 +33,8 @@ from dynamo.llm import ModelInput, ModelType, WorkerType, register_model, unregi
 from dynamo.runtime import DistributedRuntime, Endpoint
 from tritonclient.grpc import model_config_pb2 as mc
 
-from model_repository_loader.errors import failed_requests_text
-from model_repository_loader.inference import respond_may_wait
+from model_repository_loader.errors import TritonStatusError, failed_requests_text
+from model_repository_loader.inference import InferRequest, respond_may_wait
 from model_repository_loader.model import Cancellable, ServedModel
 from model_repository_loader.pb_utils import InferenceResponse, TritonError
 from model_repository_loader.tracing import RequestTrace
@@ -496,46 +496,32 @@ class ModelWorker:
         """Where `answer_on_thread` keeps a request's responses (made first: cancellable)."""
         return ThreadAnswer(self.name)
 
-    def answer_on_thread(self, request: dict[str, Any], answer: ThreadAnswer) -> list[dict]:
-        """`answer()` for a caller on a thread that may wait, not the loop (the door's
-        synchronous gRPC wire, frontends/triton/grpc/unary.py): decoded and submitted on that
-        thread, returned with the model's final response. `answer.cancel()` (any thread: the
-        client cancelled, its deadline passed) cancels the request for the model, and then
-        the answer is []."""
+    def answer_on_thread(
+        self, request: InferRequest, answer: ThreadAnswer, encode: Encoder
+    ) -> list[Any | TritonError]:
+        """`answer()` for a caller on a thread that may wait, not the loop, with the request
+        already in the loader's form (the door's synchronous gRPC wire, which converts it
+        itself: frontends/triton/grpc/unary.py): submitted on that thread and returned with the
+        model's final response. `encode(version, response, final)` makes each successful
+        response what the caller sends, on the model's thread as the model sends it (`version`:
+        the one answering). Returns the encoded responses and the errors, each error logged in
+        its one line; [] once `answer.cancel()` (any thread: the client cancelled, its deadline
+        passed) gave the request up, which cancels it for the model."""
         self._arrive()
         mine = True
         try:
-            try:
-                limits = self.bytes_limits
-                if raw_bytes_size(request) > OFF_LOOP_BYTES:
-                    # One large BYTES request decoded at a time, as on the loop's path: only
-                    # one object array of that size is being built at once.
-                    decoding = _BYTES_DECODER.submit(decode_request, request, self.name, limits)
-                    inference = decoding.result()
-                else:
-                    inference = decode_request(request, self.name, limits)
-                release_raw_inputs(request)
-                inference.model_version = parse_model_version(
-                    str(request.get("model_version") or "")
-                )
-            except RequestError as exc:
-                return self._refused(request, TritonError(exc.message, exc.code))
             model = self._serving_model() or (None if self.draining else self.model)
             if model is None:  # unloaded, or being unloaded: Triton's answer [V]
                 refusal = TritonError(no_available_versions_error(self.name), TritonError.NOT_FOUND)
-                return self._refused(request, refusal)
+                request_failed(self.name, request.request_id, refusal)
+                return [refusal]
             mine = model is self.model
             if not mine:
                 self._request_done()  # not this generation's model: not its drain
             answer.encode = functools.partial(
-                encode_bridge_response,
-                self.name,
-                _answering_version(model, inference.model_version),
-                sinks=output_sinks(request),
-                local=True,
+                encode, _answering_version(model, request.model_version)
             )
-            pending = model.submit(inference, answer.respond)
-            return answer.wait(pending, request.get("id") or "")
+            return answer.wait(model.submit(request, answer.respond), request.request_id)
         finally:
             if mine:
                 self._request_done()
@@ -564,6 +550,9 @@ class ModelWorker:
         else:
             self._loop.call_soon_threadsafe(idle.set)
 
+
+# `answer_on_thread`'s encoder: (answering version, response, final) → what the caller sends.
+Encoder = Callable[[str, InferenceResponse, bool], Any]
 
 # Put in a request's responses when the client is gone.
 _GONE: Any = object()
@@ -608,20 +597,23 @@ def _answers(
 
 
 def _encoded(
-    encode: Callable[[InferenceResponse | None, bool], dict],
+    encode: Callable[[InferenceResponse, bool], Any],
     response: InferenceResponse | None,
     final: bool,
     name: str,
-) -> dict | TritonError | None:
+) -> Any | TritonError | None:
     """On the model's thread: `response` encoded for its caller, its error, or None for a
-    flag-only FINAL. A response the wire cannot carry fails the request with a clear text:
-    nothing of the bridge's raises into the model's thread."""
+    flag-only FINAL. A response the wire cannot carry fails the request with a clear text (the
+    encoder's own Triton status and text when it refuses with one): nothing of the bridge's
+    raises into the model's thread."""
     if response is None:
         return None
     if response.has_error():
         return response.error()
     try:
         return encode(response, final)
+    except TritonStatusError as exc:
+        return exc.triton_error()
     except Exception as exc:
         log.exception("'%s': a response could not be encoded", name)
         what = f"the response could not be encoded: {exc!r}"
@@ -860,18 +852,17 @@ class _Collected:
 
 class ThreadAnswer:
     """One unary request's responses for a caller on a thread of its own
-    (ModelWorker.answer_on_thread): kept as the model's thread gives them; `wait` returns them
-    with the final one, or at once when `cancel` (any thread) gives the request up."""
+    (ModelWorker.answer_on_thread): kept, encoded, as the model's thread gives them; `wait`
+    returns them with the final one, or at once when `cancel` (any thread) gives the request
+    up."""
 
     __slots__ = ("_name", "encode", "_items", "gone", "_pending", "_ready", "_settled")
 
     def __init__(self, name: str) -> None:
         self._name = name
-        # Set by answer_on_thread to the bridge form's encoder, as _Responses.encode.
-        self.encode: Callable[[InferenceResponse | None, bool], dict] = functools.partial(
-            _standard_response, name
-        )
-        self._items: list[tuple[dict | TritonError | None, bool]] = []
+        # Set by answer_on_thread to the caller's encoder, its version bound.
+        self.encode: Callable[[InferenceResponse, bool], Any] = _unset_encoder
+        self._items: list[Any | TritonError | None] = []
         self.gone = False  # nobody waits any more: drop what the model sends
         self._pending: Cancellable | None = None
         self._ready = threading.Lock()
@@ -883,7 +874,7 @@ class ThreadAnswer:
         checks' refusals and response cache hits)."""
         if self.gone:
             return
-        self._items.append((_encoded(self.encode, response, final, self._name), final))
+        self._items.append(_encoded(self.encode, response, final, self._name))
         if final:
             self._settle()
 
@@ -891,27 +882,35 @@ class ThreadAnswer:
         if self._settled.acquire(blocking=False):
             self._ready.release()
 
-    def wait(self, pending: Cancellable | None, request_id: str) -> list[dict]:
-        """The request's answer items once the final response came (`pending`: what
-        `Model.submit` returned, None if it answered at once); [] if it was given up."""
+    def wait(self, pending: Cancellable | None, request_id: str) -> list[Any | TritonError]:
+        """The request's encoded responses and errors once the final response came (`pending`:
+        what `Model.submit` returned, None if it answered at once), a flag-only FINAL left
+        out; [] if it was given up."""
         self._pending = pending
         if self.gone and pending is not None:  # cancelled while it was being submitted
             pending.cancel()
         self._ready.acquire()
         if self.gone:
             return []
-        rejected = pending is None  # the request checks refused it
-        return _answers(self._name, request_id, self._items, rejected, self.encode)
+        out = []
+        for item in self._items:
+            if isinstance(item, TritonError):
+                request_failed(self._name, request_id, item)
+            if item is not None:
+                out.append(item)
+        return out
 
     def cancel(self) -> None:
         """The caller gave up (client cancel, deadline, disconnect, shutdown)."""
         self.gone = True
-        # Lets go of the output sinks the request gave (codec.output_sinks).
-        self.encode = functools.partial(_standard_response, self._name)
         pending = self._pending
         if pending is not None:
             pending.cancel()
         self._settle()
+
+
+def _unset_encoder(response: InferenceResponse, final: bool) -> Any:
+    raise RuntimeError("a response came before answer_on_thread set its encoder")
 
 
 class _CancellationPoller:

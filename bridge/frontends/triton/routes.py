@@ -77,10 +77,12 @@ class LocalRoute:
         """A call of `answer_on_thread` to come: its `cancel()` (any thread) gives it up."""
         return self.worker.thread_answer()
 
-    def answer_on_thread(self, body: dict, answer: Any) -> list[dict]:
-        """`answer` for a caller on a thread that may wait (grpc/unary.py), with `answer`
-        from `on_thread`: [] once cancelled (ModelWorker.answer_on_thread)."""
-        answers: list[dict] = self.worker.answer_on_thread(body, answer)
+    def answer_on_thread(self, request: Any, answer: Any, encode: Any) -> list[Any]:
+        """The loader's `request` answered for a caller on a thread that may wait
+        (grpc/unary.py), with `answer` from `on_thread` and `encode` making each response what
+        the caller sends: the encoded responses and errors, [] once cancelled
+        (ModelWorker.answer_on_thread)."""
+        answers: list[Any] = self.worker.answer_on_thread(request, answer, encode)
         return answers
 
 

@@ -321,9 +321,15 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def forward_headers(self, body: dict, context: Any) -> None:
         """The call's metadata that `--grpc-header-forward-pattern` matches, as parameters."""
-        if self.forwarding is not None and context is not None:
-            metadata = context.invocation_metadata() or ()
-            forward_into(body, self.forwarding.parameters((m.key, m.value) for m in metadata))
+        forward_into(body, self.forwarded(context))
+
+    def forwarded(self, context: Any) -> dict[str, dict[str, str]]:
+        """The call's metadata that `--grpc-header-forward-pattern` matches, as bridge-form
+        parameters (header_forward.py); none without the flag."""
+        if self.forwarding is None or context is None:
+            return {}
+        metadata = context.invocation_metadata() or ()
+        return self.forwarding.parameters((m.key, m.value) for m in metadata)
 
     async def _stream_request(self, received: Any, out: _Outbox, context: Any = None) -> None:
         service = self.service

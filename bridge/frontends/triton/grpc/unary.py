@@ -2,10 +2,12 @@
 
 The synchronous gRPC server (server.py) runs each unary call on a thread of its pool. For a
 request to this process's own worker, that thread does all of it: the wire's checks and the
-bridge form (tensors.py, Triton's texts), the worker's decode and `Model.submit`
-(ModelWorker.answer_on_thread), a wait for the model's final response, and the answer's
-protobuf. Nothing of it touches the event loop, which is where grpc.aio spent most of a small
-request's CPU (issue 37, docs/benchmarks.md).
+conversion straight into the loader's request (tensors.py `to_loader_request`, Triton's
+texts), `Model.submit` (ModelWorker.answer_on_thread), and a wait for the model's final
+response, which the model's thread made into the answer's protobuf as it sent it
+(`answer_of`). Nothing of it touches the event loop, which is where grpc.aio spent most of a
+small request's CPU, and no bridge form is made on the way, which was a third of what was left
+(issue 37, docs/benchmarks.md).
 
 What the loop's path does is kept: the restricted-protocol interceptor runs before any handler;
 header forwarding; the shutdown's count (`service.calls`) and the worker's drain count;
@@ -21,19 +23,23 @@ must ask the workers, `TritonService.target_now`).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 
+from model_repository_loader.pb_utils import TritonError
 from model_repository_loader.pb_utils.errors import ErrorCode
+from model_repository_loader.validation import RequestError
 
+from ....codec import decode_parameters
+from ....errors import request_failed
 from ..door_error import DoorError
-from ..service import single_answer
 from .error_status import grpc_status, wire_text
 from .on_loop import on_loop_unary
-from .servicer import Answer, TritonServicer, response_of
-from .tensors import region_names, to_bridge_request
+from .servicer import Answer, TritonServicer
+from .tensors import answer_of, class_counts, to_loader_request
 from .wire import MALFORMED, InferRequest
 
 
@@ -48,11 +54,7 @@ class ModelInferOnThread:
 
     def __call__(self, received: Any, context: grpc.ServicerContext) -> Answer:
         service = self._servicer.service
-        if (
-            received is MALFORMED
-            or service.trace.active
-            or (service.shm.any_registered() and region_names(received.message))
-        ):
+        if received is MALFORMED or service.trace.active:
             return self._on_loop(received, context)
         try:
             with service.calls:  # a shutdown waits for it
@@ -69,30 +71,32 @@ class ModelInferOnThread:
         route = None if target is None else service.directory.local_route(target.endpoint)
         if target is None or route is None:
             return None
-        deferred: list[Callable[[], None]] = []
-        body = to_bridge_request(
-            request,
-            target.version,
-            target.entry.config,
-            service.shm,
-            service.bytes_limits,
-            deferred,
-            False,  # lends nothing: a request naming regions takes the loop's path
-            received.raw,
-        )
-        for check in deferred:  # large BYTES inputs' checks: this thread has no loop to free
-            check()
-        self._servicer.forward_headers(body, context)
+        config = target.entry.config
+        try:
+            inference = to_loader_request(
+                request, target.version, config, service.bytes_limits, received.raw
+            )
+            if inference is None:  # it names shared memory regions
+                return None
+            forwarded = self._servicer.forwarded(context)
+            if forwarded:  # a header wins a clash; none is a reserved name (header_forward.py)
+                inference.parameters = {**inference.parameters, **decode_parameters(forwarded)}
+        except RequestError as exc:  # refused as the worker refuses it: its one log line
+            request_failed(request.model_name, request.id, TritonError(exc.message, exc.code))
+            raise DoorError(exc.code, exc.message) from None
         answer = route.on_thread()
         if not context.add_callback(answer.cancel):  # the call has ended already
             answer.cancel()
+        classes = class_counts(request) if request.outputs else {}
+        encode = functools.partial(answer_of, request, classes, config.max_batch_size > 0)
         try:
-            items = route.answer_on_thread(body, answer)
+            answers = route.answer_on_thread(inference, answer, encode)
         except Exception as exc:  # as TritonService.answers words a failure of the worker
             raise DoorError(ErrorCode.UNAVAILABLE, str(exc)) from None
         if answer.gone:  # the call ended first: gRPC sends nothing more
             context.abort(grpc.StatusCode.CANCELLED, "the call ended")
-        item = single_answer([item for item in items if not item.get("empty")])
-        if "error" in item:
-            raise DoorError.from_item(item["error"])
-        return response_of(request, item, target, service.shm)
+        if len(answers) != 1:
+            raise DoorError(ErrorCode.INTERNAL, f"expected a single response, got {len(answers)}")
+        if isinstance(answers[0], TritonError):
+            raise DoorError(answers[0].code(), answers[0].message())
+        return answers[0]
