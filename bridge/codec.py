@@ -515,6 +515,13 @@ def raw_array(tensor: Tensor) -> np.ndarray:
     return np.ascontiguousarray(_little_endian(tensor))
 
 
+def raw_view(tensor: Tensor) -> memoryview:
+    """A non-BYTES tensor's raw contents as a view of bytes over `raw_array` (its `len` is
+    their size): no copy when the stored array is already laid out so."""
+    array = raw_array(tensor)
+    return array.data.cast("B") if array.size else memoryview(b"")
+
+
 def _little_endian(tensor: Tensor) -> np.ndarray:
     array = tensor._array
     raw_type = _RAW_TYPES[tensor._datatype]

@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 
 UNPARSABLE = "Unable to parse request"
 # What ModelInfer answers, and what a ModelStreamInfer call sends (wire.py writes them).
-Answer: TypeAlias = pb.ModelInferResponse | InferResponse
+# bytes: an answer serialized where it was made (tensors.answer_of).
+Answer: TypeAlias = pb.ModelInferResponse | InferResponse | bytes
 StreamAnswer: TypeAlias = pb.ModelStreamInferResponse | InferResponse
 
 

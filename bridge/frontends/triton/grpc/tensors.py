@@ -38,6 +38,7 @@ from ....codec import (
     decode_raw_tensor,
     encode_parameters,
     raw_contents,
+    raw_view,
 )
 from ....serialized_bytes import Budget, BytesLimits
 from ..classification import classify
@@ -45,7 +46,7 @@ from ..door_error import DoorError, invalid
 from ..shm import PARAMETERS as SHM_PARAMETERS
 from ..shm import SharedMemory, placement
 from ..tensor_checks import check_tensor
-from .wire import InferResponse, framed
+from .wire import serialized_answer
 
 FINAL_RESPONSE = "triton_final_response"
 EMPTY_FINAL_REQUESTED = "triton_enable_empty_final_response"
@@ -354,35 +355,41 @@ def answer_of(
     model_version: str,
     response: InferenceResponse,
     final: bool,
-) -> pb.ModelInferResponse | InferResponse:
-    """A model's response to `request` as its unary answer, made on the model's thread when it
-    sends it (to_loader_request's way back: `to_infer_response` without the bridge form). Each
-    output is copied once, now, as Triton's stub copies an output when it is sent; `classes`
+) -> bytes:
+    """A model's response to `request` as its unary answer's bytes, made on the model's thread
+    when it sends it (to_loader_request's way back: `to_infer_response` and the serializer,
+    without the bridge form). Each output is copied once, into the answer, now: as Triton's stub
+    copies an output when it is sent, so a model may reuse its arrays. `classes`
     (`class_counts`) turns outputs into their top k classes. `final` is not sent: Triton puts
     no `triton_final_response` on a unary answer."""
     message = pb.ModelInferResponse(
         model_name=request.model_name, id=request.id, model_version=model_version
     )
-    raw: list[bytes | bytearray] = []
+    raw: list[bytes | bytearray | memoryview] = []
     for tensor in response._output_tensors:
         name = tensor._name
         datatype = tensor._datatype
         shape: Sequence[int] = tensor._dims()
-        values = raw_contents(tensor)
         k = classes.get(name)
         if k:
-            datatype, shape, values = classify(datatype, list(shape), values, k, batching)
+            datatype, shape, contents = classify(
+                datatype, list(shape), raw_contents(tensor), k, batching
+            )
+            raw.append(contents)
+        elif datatype == "BYTES":
+            raw.append(raw_contents(tensor))
+        else:  # the array itself, read once by the answer's one copy
+            raw.append(raw_view(tensor))
         output = message.outputs.add()
         output.name = name
         output.datatype = datatype
         output.shape.extend(shape)
-        raw.append(values)
     text = response._parameters
     if text and text != "{}":
         parameters = encode_parameters(json.loads(text))
         parameters.pop(FINAL_RESPONSE, None)
         fill_parameters(message.parameters, parameters)
-    return framed(message, raw)
+    return serialized_answer(message, raw)
 
 
 def to_infer_response(

@@ -174,17 +174,31 @@ _RAW_OUTPUT_KEY = _encode_varint(RAW_OUTPUT_CONTENTS << 3 | _LENGTH_DELIMITED)
 _STREAM_INFER_RESPONSE_KEY = _encode_varint(STREAM_INFER_RESPONSE << 3 | _LENGTH_DELIMITED)
 
 
-def _parts(response: InferResponse) -> list[bytes | bytearray]:
-    parts: list[bytes | bytearray] = [response.message.SerializeToString()]
-    for raw in response.raw:
-        parts += (_RAW_OUTPUT_KEY, _encode_varint(len(raw)), raw)
+def _parts(
+    message: pb.ModelInferResponse, raw: Sequence[bytes | bytearray | memoryview]
+) -> list[bytes | bytearray | memoryview]:
+    parts: list[bytes | bytearray | memoryview] = [message.SerializeToString()]
+    for contents in raw:
+        parts += (_RAW_OUTPUT_KEY, _encode_varint(len(contents)), contents)
     return parts
 
 
-def write_infer_response(response: pb.ModelInferResponse | InferResponse) -> bytes:
-    """The response serializer of ModelInfer."""
+def serialized_answer(
+    message: pb.ModelInferResponse, raw: Sequence[bytes | bytearray | memoryview]
+) -> bytes:
+    """A ModelInfer answer's bytes: `message` with `raw` as its raw output contents (byte
+    views: `len` is their size), written after it in one copy. Made where the outputs may be
+    read (the model's thread, as it sends the response), it is the one copy of each output
+    before gRPC's own."""
+    return b"".join(_parts(message, raw))
+
+
+def write_infer_response(response: pb.ModelInferResponse | InferResponse | bytes) -> bytes:
+    """The response serializer of ModelInfer (bytes: `serialized_answer`'s, as they are)."""
+    if isinstance(response, bytes):
+        return response
     if isinstance(response, InferResponse):
-        return b"".join(_parts(response))
+        return b"".join(_parts(response.message, response.raw))
     return response.SerializeToString()
 
 
@@ -192,7 +206,7 @@ def write_stream_response(response: pb.ModelStreamInferResponse | InferResponse)
     """The response serializer of ModelStreamInfer: an `InferResponse` is a stream response
     whose `infer_response` it is."""
     if isinstance(response, InferResponse):
-        parts = _parts(response)
+        parts = _parts(response.message, response.raw)
         size = sum(map(len, parts))
         return b"".join([_STREAM_INFER_RESPONSE_KEY, _encode_varint(size), *parts])
     return response.SerializeToString()
