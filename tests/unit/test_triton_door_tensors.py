@@ -1,4 +1,5 @@
-"""The triton door's protobuf ⇄ bridge form conversion (bridge/frontends/triton/grpc/tensors.py).
+"""The triton door's protobuf ⇄ bridge form conversion (bridge/frontends/triton/grpc/tensors.py),
+and its refusals, which the conversion straight into the loader's request shares.
 
 Texts are Triton 2.51's, captured from the real server with raw protobuf requests.
 """
@@ -13,7 +14,12 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
 from bridge.frontends.triton.door_error import DoorError
-from bridge.frontends.triton.grpc.tensors import to_bridge_request, to_infer_response
+from bridge.frontends.triton.grpc.tensors import (
+    to_bridge_request,
+    to_infer_response,
+    to_loader_request,
+)
+from bridge.serialized_bytes import BytesLimits
 
 T = pb.ModelInferRequest.InferInputTensor
 
@@ -28,8 +34,15 @@ def request(datatype: str = "FP32", shape=(1, 4), raw: bytes | None = None, **kw
 
 
 def error_of(r: pb.ModelInferRequest, config: mc.ModelConfig | None = None) -> str:
+    """The door's refusal of `r`: the same code and text from both conversions (the bridge
+    form's, and the unary thread path's straight into the loader's request)."""
     with pytest.raises(DoorError) as caught:
         to_bridge_request(r, "", config)
+    with pytest.raises(DoorError) as direct:
+        to_loader_request(
+            r, "", config or mc.ModelConfig(name="m"), BytesLimits(), r.raw_input_contents
+        )
+    assert (direct.value.code, direct.value.message) == (caught.value.code, caught.value.message)
     return caught.value.message
 
 
