@@ -1,5 +1,5 @@
 """Process-wide tuning measured on the serving path: the C heap, the threads' scheduling, the
-size of Dynamo's runtime's blocking pool, and the request plane's timeout.
+size of Dynamo's runtime's blocking pool, gRPC's server I/O, and the request plane's timeout.
 
 ## Keep large buffers in the C heap between requests (glibc's malloc), instead of fresh pages
 
@@ -79,6 +79,20 @@ may use more than one) is where the server's threads are started; threads inheri
 creator's CPUs, so everything the server starts stays there. The loop, the models' instance
 threads, Dynamo's and gRPC core's own threads keep every CPU.
 
+## gRPC's server I/O on the server's own poller thread (`grpc_server_io`)
+
+grpcio enables gRPC core's EventEngine for Python (from 2026), whose listener reads and writes
+the server's connections on EventEngine threads of its own: each call's bytes then cross one
+more thread before the server's poller thread sees them. Measured on the door (grpcio 1.85.3,
+one server CPU): 10 context switches a unary call, against 7 with the listener experiment off
+(`GRPC_EXPERIMENTS=-event_engine_listener`, gRPC's documented switch), which polls the
+connections on the server's poller thread itself; add_sub c=32 5,400 → 6,380 req/s and 190 →
+160 µs of CPU a request, FP32 × 4 c=1 p50 0.424 → 0.398 ms (docs/benchmarks.md). So the
+bridge sets it, before anything imports grpc (gRPC reads the variable once, when its core is
+loaded: bridge/entry.py), unless the user set GRPC_EXPERIMENTS, and only on grpcio releases
+that know the experiment (from 1.58, when it came, through GRPC_LISTENER_KNOWN_UNTIL, the last
+measured): gRPC logs an unknown experiment as an error.
+
 ## How long a caller waits for a worker to take a request (`request_plane_timeout`)
 
 On the TCP request plane the caller waits `DYN_TCP_REQUEST_TIMEOUT` seconds (Dynamo's default:
@@ -100,6 +114,7 @@ import ctypes.util
 import functools
 import logging
 import os
+import re
 import resource
 from collections.abc import Iterator, MutableMapping
 
@@ -125,6 +140,27 @@ def runtime_threads(
         chosen["DYN_RUNTIME_NUM_WORKER_THREADS"] = str(max(NATS_MIN_WORKER_THREADS, count))
     environ.update(chosen)
     return chosen
+
+
+GRPC_EXPERIMENTS_VARIABLE = "GRPC_EXPERIMENTS"
+GRPC_LISTENER_OFF = "-event_engine_listener"
+# grpcio releases whose core knows the listener experiment: from its first, through the last
+# measured (a later one may have dropped it, and gRPC would log the name as an error).
+GRPC_LISTENER_KNOWN_FROM = (1, 58)
+GRPC_LISTENER_KNOWN_UNTIL = (1, 85)
+
+
+def grpc_server_io(environ: MutableMapping[str, str], grpcio_version: str | None) -> str | None:
+    """Turn EventEngine's listener off (module doc) unless the user set GRPC_EXPERIMENTS or
+    `grpcio_version` (None: not installed) is not known to have the experiment; what was set.
+    Before grpc is imported: its core reads the variable once, when it is loaded."""
+    if GRPC_EXPERIMENTS_VARIABLE in environ or grpcio_version is None:
+        return None
+    release = tuple(int(part) for part in re.findall(r"\d+", grpcio_version)[:2])
+    if not GRPC_LISTENER_KNOWN_FROM <= release <= GRPC_LISTENER_KNOWN_UNTIL:
+        return None
+    environ[GRPC_EXPERIMENTS_VARIABLE] = GRPC_LISTENER_OFF
+    return GRPC_LISTENER_OFF
 
 
 REQUEST_PLANE_TIMEOUT_VARIABLE = "DYN_TCP_REQUEST_TIMEOUT"

@@ -176,6 +176,20 @@ def test_startup_lines_tell_the_bind_address(quiet) -> None:
     assert "Dynamo's KServe frontend serves" not in quiet.log_text
 
 
+def test_the_door_polls_its_grpc_connections_on_its_own_thread(quiet) -> None:
+    """EventEngine's listener is off in the door's process (bridge/tuning.py grpc_server_io),
+    chosen before gRPC was loaded, on the grpcio releases known to have the switch."""
+    from importlib.metadata import version
+
+    from bridge.tuning import GRPC_LISTENER_KNOWN_UNTIL
+
+    if tuple(int(part) for part in version("grpcio").split(".")[:2]) > GRPC_LISTENER_KNOWN_UNTIL:
+        pytest.skip(f"grpcio {version('grpcio')} is newer than the releases measured")
+    (line,) = [line for line in quiet.log_text.splitlines() if "serving Triton gRPC" in line]
+    assert line.endswith("GRPC_EXPERIMENTS=-event_engine_listener"), line
+    assert "Unknown experiment" not in quiet.log_text
+
+
 def test_startup_lines_tell_dynamo_s_real_bind_address(shared_bridge_server) -> None:
     dynamo = shared_bridge_server(SERVING, "--frontend", "dynamo")
     port = dynamo.grpc_port

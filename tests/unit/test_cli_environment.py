@@ -117,3 +117,29 @@ def test_the_environment_limits_are_flags_with_variables():
     )
     assert (args.environment_max_bytes, args.environment_max_files) == (1 << 20, 1000)
     assert args.environment_cache_max_bytes == 2 << 20
+
+
+def test_grpc_server_io_is_chosen_unless_the_user_did_or_grpcio_may_not_know_it() -> None:
+    from bridge.tuning import GRPC_LISTENER_OFF, grpc_server_io
+
+    environ: dict[str, str] = {}
+    assert grpc_server_io(environ, "1.85.3") == GRPC_LISTENER_OFF
+    assert environ == {"GRPC_EXPERIMENTS": "-event_engine_listener"}
+    assert grpc_server_io({}, "1.58.0") == GRPC_LISTENER_OFF
+    for unknown in ("1.57.1", "1.86.0", "2.0.0", None):  # before the experiment, or not measured
+        environ = {}
+        assert grpc_server_io(environ, unknown) is None
+        assert environ == {}
+    environ = {"GRPC_EXPERIMENTS": ""}  # the user's, even empty
+    assert grpc_server_io(environ, "1.85.3") is None
+    assert environ == {"GRPC_EXPERIMENTS": ""}
+
+
+def test_the_entry_chooses_before_anything_loads_grpc() -> None:
+    """gRPC's core reads GRPC_EXPERIMENTS once, when `import grpc` loads it: the entry module
+    (and what it imports) must not load it first."""
+    import subprocess
+    import sys
+
+    check = "import sys, bridge.entry; assert 'grpc' not in sys.modules, 'grpc loaded'"
+    subprocess.run([sys.executable, "-c", check], check=True)

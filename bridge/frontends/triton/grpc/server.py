@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -169,8 +170,9 @@ class GrpcServer:
         self._server = server
         self._threads = threads
         self._stopped = asyncio.Event()
+        experiments = os.environ.get("GRPC_EXPERIMENTS")  # tuning.py grpc_server_io
         log.info(
-            "serving Triton gRPC on %s:%d%s%s",
+            "serving Triton gRPC on %s:%d%s%s%s",
             self.options.address,
             self.port,
             " (TLS, client certificates required)"
@@ -181,6 +183,7 @@ class GrpcServer:
             ""
             if self.options.thread_cpu is None
             else f", its threads on CPU {self.options.thread_cpu}",
+            f", GRPC_EXPERIMENTS={experiments}" if experiments else "",
         )
 
     async def stop(self, grace: float = 1.0) -> None:
