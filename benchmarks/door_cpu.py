@@ -13,6 +13,12 @@ It prints each round and the medians.
 
     python -m benchmarks.door_cpu --workload add_sub --concurrency 32
     python -m benchmarks.door_cpu --variants door,plain_malloc:MALLOC_ARENA_MAX=1
+
+Two checkouts side by side (an A/B of a change): run it from outside both, so that each door's
+PYTHONPATH, not the current folder, says where `bridge` comes from:
+
+    cd /tmp && PYTHONPATH=$NEW python -m benchmarks.door_cpu --log-dir /tmp/door_cpu \
+        --variants "old:PYTHONPATH=$OLD,new:PYTHONPATH=$NEW"
 """
 
 from __future__ import annotations
@@ -99,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             door.wait_model_ready(model, timeout=120)
         if placement is not None:
             placement.pin_client()
-        rounds: dict[str, list[tuple[float, float]]] = {path: [] for path in paths}
+        rounds: dict[str, list[tuple[float, float, float]]] = {path: [] for path in paths}
         for turn in range(args.rounds):
             for path in paths[turn % len(paths) :] + paths[: turn % len(paths)]:
                 door = doors[path]
@@ -113,10 +119,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 requests = len(cell.latencies) + cell.drained + WARMUP_WAVES * args.concurrency
                 per_request = sum(spent.values()) / requests
                 rps = len(cell.latencies) / cell.elapsed if cell.elapsed else 0.0
-                rounds[path].append((per_request, rps))
+                p50 = statistics.median(cell.latencies) * 1000 if cell.latencies else 0.0
+                rounds[path].append((per_request, rps, p50))
                 top = sorted(spent.items(), key=lambda kv: -kv[1])[:4]
                 print(
                     f"round {turn} {path:6s} {per_request:6.0f} µs/request  {rps:7.0f} req/s  "
+                    f"p50 {p50:.3f} ms  "
                     f"errors {cell.errors}  "
                     + " ".join(f"{name}={cpu / requests:.0f}" for name, cpu in top),
                     flush=True,
@@ -128,7 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in paths:
         cpu = statistics.median(r[0] for r in rounds[path])
         rps = statistics.median(r[1] for r in rounds[path])
-        print(f"  {path:6s} {cpu:6.0f} µs/request  {rps:7.0f} req/s")
+        p50 = statistics.median(r[2] for r in rounds[path])
+        print(f"  {path:6s} {cpu:6.0f} µs/request  {rps:7.0f} req/s  p50 {p50:.3f} ms")
     return 0
 
 
