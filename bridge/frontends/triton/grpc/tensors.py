@@ -300,9 +300,9 @@ def to_loader_request(
 ) -> InferRequest | None:
     """A ModelInferRequest → the loader's request, for a model this process serves
     (grpc/unary.py): what `to_bridge_request` and the worker's `decode_request` make of it
-    together, with no bridge form between (issue 37: a third of the door's own work for a small
-    request). None when an input or output names a shared memory region: the loop's path reads
-    and writes those (`to_bridge_request`).
+    together, with no bridge form between (issue 37, docs/benchmarks.md). None when an input or
+    output names a shared memory region: the loop's path reads and writes those
+    (`to_bridge_request`).
 
     Raises DoorError for the door's checks, in `to_bridge_request`'s order and with its texts
     (large BYTES inputs' framing last, as the deferred checks run), and RequestError (INVALID_ARG)

@@ -6,8 +6,7 @@ conversion straight into the loader's request (tensors.py `to_loader_request`, T
 texts), `Model.submit` (ModelWorker.answer_on_thread), and a wait for the model's final
 response, which the model's thread made into the answer's protobuf as it sent it
 (`answer_of`). Nothing of it touches the event loop, which is where grpc.aio spent most of a
-small request's CPU, and no bridge form is made on the way, which was a third of what was left
-(issue 37, docs/benchmarks.md).
+small request's CPU, and no bridge form is made on the way (issue 37, docs/benchmarks.md).
 
 What the loop's path does is kept: the restricted-protocol interceptor runs before any handler;
 header forwarding; the shutdown's count (`service.calls`) and the worker's drain count;
