@@ -892,6 +892,8 @@ class ThreadAnswer:
         self._ready.acquire()
         if self.gone:
             return []
+        # Answered: gRPC's call-end callback (`cancel`, after every call) has nothing to cancel.
+        self._pending = None
         out = []
         for item in self._items:
             if isinstance(item, TritonError):

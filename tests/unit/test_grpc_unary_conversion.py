@@ -256,3 +256,28 @@ def test_a_refusal_of_the_answer_reaches_the_client_with_its_own_status() -> Non
     assert (
         refusal.message() == "class result not available for output due to unsupported type 'BYTES'"
     )
+
+
+class _Submitted:
+    """What `Model.submit` returns, as far as ThreadAnswer uses it: something to cancel."""
+
+    def __init__(self) -> None:
+        self.cancelled = 0
+
+    def cancel(self) -> None:
+        self.cancelled += 1
+
+
+def test_a_call_ending_after_its_answer_cancels_nothing() -> None:
+    """gRPC calls `cancel` when every call ends; once the answer came, the request is done and
+    is not marked cancelled (a model reading `is_cancelled()` later must not see it)."""
+    answered, pending = ThreadAnswer("m"), _Submitted()
+    answered.encode = lambda response, final: "encoded"
+    answered.respond(InferenceResponse([]), True)
+    assert answered.wait(pending, "") == ["encoded"]
+    answered.cancel()
+    assert pending.cancelled == 0
+    given_up, pending = ThreadAnswer("m"), _Submitted()
+    given_up.cancel()  # the client went first: the request is cancelled as it is submitted
+    assert given_up.wait(pending, "") == []
+    assert pending.cancelled == 1
