@@ -6,7 +6,7 @@ certificates required with `--grpc-use-ssl-mutual`, and messages of up to INT32_
 ways by default (Triton's MAX_GRPC_MESSAGE_SIZE, src/grpc/grpc_server.cc `SetMaxMessageSize`,
 which no flag of tritonserver changes [S]; gRPC's default would cap requests at 4 MiB).
 `--grpc-max-message-size` lowers it: a request in flight is held in a few copies (gRPC's
-buffer, the protobuf, the bridge form), so this bounds what one client can make the door
+buffer, the protobuf, the model's input), so this bounds what one client can make the door
 allocate.
 
 At most `--grpc-max-connections` connections at once (gRPC core's
