@@ -83,15 +83,17 @@ threads, Dynamo's and gRPC core's own threads keep every CPU.
 
 grpcio enables gRPC core's EventEngine for Python (from 2026), whose listener reads and writes
 the server's connections on EventEngine threads of its own: each call's bytes then cross one
-more thread before the server's poller thread sees them. Measured on the door (grpcio 1.85.3,
-one server CPU): 10 context switches a unary call, against 7 with the listener experiment off
-(`GRPC_EXPERIMENTS=-event_engine_listener`, gRPC's documented switch), which polls the
-connections on the server's poller thread itself; add_sub c=32 5,400 → 6,380 req/s and 190 →
-160 µs of CPU a request, FP32 × 4 c=1 p50 0.424 → 0.398 ms (docs/benchmarks.md). So the
+more thread before the server's poller thread sees them. With the listener experiment off
+(`GRPC_EXPERIMENTS=-event_engine_listener`, gRPC's documented switch) the server's poller
+thread polls the connections itself: a bare synchronous server with one thread hop goes from 10
+to 7 context switches a call (grpcio 1.85.3). Measured on the door, one server CPU, two doors
+side by side (docs/benchmarks.md): FP32 × 4 c=1 305 → 270 µs of CPU a request and p50 0.449 →
+0.428 ms, FP32 × 100K c=1 p50 0.660 → 0.602 ms; add_sub and FP32 × 100K at c=32 unchanged
+within the noise; a 4 MB request 6% slower (p50 4.24 → 4.48 ms, still under Triton's). So the
 bridge sets it, before anything imports grpc (gRPC reads the variable once, when its core is
 loaded: bridge/entry.py), unless the user set GRPC_EXPERIMENTS, and only on grpcio releases
-that know the experiment (from 1.58, when it came, through GRPC_LISTENER_KNOWN_UNTIL, the last
-measured): gRPC logs an unknown experiment as an error.
+known to have the experiment (GRPC_LISTENER_KNOWN_FROM through GRPC_LISTENER_KNOWN_UNTIL, the
+last measured): gRPC logs an experiment it does not know as an error.
 
 ## How long a caller waits for a worker to take a request (`request_plane_timeout`)
 
@@ -144,9 +146,9 @@ def runtime_threads(
 
 GRPC_EXPERIMENTS_VARIABLE = "GRPC_EXPERIMENTS"
 GRPC_LISTENER_OFF = "-event_engine_listener"
-# grpcio releases whose core knows the listener experiment: from its first, through the last
-# measured (a later one may have dropped it, and gRPC would log the name as an error).
-GRPC_LISTENER_KNOWN_FROM = (1, 58)
+# grpcio releases whose core knows the listener experiment: from one well after it came (2023),
+# through the last measured (a later one may drop it, and gRPC would log the name as an error).
+GRPC_LISTENER_KNOWN_FROM = (1, 60)
 GRPC_LISTENER_KNOWN_UNTIL = (1, 85)
 
 

@@ -125,8 +125,8 @@ def test_grpc_server_io_is_chosen_unless_the_user_did_or_grpcio_may_not_know_it(
     environ: dict[str, str] = {}
     assert grpc_server_io(environ, "1.85.3") == GRPC_LISTENER_OFF
     assert environ == {"GRPC_EXPERIMENTS": "-event_engine_listener"}
-    assert grpc_server_io({}, "1.58.0") == GRPC_LISTENER_OFF
-    for unknown in ("1.57.1", "1.86.0", "2.0.0", None):  # before the experiment, or not measured
+    assert grpc_server_io({}, "1.60.0") == GRPC_LISTENER_OFF
+    for unknown in ("1.59.3", "1.86.0", "2.0.0", None):  # before the experiment, or not measured
         environ = {}
         assert grpc_server_io(environ, unknown) is None
         assert environ == {}
