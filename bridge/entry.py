@@ -3,7 +3,7 @@ library is loaded, then the command line (cli.py).
 
 gRPC's core reads GRPC_EXPERIMENTS once, when it is loaded by the first `import grpc`, and the
 command line's own imports load it; so the server I/O choice (tuning.py `grpc_server_io`) is
-made here, first.
+made here, around that import.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def _grpcio_version() -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    grpc_server_io(os.environ, _grpcio_version())
-    from .cli import main as run  # loads grpc, with the variable set
+    with grpc_server_io(os.environ, _grpcio_version()):
+        from .cli import main as run  # loads grpc, which reads the variable now
 
     return run(argv)

@@ -90,8 +90,9 @@ to 7 context switches a call (grpcio 1.85.3). Measured on the door, one server C
 side by side (docs/benchmarks.md): FP32 × 4 c=1 305 → 270 µs of CPU a request and p50 0.449 →
 0.428 ms, FP32 × 100K c=1 p50 0.660 → 0.602 ms; add_sub and FP32 × 100K at c=32 unchanged
 within the noise; a 4 MB request 6% slower (p50 4.24 → 4.48 ms, still under Triton's). So the
-bridge sets it, before anything imports grpc (gRPC reads the variable once, when its core is
-loaded: bridge/entry.py), unless the user set GRPC_EXPERIMENTS, and only on grpcio releases
+bridge sets it while grpc is first imported (gRPC reads the variable once, when its core is
+loaded: bridge/entry.py; then it is taken out of the environment again, not to reach the
+processes the bridge starts), unless the user set GRPC_EXPERIMENTS, and only on grpcio releases
 known to have the experiment (GRPC_LISTENER_KNOWN_FROM through GRPC_LISTENER_KNOWN_UNTIL, the
 last measured): gRPC logs an experiment it does not know as an error.
 
@@ -152,17 +153,38 @@ GRPC_LISTENER_KNOWN_FROM = (1, 60)
 GRPC_LISTENER_KNOWN_UNTIL = (1, 85)
 
 
-def grpc_server_io(environ: MutableMapping[str, str], grpcio_version: str | None) -> str | None:
-    """Turn EventEngine's listener off (module doc) unless the user set GRPC_EXPERIMENTS or
-    `grpcio_version` (None: not installed) is not known to have the experiment; what was set.
-    Before grpc is imported: its core reads the variable once, when it is loaded."""
-    if GRPC_EXPERIMENTS_VARIABLE in environ or grpcio_version is None:
-        return None
-    release = tuple(int(part) for part in re.findall(r"\d+", grpcio_version)[:2])
-    if not GRPC_LISTENER_KNOWN_FROM <= release <= GRPC_LISTENER_KNOWN_UNTIL:
-        return None
-    environ[GRPC_EXPERIMENTS_VARIABLE] = GRPC_LISTENER_OFF
-    return GRPC_LISTENER_OFF
+# What this process set GRPC_EXPERIMENTS to while grpc loaded (grpc_server_io), if anything.
+_grpc_experiments_set: str | None = None
+
+
+@contextlib.contextmanager
+def grpc_server_io(
+    environ: MutableMapping[str, str], grpcio_version: str | None
+) -> Iterator[str | None]:
+    """While grpc is imported inside it: EventEngine's listener off (module doc), unless the
+    user set GRPC_EXPERIMENTS or `grpcio_version` (None: not installed) is not known to have
+    the experiment; yields what was set. gRPC's core reads the variable once, when it loads;
+    then it is taken out again, so that the processes this one starts (model instances, a
+    model's environment with a grpcio of its own, which may not know the name) do not inherit
+    it."""
+    global _grpc_experiments_set
+    chosen = None
+    if GRPC_EXPERIMENTS_VARIABLE not in environ and grpcio_version is not None:
+        release = tuple(int(part) for part in re.findall(r"\d+", grpcio_version)[:2])
+        if GRPC_LISTENER_KNOWN_FROM <= release <= GRPC_LISTENER_KNOWN_UNTIL:
+            chosen = environ[GRPC_EXPERIMENTS_VARIABLE] = GRPC_LISTENER_OFF
+    try:
+        yield chosen
+    finally:
+        if chosen is not None:
+            environ.pop(GRPC_EXPERIMENTS_VARIABLE, None)
+            _grpc_experiments_set = chosen
+
+
+def grpc_experiments() -> str | None:
+    """The GRPC_EXPERIMENTS gRPC's core loaded with here: the bridge's (grpc_server_io) or
+    the user's."""
+    return _grpc_experiments_set or os.environ.get(GRPC_EXPERIMENTS_VARIABLE)
 
 
 REQUEST_PLANE_TIMEOUT_VARIABLE = "DYN_TCP_REQUEST_TIMEOUT"

@@ -123,15 +123,18 @@ def test_grpc_server_io_is_chosen_unless_the_user_did_or_grpcio_may_not_know_it(
     from bridge.tuning import GRPC_LISTENER_OFF, grpc_server_io
 
     environ: dict[str, str] = {}
-    assert grpc_server_io(environ, "1.85.3") == GRPC_LISTENER_OFF
-    assert environ == {"GRPC_EXPERIMENTS": "-event_engine_listener"}
-    assert grpc_server_io({}, "1.60.0") == GRPC_LISTENER_OFF
-    for unknown in ("1.59.3", "1.86.0", "2.0.0", None):  # before the experiment, or not measured
-        environ = {}
-        assert grpc_server_io(environ, unknown) is None
-        assert environ == {}
-    environ = {"GRPC_EXPERIMENTS": ""}  # the user's, even empty
-    assert grpc_server_io(environ, "1.85.3") is None
+    with grpc_server_io(environ, "1.85.3") as chosen:
+        assert chosen == GRPC_LISTENER_OFF
+        assert environ == {"GRPC_EXPERIMENTS": "-event_engine_listener"}  # while grpc loads
+    assert environ == {}  # then out again: processes started later do not inherit it
+    with grpc_server_io({}, "1.60.0") as chosen:
+        assert chosen == GRPC_LISTENER_OFF
+    for unknown in ("1.59.3", "1.86.0", "2.0.0", None):  # not known to have the experiment
+        with grpc_server_io(environ, unknown) as chosen:
+            assert chosen is None and environ == {}
+    environ = {"GRPC_EXPERIMENTS": ""}  # the user's, even empty: kept, and left in place
+    with grpc_server_io(environ, "1.85.3") as chosen:
+        assert chosen is None
     assert environ == {"GRPC_EXPERIMENTS": ""}
 
 

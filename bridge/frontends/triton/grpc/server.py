@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 
 from ....restrictions import Restriction
-from ....tuning import threads_on
+from ....tuning import grpc_experiments, threads_on
 from ..header_forward import HeaderForwarding
 from ..service import TritonService
 from .connections import ConnectionPolicy
@@ -170,7 +169,7 @@ class GrpcServer:
         self._server = server
         self._threads = threads
         self._stopped = asyncio.Event()
-        experiments = os.environ.get("GRPC_EXPERIMENTS")  # tuning.py grpc_server_io
+        experiments = grpc_experiments()
         log.info(
             "serving Triton gRPC on %s:%d%s%s%s",
             self.options.address,
