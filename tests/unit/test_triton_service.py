@@ -22,6 +22,7 @@ import os
 import shutil
 import struct
 import threading
+import time
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -414,7 +415,14 @@ def test_statistics_count_one_request_on_the_version_it_ran(
     request = body("versioned", [("INPUT0", "INT32", [1])], [])
     answer = served.run(infer(service, "versioned", "2", request))
     assert answer["status"] == "OK"
-    after = _counts(served.run(service.statistics("versioned", "")))
+    # Counted once `execute` has returned, which may be just after the answer left (as in
+    # Triton: the request's duration ends when the backend releases it).
+    deadline = time.monotonic() + 5
+    while True:
+        after = _counts(served.run(service.statistics("versioned", "")))
+        if after["2"] != before["2"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
     assert after["2"] == tuple(n + 1 for n in before["2"])
     assert after["3"] == before["3"]
     assert set(_counts(served.run(service.statistics("versioned", "2")))) == {"2"}
