@@ -181,10 +181,11 @@ def test_the_door_polls_its_grpc_connections_on_its_own_thread(quiet) -> None:
     chosen before gRPC was loaded, on the grpcio releases known to have the switch."""
     from importlib.metadata import version
 
-    from bridge.tuning import GRPC_LISTENER_KNOWN_UNTIL
+    from bridge.tuning import GRPC_LISTENER_KNOWN_FROM, GRPC_LISTENER_KNOWN_UNTIL
 
-    if tuple(int(part) for part in version("grpcio").split(".")[:2]) > GRPC_LISTENER_KNOWN_UNTIL:
-        pytest.skip(f"grpcio {version('grpcio')} is newer than the releases measured")
+    release = tuple(int(part) for part in version("grpcio").split(".")[:2])
+    if not GRPC_LISTENER_KNOWN_FROM <= release <= GRPC_LISTENER_KNOWN_UNTIL:
+        pytest.skip(f"grpcio {version('grpcio')} is not among the releases known to have it")
     (line,) = [line for line in quiet.log_text.splitlines() if "serving Triton gRPC" in line]
     assert line.endswith("GRPC_EXPERIMENTS=-event_engine_listener"), line
     assert "Unknown experiment" not in quiet.log_text
