@@ -325,11 +325,13 @@ def to_loader_request(
         check_tensor(model, request_id, name, datatype, shape, data, config, budget, deferred)
         checked.append((name, datatype, shape, data))
     parameters = _request_parameters(request) if request.parameters else {}
+    requested = []
     for output in request.outputs:
         if output.parameters:
             if placement(output.parameters) is not None:
                 return None
             class_count(output)  # refused here, in to_bridge_request's order
+        requested.append(output.name)
     for check in deferred:
         check()
     try:
@@ -338,7 +340,7 @@ def to_loader_request(
         raise RequestError(str(exc)) from None
     return InferRequest(
         inputs=inputs,
-        requested_outputs=[output.name for output in request.outputs],
+        requested_outputs=requested,
         request_id=request_id,
         parameters=decode_parameters(parameters) if parameters else {},
         model_version=parse_model_version(model_version),
