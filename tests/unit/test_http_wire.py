@@ -291,6 +291,23 @@ def test_response_json_and_binary() -> None:
     assert chunks == [values]
 
 
+def test_a_large_output_rendered_as_json_in_slices_is_spliced_into_its_place() -> None:
+    """Over a MiB, an output's JSON is rendered apart and put where a placeholder stood; a
+    request id that looks like one stays as the client sent it."""
+    _, plan = _request({"id": ":0", "inputs": []})
+    array = np.arange(300_000, dtype=np.int32)  # 1.2 MB: rendered in slices
+    item = _item("INT32", [300_000], array.tobytes())
+    small = _item("INT32", [2], np.array([7, 8], np.int32).tobytes())["tensors"][0]
+    small["metadata"]["name"] = "Z"
+    item["tensors"].append(small)
+    head, chunks = to_response("m", item, plan, None)
+    document = json.loads(head)
+    assert document["id"] == ":0"
+    assert document["outputs"][0]["data"] == array.tolist()
+    assert document["outputs"][1] == {"name": "Z", "datatype": "INT32", "shape": [2], "data": [7, 8]}
+    assert chunks == []
+
+
 def test_response_bytes_that_are_not_utf8_go_out_as_they_are() -> None:
     _, plan = _request({"inputs": []})
     values = struct.pack("<I", 2) + b"\xff\xfe"

@@ -42,6 +42,7 @@ matches is a 404, as on Triton. One rule, keyed by method, covers every state-ch
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -152,6 +153,10 @@ class Limits:
     request_timeout = REQUEST_TIMEOUT_S
 
 
+# Every request's Host is checked, and parsing an address is most of what that costs; a client
+# sends the same few names, so the answers are kept (bounded: a client varying its Host only
+# makes each one a miss, as before).
+@functools.lru_cache(maxsize=256)
 def _is_loopback_name(name: str) -> bool:
     name = name.strip().lower()
     if name in _LOOPBACK_NAMES:

@@ -505,7 +505,7 @@ def to_response(
     outputs = []
     chunks: list[bytes | bytearray] = []
     rendered: dict[bytes, bytes] = {}  # placeholder → an output's data rendered in slices
-    nonce = secrets.token_hex(16)  # no string from the client can equal a placeholder
+    nonce = ""  # drawn once a placeholder is needed: no string from the client can equal one
     batching = config is not None and config.max_batch_size > 0
     for tensor in item.get("tensors", ()):
         metadata = tensor["metadata"]
@@ -536,6 +536,7 @@ def to_response(
         else:
             data = _json_values(name, datatype, values)
             if isinstance(data, bytes):  # spliced in once the document is written
+                nonce = nonce or secrets.token_hex(16)
                 token = f"{nonce}:{len(rendered)}"
                 rendered[token.encode()] = data
                 output["data"] = token
