@@ -304,7 +304,12 @@ def test_a_large_output_rendered_as_json_in_slices_is_spliced_into_its_place() -
     document = json.loads(head)
     assert document["id"] == ":0"
     assert document["outputs"][0]["data"] == array.tolist()
-    assert document["outputs"][1] == {"name": "Z", "datatype": "INT32", "shape": [2], "data": [7, 8]}
+    assert document["outputs"][1] == {
+        "name": "Z",
+        "datatype": "INT32",
+        "shape": [2],
+        "data": [7, 8],
+    }
     assert chunks == []
 
 
