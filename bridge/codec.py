@@ -284,6 +284,12 @@ DECODE_SLICE = 1 << 15
 OFF_LOOP_BYTES = 1 << 18
 
 
+def tensor_bytes(item: dict[str, Any]) -> int:
+    """The bytes of a bridge-form item's tensors (a response's outputs, from a worker): what
+    rendering or placing them costs grows with."""
+    return sum(len(tensor["data"]["values"]) for tensor in item.get("tensors", ()))
+
+
 def raw_bytes_size(request: dict[str, Any]) -> int:
     """Bytes of raw BYTES contents over every tensor: a cheap size, no element is touched."""
     total = 0

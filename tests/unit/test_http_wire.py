@@ -31,6 +31,7 @@ from bridge.frontends.triton.http.models import message_json
 from bridge.frontends.triton.http.server import HttpConfigError, HttpOptions, HttpServer
 from bridge.frontends.triton.http.tensors import (
     parse_json,
+    region_input_bytes,
     split_body,
     to_bridge_request,
     to_response,
@@ -191,6 +192,25 @@ def test_request_parameters_and_id() -> None:
     assert plan.binary_default is True
     assert plan.output("Y").classes == 2 and plan.output("Y").binary is True
     assert plan.output("Z").binary is True  # not named: binary_data_output
+
+
+def test_region_input_bytes_adds_up_the_spans_inputs_name_and_ignores_what_is_malformed() -> None:
+    """What decides whether converting a request reads its regions off the event loop."""
+    region = {"shared_memory_region": "r", "shared_memory_byte_size": 3 << 20}
+    document = {
+        "inputs": [
+            {"name": "A", "parameters": region},
+            {"name": "B", "parameters": {**region, "shared_memory_byte_size": 7}},
+            {"name": "C", "data": [1]},
+            {"name": "D", "parameters": {**region, "shared_memory_byte_size": "9"}},
+            {"name": "E", "parameters": {**region, "shared_memory_byte_size": -4}},
+            "not an object",
+        ],
+        "outputs": [{"name": "O", "parameters": {**region, "shared_memory_byte_size": 1 << 30}}],
+    }
+    assert region_input_bytes(document) == (3 << 20) + 7
+    for malformed in ([], {"inputs": {}}, {"inputs": [{"parameters": []}]}, "x", None):
+        assert region_input_bytes(malformed) == 0
 
 
 def test_binary_inputs_take_their_sizes_in_order() -> None:

@@ -15,6 +15,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from bridge.frontends.triton.door_error import DoorError
 from bridge.frontends.triton.grpc.tensors import (
+    region_input_bytes,
     to_bridge_request,
     to_infer_response,
     to_loader_request,
@@ -111,6 +112,22 @@ def test_where_the_data_is():
     assert error_of(missing) == (
         "unable to find data for input tensor 'INPUT1' for model 'm' in request."
     )
+
+
+def test_region_input_bytes_adds_up_the_spans_inputs_name_in_regions():
+    """What decides whether converting a request reads its regions off the event loop: the
+    inputs' spans, not the outputs', nor bytes sent in the message."""
+    r = request(raw=FOUR)
+    assert region_input_bytes(r) == 0
+    for name, size in (("IN_A", 3 << 20), ("IN_B", 5)):
+        placed = r.inputs.add(name=name, datatype="FP32", shape=[1])
+        placed.parameters["shared_memory_region"].string_param = "region"
+        placed.parameters["shared_memory_byte_size"].int64_param = size
+        placed.parameters["shared_memory_offset"].int64_param = 64
+    out = r.outputs.add(name="OUT")
+    out.parameters["shared_memory_region"].string_param = "region"
+    out.parameters["shared_memory_byte_size"].int64_param = 1 << 30
+    assert region_input_bytes(r) == (3 << 20) + 5
 
 
 def test_datatype_and_shape():

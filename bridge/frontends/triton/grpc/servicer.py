@@ -27,6 +27,7 @@ from tritonclient.grpc import service_pb2_grpc
 from model_repository_loader.gpu.cuda import CudaUnavailable
 from model_repository_loader.pb_utils.errors import ErrorCode
 
+from ....codec import OFF_LOOP_BYTES, tensor_bytes
 from ....tracing.request import WireTrace
 from ..door_error import DoorError
 from ..header_forward import HeaderForwarding, forward_into
@@ -34,7 +35,13 @@ from ..service import TritonService, single_answer
 from ..shm import SharedMemory
 from ..tensor_checks import run_deferred
 from .error_status import grpc_status, wire_text
-from .tensors import region_names, to_bridge_request, to_infer_response, wants_empty_final
+from .tensors import (
+    region_input_bytes,
+    region_names,
+    to_bridge_request,
+    to_infer_response,
+    wants_empty_final,
+)
 from .wire import MALFORMED, InferRequest, InferResponse, framed
 
 log = logging.getLogger(__name__)
@@ -272,6 +279,9 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise
         if "error" in answer:
             raise DoorError.from_item(answer["error"])
+        if service.shm.any_registered() and tensor_bytes(answer) > OFF_LOOP_BYTES:
+            # its outputs may go into regions: a copy that size is not the loop's to make
+            return await asyncio.to_thread(response_of, request, answer, target, service.shm)
         return response_of(request, answer, target, service.shm)
 
     async def ModelStreamInfer(
@@ -485,18 +495,24 @@ async def _answer(context: Any, handler: Callable[[Any], Awaitable[Any]], reques
 
 
 async def _converted(service: TritonService, received: InferRequest, target: Any) -> dict:
-    """The request in the bridge form; large BYTES inputs are checked off the event loop."""
-    deferred: list[Callable[[], None]] = []
-    body = to_bridge_request(
+    """The request in the bridge form. Reading inputs out of shared memory regions copies
+    them (from a file, or off a GPU), which the size the client named makes as long as it
+    likes: past OFF_LOOP_BYTES the whole conversion runs on a thread, BYTES checks included.
+    Otherwise only large BYTES inputs are checked off the event loop."""
+    convert = functools.partial(
+        to_bridge_request,
         received.message,
         target.version,
         target.entry.config,
         service.shm,
         service.bytes_limits,
-        deferred,
-        service.lends(target),
-        received.raw,
+        lend=service.lends(target),
+        raw_contents=received.raw,
     )
+    if service.shm.any_registered() and region_input_bytes(received.message) > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(convert, deferred=None)
+    deferred: list[Callable[[], None]] = []
+    body = convert(deferred=deferred)
     await run_deferred(deferred)
     return body
 

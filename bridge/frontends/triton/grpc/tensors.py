@@ -143,6 +143,16 @@ def region_names(request: pb.ModelInferRequest) -> list[str]:
     return names
 
 
+def region_input_bytes(request: pb.ModelInferRequest) -> int:
+    """The bytes the request's inputs name in shared memory regions: what converting it reads
+    (or maps) out of them."""
+    return sum(
+        where[2]
+        for tensor in request.inputs
+        if tensor.parameters and (where := placement(tensor.parameters)) is not None
+    )
+
+
 # -- request --------------------------------------------------------------------------------------
 
 

@@ -24,16 +24,14 @@ from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
-from tritonclient.grpc import model_config_pb2 as mc
 
 from model_repository_loader.pb_utils.errors import ErrorCode
 
-from ....serialized_bytes import BytesLimits
+from ....codec import tensor_bytes
 from ....tracing.request import WireTrace
 from ..door_error import DoorError
 from ..header_forward import forward_into
 from ..service import Target, single_answer
-from ..shm import SharedMemory
 from ..tensor_checks import run_deferred
 from .bodies import read_body
 from .error_status import error_response
@@ -42,6 +40,7 @@ from .tensors import (
     HEADER_LENGTH,
     InferPlan,
     parse_json,
+    region_input_bytes,
     split_body,
     to_bridge_request,
     to_response,
@@ -89,11 +88,6 @@ def _compress(content: bytes, encoding: str) -> bytes:
     return gzip.compress(content, 1) if encoding == "gzip" else zlib.compress(content, 1)
 
 
-def _answer_size(item: dict[str, Any]) -> int:
-    """The bytes of a response's tensors: what rendering it as JSON costs grows with."""
-    return sum(len(tensor["data"]["values"]) for tensor in item.get("tensors", ()))
-
-
 def _response_encoding(accept: str | None) -> str | None:
     """The first of gzip / deflate that `Accept-Encoding` lists, if any."""
     if not accept:
@@ -138,24 +132,6 @@ class _DisconnectWatch:
             self._task.cancel()
 
 
-def _to_bridge(
-    header: bytes,
-    binary: memoryview,
-    model: str,
-    version: str,
-    config: mc.ModelConfig | None,
-    shm: SharedMemory,
-    limit: int,
-    bytes_limits: BytesLimits,
-    deferred: list[Callable[[], None]],
-    lend: bool,
-) -> tuple[dict[str, Any], InferPlan]:
-    document = parse_json(header)
-    return to_bridge_request(
-        document, binary, model, version, config, shm, bytes_limits, deferred, limit, lend
-    )
-
-
 async def infer(request: Request) -> Response:
     service = request.app.state.service
     if not service.trace.active:  # tracing off: nothing more per request
@@ -194,19 +170,22 @@ async def _infer(request: Request, trace: WireTrace | None) -> Response:
         return error_response(exc, "text/plain")
     config = target.entry.config
     deferred: list[Callable[[], None]] = []
+    document = await off_loop(len(header), partial(parse_json, header))
+    # Inputs read out of shared memory regions are copied as the body's are: their size too
+    # decides where the conversion runs.
     bridge, plan = await off_loop(
-        len(body),
+        len(body) + region_input_bytes(document),
         partial(
-            _to_bridge,
-            header,
+            to_bridge_request,
+            document,
             binary,
             model,
             target.version,
             config,
             service.shm,
-            limit,
             service.bytes_limits,
             deferred,
+            limit,
             service.lends(target),
         ),
     )
@@ -253,7 +232,7 @@ async def _answer(
         return error_response(error, "application/json" if checked else "text/plain")
     try:
         head, chunks = await off_loop(
-            _answer_size(answer), partial(to_response, model, answer, plan, config, service.shm)
+            tensor_bytes(answer), partial(to_response, model, answer, plan, config, service.shm)
         )
     except DoorError as exc:  # e.g. FP16 asked for as JSON: found past the model, text/plain [V]
         return error_response(exc, "text/plain")

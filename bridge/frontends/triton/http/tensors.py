@@ -306,6 +306,21 @@ def _placement(parameters: dict[str, Any]) -> tuple[str, int, int]:
     return region, offset, size
 
 
+def region_input_bytes(document: Any) -> int:
+    """The bytes a parsed request's inputs name in shared memory regions: what converting it
+    reads (or maps) out of them. What is not well formed counts nothing here;
+    `to_bridge_request` refuses it with Triton's text."""
+    inputs = document.get("inputs") if isinstance(document, dict) else None
+    total = 0
+    for tensor in inputs if isinstance(inputs, list) else ():
+        parameters = tensor.get("parameters") if isinstance(tensor, dict) else None
+        if isinstance(parameters, dict) and REGION in parameters:
+            size = parameters.get(BYTE_SIZE)
+            if type(size) is int and size > 0:
+                total += size
+    return total
+
+
 def _sources_error(given: Iterable[str]) -> DoorError:
     names = " ".join(f"'{name}'" for name in given) or "no field is set"
     prefix = "But set " if given else "But "
