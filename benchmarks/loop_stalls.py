@@ -1,18 +1,31 @@
 """Event-loop stalls under mixed load: a small client's latency while a big client runs.
 
     python -m benchmarks.loop_stalls [--seconds 15] [--big-elements 1000000] [--big-clients 1]
+                                     [--small http|grpc] [--big message|region]
 
 Starts the bridge on the `plain` identity model (tests/repositories/reload/models/plain, FP32 in,
 the same FP32 out) and measures a client sending 4-FP32 requests back to back, first alone, then
 while `--big-clients` threads send `--big-elements`-FP32 requests back to back. Whatever the
-bridge does on Dynamo's event loop for a big request (decoding its lists, encoding the answer)
-shows up as the small client's tail latency. Prints a table; run by hand, not by the tests.
-Runtime is bounded by about twice `--seconds` plus start-up.
+bridge does on Dynamo's event loop for a big request shows up as the small client's tail
+latency. The small client is HTTP by default: the HTTP wire runs on the event loop, while a
+unary gRPC call to the process's own model runs on a thread of its own (`--small grpc`).
+
+`--big region`: the big requests' input is in a system shared memory region and their output
+goes to another. The input region is given to another uid (65534, which needs root), so that
+the door reads it rather than mapping it (shm.py), as it reads every region for a worker in
+another process: the read is what must not run on the event loop.
+
+`--bridge PATH`: the checkout whose bridge runs (default: this one), for a before/after of
+two checkouts.
+
+Prints a table; run by hand, not by the tests. Runtime is bounded by about twice `--seconds`
+plus start-up.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
@@ -21,8 +34,10 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import numpy as np
 import tritonclient.grpc as grpcclient
+import tritonclient.utils.shared_memory as shm
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -40,10 +55,25 @@ def _input(values: np.ndarray) -> grpcclient.InferInput:
     return data
 
 
-def small_latencies(url: str, seconds: float) -> tuple[list[float], int]:
-    """Latencies (ms) of 4-FP32 requests sent back to back for `seconds`; and failures."""
-    client = grpcclient.InferenceServerClient(url)
-    request = [_input(np.arange(4, dtype=np.float32))]
+def small_latencies(server: BridgeServer, wire: str, seconds: float) -> tuple[list[float], int]:
+    """Latencies (ms) of 4-FP32 requests sent back to back for `seconds` over `wire`; and
+    failures."""
+    if wire == "grpc":
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        request = [_input(np.arange(4, dtype=np.float32))]
+
+        def send() -> None:
+            client.infer("plain", request)
+
+        close = client.close
+    else:
+        http = httpx.Client(base_url=f"http://{server.http_url}")
+        body = {"inputs": [{"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": [1] * 4}]}
+
+        def send() -> None:
+            http.post("/v2/models/plain/infer", json=body).raise_for_status()
+
+        close = http.close
     latencies: list[float] = []
     failures = 0
     deadline = time.monotonic() + seconds
@@ -51,22 +81,47 @@ def small_latencies(url: str, seconds: float) -> tuple[list[float], int]:
         while time.monotonic() < deadline:
             start = time.perf_counter()
             try:
-                client.infer("plain", request)
+                send()
             except Exception:
                 failures += 1
                 continue
             latencies.append((time.perf_counter() - start) * 1000)
     finally:
-        client.close()
+        close()
     return latencies, failures
+
+
+class Regions:
+    """The big requests' input region (another uid's: read, not mapped) and output region."""
+
+    def __init__(self, url: str, elements: int) -> None:
+        self.size = 4 * elements
+        tag = f"loop_stalls_{os.getpid()}"
+        self.keys = (f"/{tag}_in", f"/{tag}_out")
+        self.handles = [
+            shm.create_shared_memory_region(f"{tag}_{i}", key, self.size)
+            for i, key in enumerate(self.keys)
+        ]
+        shm.set_shared_memory_region(self.handles[0], [np.ones(elements, dtype=np.float32)])
+        os.chown(f"/dev/shm{self.keys[0]}", 65534, 65534)
+        self.client = grpcclient.InferenceServerClient(url)
+        for name, key in zip(("big_in", "big_out"), self.keys, strict=True):
+            self.client.register_system_shared_memory(name, key, self.size)
+
+    def close(self) -> None:
+        self.client.unregister_system_shared_memory()
+        self.client.close()
+        for handle in self.handles:
+            shm.destroy_shared_memory_region(handle)
 
 
 class BigClients:
     """Threads sending big FP32 requests back to back until stopped."""
 
-    def __init__(self, url: str, clients: int, elements: int) -> None:
+    def __init__(self, url: str, clients: int, elements: int, regions: Regions | None) -> None:
         self.url = url
         self.elements = elements
+        self.regions = regions
         self.done = 0
         self.failures = 0
         self._stop = threading.Event()
@@ -87,11 +142,20 @@ class BigClients:
             ("grpc.max_receive_message_length", MAX_MESSAGE),
         ]
         client = grpcclient.InferenceServerClient(self.url, channel_args=options)
-        request = [_input(np.ones(self.elements, dtype=np.float32))]
+        outputs = None
+        if self.regions is None:
+            request = [_input(np.ones(self.elements, dtype=np.float32))]
+        else:
+            placed = grpcclient.InferInput("INPUT0", [self.elements], "FP32")
+            placed.set_shared_memory("big_in", self.regions.size)
+            request = [placed]
+            output = grpcclient.InferRequestedOutput("OUTPUT0")
+            output.set_shared_memory("big_out", self.regions.size)
+            outputs = [output]
         try:
             while not self._stop.is_set():
                 try:
-                    client.infer("plain", request, client_timeout=60)
+                    client.infer("plain", request, outputs=outputs, client_timeout=60)
                     self.done += 1
                 except Exception:
                     self.failures += 1
@@ -111,31 +175,55 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--big-elements", type=int, default=1_000_000)
     parser.add_argument("--big-clients", type=int, default=1)
+    parser.add_argument("--small", choices=("http", "grpc"), default="http")
+    parser.add_argument("--big", choices=("message", "region"), default="message")
+    parser.add_argument("--bridge", type=Path, default=ROOT, help="the checkout to run")
     args = parser.parse_args(argv)
+    if args.big == "region" and os.geteuid() != 0:
+        print("--big region gives its input region to another uid: run it as root")
+        return 2
 
     workdir = Path(tempfile.mkdtemp(prefix="loop-stalls-"))
     repo = workdir / "repo"
     shutil.copytree(MODEL, repo / "plain", ignore=shutil.ignore_patterns("__pycache__"))
-    server = BridgeServer(repo, "--model-control-mode", "none", log_path=workdir / "bridge.log")
+    server = BridgeServer(
+        repo,
+        "--model-control-mode",
+        "none",
+        "--allow-client-shm=true",
+        env={"PYTHONPATH": str(args.bridge.resolve())},
+        log_path=workdir / "bridge.log",
+        cwd=workdir,  # `python -m bridge` would take the current folder's first
+    )
     rows = []
+    regions: Regions | None = None
     try:
         server.start()
-        small_latencies(server.grpc_url, 1.0)  # warm-up
-        alone, alone_failed = small_latencies(server.grpc_url, args.seconds)
+        small_latencies(server, args.small, 1.0)  # warm-up
+        alone, alone_failed = small_latencies(server, args.small, args.seconds)
         rows.append(("small alone", alone, alone_failed, 0))
-        big = BigClients(server.grpc_url, args.big_clients, args.big_elements)
+        if args.big == "region":
+            regions = Regions(server.grpc_url, args.big_elements)
+        big = BigClients(server.grpc_url, args.big_clients, args.big_elements, regions)
         big.start()
         time.sleep(1.0)  # let the big client reach a steady state
-        mixed, mixed_failed = small_latencies(server.grpc_url, args.seconds)
+        mixed, mixed_failed = small_latencies(server, args.small, args.seconds)
         big.stop()
         rows.append(("small + big", mixed, mixed_failed, big.done))
     finally:
+        if regions is not None:
+            regions.close()
         server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    print(f"big client: {args.big_clients} x {args.big_elements:,} FP32; {args.seconds:.0f} s each")
-    print(f"{'phase':<14}{'requests':>10}{'failed':>8}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
-          f"{'big done':>10}")
+    print(
+        f"small client: {args.small}; big client: {args.big_clients} x {args.big_elements:,} "
+        f"FP32 in the {args.big}; {args.seconds:.0f} s each"
+    )
+    print(
+        f"{'phase':<14}{'requests':>10}{'failed':>8}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
+        f"{'big done':>10}"
+    )
     for name, latencies, failed, big_done in rows:
         print(
             f"{name:<14}{len(latencies):>10}{failed:>8}{statistics.median(latencies):>9.2f}"
