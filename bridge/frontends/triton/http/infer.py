@@ -189,7 +189,7 @@ async def _infer(request: Request, trace: WireTrace | None) -> Response:
             service.lends(target),
         ),
     )
-    del raw, body, header, binary  # the bridge form holds what is needed
+    del raw, body, header, binary, document  # the bridge form holds what is needed
     with service.shm.holding(plan.regions):
         return await _answer(request, trace, target, bridge, plan, deferred)
 
