@@ -97,22 +97,26 @@ class Regions:
     def __init__(self, url: str, elements: int) -> None:
         self.size = 4 * elements
         tag = f"loop_stalls_{os.getpid()}"
-        self.keys = (f"/{tag}_in", f"/{tag}_out")
-        self.handles = [
-            shm.create_shared_memory_region(f"{tag}_{i}", key, self.size)
-            for i, key in enumerate(self.keys)
-        ]
-        shm.set_shared_memory_region(self.handles[0], [np.ones(elements, dtype=np.float32)])
-        os.chown(f"/dev/shm{self.keys[0]}", 65534, 65534)
+        self.handles: list = []
         self.client = grpcclient.InferenceServerClient(url)
-        for name, key in zip(("big_in", "big_out"), self.keys, strict=True):
-            self.client.register_system_shared_memory(name, key, self.size)
+        try:
+            for part in ("in", "out"):  # registered as "in" and "out"
+                key = f"/{tag}_{part}"
+                self.handles.append(shm.create_shared_memory_region(key[1:], key, self.size))
+                self.client.register_system_shared_memory(part, key, self.size)
+            shm.set_shared_memory_region(self.handles[0], [np.ones(elements, dtype=np.float32)])
+            os.chown(f"/dev/shm/{tag}_in", 65534, 65534)
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
-        self.client.unregister_system_shared_memory()
-        self.client.close()
-        for handle in self.handles:
-            shm.destroy_shared_memory_region(handle)
+        try:
+            self.client.unregister_system_shared_memory()
+            self.client.close()
+        finally:
+            for handle in self.handles:
+                shm.destroy_shared_memory_region(handle)
 
 
 class BigClients:
@@ -147,10 +151,10 @@ class BigClients:
             request = [_input(np.ones(self.elements, dtype=np.float32))]
         else:
             placed = grpcclient.InferInput("INPUT0", [self.elements], "FP32")
-            placed.set_shared_memory("big_in", self.regions.size)
+            placed.set_shared_memory("in", self.regions.size)
             request = [placed]
             output = grpcclient.InferRequestedOutput("OUTPUT0")
-            output.set_shared_memory("big_out", self.regions.size)
+            output.set_shared_memory("out", self.regions.size)
             outputs = [output]
         try:
             while not self._stop.is_set():

@@ -43,6 +43,23 @@ def test_loopback_door_answers_only_to_loopback_names() -> None:
         assert not rule.allows(host), host
 
 
+def test_the_host_check_keeps_few_and_short_answers() -> None:
+    """Each request's Host is checked against the loopback names with a cache of answers; a
+    client varying its Host cannot grow it past its count, nor fill it with long names."""
+    from bridge.frontends.triton.http import security
+
+    rule = HostRule.for_address("127.0.0.1")
+    for i in range(1000):
+        assert not rule.allows(f"host{i}.example:8000")
+    assert security._is_loopback.cache_info().currsize <= 256
+    security._is_loopback.cache_clear()
+    for long_name in ("localhost" + "x" * 300, "[" + "0:" * 200 + ":1]", "a" * 60_000):
+        assert not rule.allows(long_name)
+    assert security._is_loopback.cache_info().currsize == 0  # never kept
+    assert rule.allows(" 127.0.0.1 ") and rule.allows("LOCALHOST.")
+    assert security._is_loopback.cache_info().currsize == 2
+
+
 def test_other_addresses_answer_to_any_host_but_trust_only_listed_names() -> None:
     open_rule = HostRule.for_address("0.0.0.0")
     assert open_rule.allows("attacker.example:8000")

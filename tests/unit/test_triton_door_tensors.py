@@ -128,6 +128,32 @@ def test_region_input_bytes_adds_up_the_spans_inputs_name_in_regions():
     out.parameters["shared_memory_region"].string_param = "region"
     out.parameters["shared_memory_byte_size"].int64_param = 1 << 30
     assert region_input_bytes(r) == (3 << 20) + 5
+    negative = r.inputs.add(name="IN_C", datatype="FP32", shape=[1])
+    negative.parameters["shared_memory_region"].string_param = "region"
+    negative.parameters["shared_memory_byte_size"].int64_param = -(1 << 40)
+    assert region_input_bytes(r) == (3 << 20) + 5  # it cannot cancel the others out
+
+
+def test_a_conversion_on_a_thread_refuses_as_the_loop_s_way_does():
+    """Off the loop (large region inputs), the deferred BYTES checks still run last: a request
+    with a large broken BYTES input and a later fault gets the later fault's text, as on the
+    loop's way (the deferred checks run after the conversion)."""
+    from functools import partial
+
+    from bridge.frontends.triton.grpc.servicer import _convert_here
+    from bridge.frontends.triton.tensor_checks import run_deferred_here
+
+    broken = _bytes(b"x" * (1 << 19)) + b"zz"  # past OFF_LOOP_BYTES: its walk is deferred
+    r = request("BYTES", shape=(1, 1), raw=broken)
+    r.parameters["triton_reserved"].string_param = "x"  # a fault found after the inputs
+    deferred: list = []
+    with pytest.raises(DoorError) as on_loop:
+        to_bridge_request(r, "", None, deferred=deferred)
+        run_deferred_here(deferred)
+    with pytest.raises(DoorError) as on_thread:
+        _convert_here(partial(to_bridge_request, r, "", None))
+    assert on_thread.value.message == on_loop.value.message
+    assert "parameter keys starting with 'triton_' are reserved" in on_loop.value.message
 
 
 def test_datatype_and_shape():

@@ -550,13 +550,15 @@ class SharedMemory:
             if offset < 0 or size < 0 or offset + size > cuda_region.byte_size:
                 return None
             return CudaRegionWriter(cuda_region, cuda_region.mapping.pointer + offset, size)
-        region = self.regions.get(name)
-        if region is None or size < LEND_MIN_BYTES or offset < 0:
-            return None
-        if offset + size > region.byte_size:
+        if size < LEND_MIN_BYTES or offset < 0:
             return None
         try:
+            # Found and its descriptor copied in one hold of the lock: an unregistering on the
+            # loop closes the descriptor only under it (a conversion may run on a thread).
             with self._descriptors:
+                region = self.regions.get(name)
+                if region is None or offset + size > region.byte_size:
+                    return None
                 return RegionWriter(region.object.fd, region.offset + offset, size)
         except OSError:  # out of descriptors: the door writes it
             return None

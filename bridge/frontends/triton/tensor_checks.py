@@ -32,7 +32,9 @@ from .door_error import invalid
 _WALKS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bytes-check")
 
 
-def _run_all(checks: list[Callable[[], None]]) -> None:
+def run_deferred_here(checks: list[Callable[[], None]]) -> None:
+    """Run the checks `check_tensor` deferred, in order, on this thread (one that is not the
+    event loop's); raises what they raise."""
     for check in checks:
         check()
 
@@ -40,7 +42,7 @@ def _run_all(checks: list[Callable[[], None]]) -> None:
 async def run_deferred(checks: list[Callable[[], None]]) -> None:
     """Run the checks `check_tensor` deferred, in order, on a thread; raises what they raise."""
     if checks:
-        await asyncio.get_running_loop().run_in_executor(_WALKS, _run_all, checks)
+        await asyncio.get_running_loop().run_in_executor(_WALKS, run_deferred_here, checks)
 
 
 def request_prefix(request_id: str) -> str:

@@ -33,7 +33,7 @@ from ..door_error import DoorError
 from ..header_forward import HeaderForwarding, forward_into
 from ..service import TritonService, single_answer
 from ..shm import SharedMemory
-from ..tensor_checks import run_deferred
+from ..tensor_checks import run_deferred, run_deferred_here
 from .error_status import grpc_status, wire_text
 from .tensors import (
     region_input_bytes,
@@ -497,8 +497,8 @@ async def _answer(context: Any, handler: Callable[[Any], Awaitable[Any]], reques
 async def _converted(service: TritonService, received: InferRequest, target: Any) -> dict:
     """The request in the bridge form. Reading inputs out of shared memory regions copies
     them (from a file, or off a GPU), which the size the client named makes as long as it
-    likes: past OFF_LOOP_BYTES the whole conversion runs on a thread, BYTES checks included.
-    Otherwise only large BYTES inputs are checked off the event loop."""
+    likes: past OFF_LOOP_BYTES the whole conversion runs on a thread, its deferred BYTES
+    checks last there. Otherwise only large BYTES inputs are checked off the event loop."""
     convert = functools.partial(
         to_bridge_request,
         received.message,
@@ -510,10 +510,19 @@ async def _converted(service: TritonService, received: InferRequest, target: Any
         raw_contents=received.raw,
     )
     if service.shm.any_registered() and region_input_bytes(received.message) > OFF_LOOP_BYTES:
-        return await asyncio.to_thread(convert, deferred=None)
+        return await asyncio.to_thread(_convert_here, convert)
     deferred: list[Callable[[], None]] = []
     body = convert(deferred=deferred)
     await run_deferred(deferred)
+    return body
+
+
+def _convert_here(convert: Callable[..., dict]) -> dict:
+    """`convert` with its deferred checks run after it, as the loop's way runs them (the same
+    refusal for a request with several faults)."""
+    deferred: list[Callable[[], None]] = []
+    body = convert(deferred=deferred)
+    run_deferred_here(deferred)
     return body
 
 

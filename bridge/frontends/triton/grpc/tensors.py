@@ -45,7 +45,7 @@ from ..classification import classify
 from ..door_error import DoorError, invalid
 from ..shm import PARAMETERS as SHM_PARAMETERS
 from ..shm import SharedMemory, placement
-from ..tensor_checks import check_tensor
+from ..tensor_checks import check_tensor, run_deferred_here
 from .wire import serialized_answer
 
 FINAL_RESPONSE = "triton_final_response"
@@ -145,9 +145,10 @@ def region_names(request: pb.ModelInferRequest) -> list[str]:
 
 def region_input_bytes(request: pb.ModelInferRequest) -> int:
     """The bytes the request's inputs name in shared memory regions: what converting it reads
-    (or maps) out of them."""
+    (or maps) out of them. A negative size counts nothing (the conversion refuses it), so
+    that it cannot cancel another input's."""
     return sum(
-        where[2]
+        max(where[2], 0)
         for tensor in request.inputs
         if tensor.parameters and (where := placement(tensor.parameters)) is not None
     )
@@ -342,8 +343,7 @@ def to_loader_request(
                 return None
             class_count(output)  # refused here, in to_bridge_request's order
         requested.append(output.name)
-    for check in deferred:
-        check()
+    run_deferred_here(deferred)
     try:
         inputs = [decode_raw_tensor(*entry, model, request_id) for entry in checked]
     except RawContentsError as exc:  # checked above already: the worker's own check, kept

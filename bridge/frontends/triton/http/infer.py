@@ -35,7 +35,7 @@ from ..service import Target, single_answer
 from ..tensor_checks import run_deferred
 from .bodies import read_body
 from .error_status import error_response
-from .limits import DEFAULT_MAX_INPUT_SIZE, decompressed_too_large, off_loop
+from .limits import DEFAULT_MAX_INPUT_SIZE, OFF_LOOP_BYTES, decompressed_too_large, off_loop
 from .tensors import (
     HEADER_LENGTH,
     InferPlan,
@@ -109,6 +109,12 @@ async def _watch_disconnect(request: Request, context: Context) -> None:
             return
 
 
+def _to_bridge(header: bytes, **arguments: Any) -> tuple[dict[str, Any], InferPlan]:
+    """`to_bridge_request` of the header as sent: a large one is parsed, and its document
+    freed, on the thread that converts it."""
+    return to_bridge_request(parse_json(header), **arguments)
+
+
 class _DisconnectWatch:
     """`_watch_disconnect` for a request whose answer is late. Watching takes a task, which
     costs a small request a few percent of its time on the loop, and most answers come back
@@ -170,26 +176,28 @@ async def _infer(request: Request, trace: WireTrace | None) -> Response:
         return error_response(exc, "text/plain")
     config = target.entry.config
     deferred: list[Callable[[], None]] = []
-    document = await off_loop(len(header), partial(parse_json, header))
-    # Inputs read out of shared memory regions are copied as the body's are: their size too
-    # decides where the conversion runs.
-    bridge, plan = await off_loop(
-        len(body) + region_input_bytes(document),
-        partial(
-            to_bridge_request,
-            document,
-            binary,
-            model,
-            target.version,
-            config,
-            service.shm,
-            service.bytes_limits,
-            deferred,
-            limit,
-            service.lends(target),
-        ),
+    arguments = dict(
+        binary=binary,
+        model=model,
+        model_version=target.version,
+        config=config,
+        shm=service.shm,
+        limits=service.bytes_limits,
+        deferred=deferred,
+        max_input_size=limit,
+        lend=service.lends(target),
     )
-    del raw, body, header, binary, document  # the bridge form holds what is needed
+    if len(body) > OFF_LOOP_BYTES:  # parsing and converting it grow with the body
+        bridge, plan = await off_loop(len(body), partial(_to_bridge, header, **arguments))
+    else:
+        # A small body may still name large inputs in shared memory regions, which converting
+        # reads out of them: their bytes decide where it runs.
+        document = parse_json(header)
+        bridge, plan = await off_loop(
+            region_input_bytes(document), partial(to_bridge_request, document, **arguments)
+        )
+        del document
+    del raw, body, header, binary, arguments  # the bridge form holds what is needed
     with service.shm.holding(plan.regions):
         return await _answer(request, trace, target, bridge, plan, deferred)
 

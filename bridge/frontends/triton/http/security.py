@@ -92,6 +92,7 @@ _BODY_TYPES = frozenset({"application/json", "application/octet-stream"})
 _CLIENT_FORM = "application/x-www-form-urlencoded"
 _SAME_SITE_FETCH = frozenset({"same-origin", "none"})
 _LOOPBACK_NAMES = ("localhost", "localhost.")
+_LONGEST_NAME = 255  # a DNS name (253, with a final dot 254), or an IPv6 literal in brackets
 
 
 def restricted_text(header: str) -> str:
@@ -153,12 +154,18 @@ class Limits:
     request_timeout = REQUEST_TIMEOUT_S
 
 
+def _is_loopback_name(name: str) -> bool:
+    name = name.strip().lower()
+    # No host name or address is longer; kept out of the cache below, so that it holds at most
+    # its count of short names whatever a client sends.
+    return len(name) <= _LONGEST_NAME and _is_loopback(name)
+
+
 # Every request's Host is checked, and parsing an address is most of what that costs; a client
 # sends the same few names, so the answers are kept (bounded: a client varying its Host only
 # makes each one a miss, as before).
 @functools.lru_cache(maxsize=256)
-def _is_loopback_name(name: str) -> bool:
-    name = name.strip().lower()
+def _is_loopback(name: str) -> bool:
     if name in _LOOPBACK_NAMES:
         return True
     try:
