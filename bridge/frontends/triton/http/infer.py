@@ -191,11 +191,10 @@ async def _infer(request: Request, trace: WireTrace | None) -> Response:
         bridge, plan = await off_loop(len(body), partial(_to_bridge, header, **arguments))
     else:
         # A small body may still name large inputs in shared memory regions, which converting
-        # reads out of them: their bytes decide where it runs.
+        # reads out of them: their bytes decide where it runs (none without a region).
         document = parse_json(header)
-        bridge, plan = await off_loop(
-            region_input_bytes(document), partial(to_bridge_request, document, **arguments)
-        )
+        regions = region_input_bytes(document) if service.shm.any_registered() else 0
+        bridge, plan = await off_loop(regions, partial(to_bridge_request, document, **arguments))
         del document
     del raw, body, header, binary, arguments  # the bridge form holds what is needed
     with service.shm.holding(plan.regions):
