@@ -2,6 +2,7 @@
 
     python -m benchmarks.loop_stalls [--seconds 15] [--big-elements 1000000] [--big-clients 1]
                                      [--small http|grpc] [--big message|region]
+                                     [--big-call unary|stream] [--split]
 
 Starts the bridge on the `plain` identity model (tests/repositories/reload/models/plain, FP32 in,
 the same FP32 out) and measures a client sending 4-FP32 requests back to back, first alone, then
@@ -15,6 +16,13 @@ goes to another. The input region is given to another uid (65534, which needs ro
 the door reads it rather than mapping it (shm.py), as it reads every region for a worker in
 another process: the read is what must not run on the event loop.
 
+`--big-call stream`: the big requests go over one gRPC stream per big client, one at a time,
+instead of unary calls: a stream's answers are made on the loop's path (servicer.py), so their
+outputs' writes into regions are what must not run there.
+
+`--split`: the door as `--role frontend` in front of one `--role worker` process (file discovery,
+the tcp request plane): the door then reads and writes every region itself, the outputs too.
+
 `--bridge PATH`: the checkout whose bridge runs (default: this one), for a before/after of
 two checkouts.
 
@@ -26,12 +34,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import shutil
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -44,6 +54,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.harness.bridge_server import BridgeServer  # noqa: E402
+from tests.harness.cluster import Cluster  # noqa: E402
 
 MODEL = ROOT / "tests" / "repositories" / "reload" / "models" / "plain"
 MAX_MESSAGE = 2**31 - 1
@@ -122,10 +133,13 @@ class Regions:
 class BigClients:
     """Threads sending big FP32 requests back to back until stopped."""
 
-    def __init__(self, url: str, clients: int, elements: int, regions: Regions | None) -> None:
+    def __init__(
+        self, url: str, clients: int, elements: int, regions: Regions | None, stream: bool
+    ) -> None:
         self.url = url
         self.elements = elements
         self.regions = regions
+        self.stream = stream
         self.done = 0
         self.failures = 0
         self._stop = threading.Event()
@@ -156,15 +170,32 @@ class BigClients:
             output = grpcclient.InferRequestedOutput("OUTPUT0")
             output.set_shared_memory("out", self.regions.size)
             outputs = [output]
+        send = self._streamed(client) if self.stream else client.infer
         try:
             while not self._stop.is_set():
                 try:
-                    client.infer("plain", request, outputs=outputs, client_timeout=60)
+                    send("plain", request, outputs=outputs, client_timeout=60)
                     self.done += 1
                 except Exception:
                     self.failures += 1
         finally:
+            if self.stream:
+                client.stop_stream()
             client.close()
+
+    @staticmethod
+    def _streamed(client: grpcclient.InferenceServerClient) -> Callable[..., None]:
+        """A `client.infer` look-alike that sends over one stream and waits for the answer."""
+        answers: queue.SimpleQueue = queue.SimpleQueue()
+        client.start_stream(callback=lambda result, error: answers.put(error))
+
+        def send(model: str, inputs: list, outputs: list | None, client_timeout: float) -> None:
+            client.async_stream_infer(model, inputs, outputs=outputs)
+            error = answers.get(timeout=client_timeout)
+            if error is not None:
+                raise error
+
+        return send
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -181,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big-clients", type=int, default=1)
     parser.add_argument("--small", choices=("http", "grpc"), default="http")
     parser.add_argument("--big", choices=("message", "region"), default="message")
+    parser.add_argument("--big-call", choices=("unary", "stream"), default="unary")
+    parser.add_argument("--split", action="store_true", help="door and worker apart")
     parser.add_argument("--bridge", type=Path, default=ROOT, help="the checkout to run")
     args = parser.parse_args(argv)
     if args.big == "region" and os.geteuid() != 0:
@@ -190,25 +223,36 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="loop-stalls-"))
     repo = workdir / "repo"
     shutil.copytree(MODEL, repo / "plain", ignore=shutil.ignore_patterns("__pycache__"))
-    server = BridgeServer(
-        repo,
-        "--model-control-mode",
-        "none",
-        "--allow-client-shm=true",
-        env={"PYTHONPATH": str(args.bridge.resolve())},
-        log_path=workdir / "bridge.log",
-        cwd=workdir,  # `python -m bridge` would take the current folder's first
-    )
+    env = {"PYTHONPATH": str(args.bridge.resolve())}
+    server: BridgeServer
+    cluster: Cluster | None = None
+    if args.split:
+        cluster = Cluster(workdir / "cluster")
+        cluster.worker(repo, env=env, cwd=workdir).start()
+        server = cluster.frontend("--allow-client-shm=true", env=env, cwd=workdir)
+    else:
+        server = BridgeServer(
+            repo,
+            "--model-control-mode",
+            "none",
+            "--allow-client-shm=true",
+            env=env,
+            log_path=workdir / "bridge.log",
+            cwd=workdir,  # `python -m bridge` would take the current folder's first
+        )
     rows = []
     regions: Regions | None = None
     try:
         server.start()
+        server.wait_model_ready("plain")
         small_latencies(server, args.small, 1.0)  # warm-up
         alone, alone_failed = small_latencies(server, args.small, args.seconds)
         rows.append(("small alone", alone, alone_failed, 0))
         if args.big == "region":
             regions = Regions(server.grpc_url, args.big_elements)
-        big = BigClients(server.grpc_url, args.big_clients, args.big_elements, regions)
+        big = BigClients(
+            server.grpc_url, args.big_clients, args.big_elements, regions, args.big_call == "stream"
+        )
         big.start()
         time.sleep(1.0)  # let the big client reach a steady state
         mixed, mixed_failed = small_latencies(server, args.small, args.seconds)
@@ -218,11 +262,14 @@ def main(argv: list[str] | None = None) -> int:
         if regions is not None:
             regions.close()
         server.stop()
+        if cluster is not None:
+            cluster.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
     print(
         f"small client: {args.small}; big client: {args.big_clients} x {args.big_elements:,} "
-        f"FP32 in the {args.big}; {args.seconds:.0f} s each"
+        f"FP32 in the {args.big}, {args.big_call} calls; "
+        f"{'door and worker apart' if args.split else 'one process'}; {args.seconds:.0f} s each"
     )
     print(
         f"{'phase':<14}{'requests':>10}{'failed':>8}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"

@@ -386,7 +386,13 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             if "error" in item:
                 await out.fail(DoorError.from_item(item["error"]))
             elif empty_final or not item.get("empty"):
-                response = _response(request, item, final, service.shm, batching)
+                if service.shm.any_registered() and tensor_bytes(item) > OFF_LOOP_BYTES:
+                    # its outputs may go into regions: as a unary answer's (ModelInfer)
+                    response = await asyncio.to_thread(
+                        _response, request, item, final, service.shm, batching
+                    )
+                else:
+                    response = _response(request, item, final, service.shm, batching)
                 if isinstance(response, pb.ModelInferResponse):
                     await out.put(pb.ModelStreamInferResponse(infer_response=response))
                 else:  # written as the stream response's infer_response (wire.py)
