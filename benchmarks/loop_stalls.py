@@ -5,8 +5,9 @@
                                      [--big-call unary|stream] [--split]
 
 Starts the bridge on the `plain` identity model (tests/repositories/reload/models/plain, FP32 in,
-the same FP32 out) and measures a client sending 4-FP32 requests back to back, first alone, then
-while `--big-clients` threads send `--big-elements`-FP32 requests back to back. Whatever the
+the same FP32 out) and a copy of it, and measures a client sending 4-FP32 requests to the copy
+back to back, first alone, then while `--big-clients` threads send `--big-elements`-FP32 requests
+to `plain` back to back. Whatever the
 bridge does on Dynamo's event loop for a big request shows up as the small client's tail
 latency. The small client is HTTP by default: the HTTP wire runs on the event loop, while a
 unary gRPC call to the process's own model runs on a thread of its own (`--small grpc`).
@@ -58,6 +59,7 @@ from tests.harness.cluster import Cluster  # noqa: E402
 
 MODEL = ROOT / "tests" / "repositories" / "reload" / "models" / "plain"
 MAX_MESSAGE = 2**31 - 1
+SMALL_MODEL = "plain_small"
 
 
 def _input(values: np.ndarray) -> grpcclient.InferInput:
@@ -74,7 +76,7 @@ def small_latencies(server: BridgeServer, wire: str, seconds: float) -> tuple[li
         request = [_input(np.arange(4, dtype=np.float32))]
 
         def send() -> None:
-            client.infer("plain", request)
+            client.infer(SMALL_MODEL, request)
 
         close = client.close
     else:
@@ -82,7 +84,7 @@ def small_latencies(server: BridgeServer, wire: str, seconds: float) -> tuple[li
         body = {"inputs": [{"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": [1] * 4}]}
 
         def send() -> None:
-            http.post("/v2/models/plain/infer", json=body).raise_for_status()
+            http.post(f"/v2/models/{SMALL_MODEL}/infer", json=body).raise_for_status()
 
         close = http.close
     latencies: list[float] = []
@@ -223,6 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="loop-stalls-"))
     repo = workdir / "repo"
     shutil.copytree(MODEL, repo / "plain", ignore=shutil.ignore_patterns("__pycache__"))
+    # The small client's own copy: its requests never wait behind a big one in the model's
+    # queue, so what delays them is the bridge's shared parts (the loop, the GIL).
+    shutil.copytree(MODEL, repo / SMALL_MODEL, ignore=shutil.ignore_patterns("__pycache__"))
+    config = repo / SMALL_MODEL / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "plain"', f'name: "{SMALL_MODEL}"'))
     env = {"PYTHONPATH": str(args.bridge.resolve())}
     server: BridgeServer
     cluster: Cluster | None = None
@@ -245,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.start()
         server.wait_model_ready("plain")
+        server.wait_model_ready(SMALL_MODEL)
         small_latencies(server, args.small, 1.0)  # warm-up
         alone, alone_failed = small_latencies(server, args.small, args.seconds)
         rows.append(("small alone", alone, alone_failed, 0))
