@@ -396,6 +396,15 @@ def build_parser() -> argparse.ArgumentParser:
         "threads; more are refused with RESOURCE_EXHAUSTED (default 1024)",
     )
     p.add_argument(
+        "--grpc-stream-requests",
+        type=int,
+        default=None,
+        metavar="N",
+        help="triton door: at most N requests of one ModelStreamInfer call in flight at once; "
+        "the stream's next request is read once one of them is answered, and the client's "
+        "sends wait meanwhile (gRPC's flow control) (default 256)",
+    )
+    p.add_argument(
         "--grpc-infer-threads",
         type=int,
         default=None,
@@ -924,6 +933,7 @@ def resolve_door(
             for flag, dest in (
                 ("--grpc-max-connections", "grpc_max_connections"),
                 ("--grpc-max-streams", "grpc_max_streams"),
+                ("--grpc-stream-requests", "grpc_stream_requests"),
                 ("--grpc-infer-threads", "grpc_infer_threads"),
                 ("--grpc-thread-cpu", "grpc_thread_cpu"),
                 *((flag, f"grpc_{field}") for flag, field, _, _ in GRPC_CONNECTION_FLAGS),
@@ -943,6 +953,7 @@ def resolve_door(
     from .frontends.triton import DoorOptions
     from .frontends.triton.grpc.methods import INFER_THREADS, MAX_STREAMS
     from .frontends.triton.grpc.restrictions import parse_restricted_protocol
+    from .frontends.triton.grpc.servicer import STREAM_REQUESTS
     from .tuning import grpc_thread_cpu
 
     try:
@@ -955,6 +966,11 @@ def resolve_door(
     streams = args.grpc_max_streams if args.grpc_max_streams is not None else MAX_STREAMS
     if streams < 1:
         parser.error(f"--grpc-max-streams: {streams} is not >= 1")
+    stream_requests = args.grpc_stream_requests
+    if stream_requests is None:
+        stream_requests = STREAM_REQUESTS
+    if stream_requests < 1:
+        parser.error(f"--grpc-stream-requests: {stream_requests} is not >= 1")
     infer_threads = (
         args.grpc_infer_threads if args.grpc_infer_threads is not None else INFER_THREADS
     )
@@ -972,6 +988,7 @@ def resolve_door(
         restricted=restricted,
         max_connections=connections,
         max_streams=streams,
+        stream_requests=stream_requests,
         infer_threads=infer_threads,
         thread_cpu=thread_cpu,
         connection_policy=_grpc_connection_policy(parser, args),

@@ -27,10 +27,11 @@ Two forms (docs/worker_protocol.md §2, "the bridge tensor form"):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import numpy as np
@@ -256,20 +257,36 @@ def decode_request(
     outputs = request.get("outputs")
     request_id = request.get("id", "") or ""
     budget = Budget(limits, model_name, request_id) if limits is not None else None
-    try:
+    with refused_as_malformed():
         inputs = [
             decode_tensor(t, model_name, request_id, budget) for t in request.get("tensors", ())
         ]
-    except (RawContentsError, OverLimit) as exc:
-        raise RequestError(str(exc)) from None
-    except (KeyError, TypeError, ValueError, OverflowError) as exc:
-        raise RequestError(f"malformed inference input: {type(exc).__name__}: {exc}") from None
     return InferRequest(
         inputs=inputs,
         requested_outputs=[o["name"] for o in outputs] if outputs else [],
         request_id=request_id,
         parameters=decode_parameters(parameters) if parameters else {},
     )
+
+
+def malformed(exc: Exception) -> RequestError:
+    """What decoding an input raised, as the RequestError (INVALID_ARG) a model's request is
+    refused with: Triton's own text for raw contents that do not fit and for BYTES over the
+    limits, else the decoder's complaint, named."""
+    if isinstance(exc, RawContentsError | OverLimit):
+        return RequestError(str(exc))
+    return RequestError(f"malformed inference input: {type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def refused_as_malformed() -> Iterator[None]:
+    """Decoding inputs in this block: what it raises for a bad tensor (`malformed`) is a
+    RequestError, the refusal every path to a model gives (decode_request, and the gRPC door's
+    conversion straight into the loader's request)."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, OverflowError, OverLimit) as exc:
+        raise malformed(exc) from None
 
 
 # A request with more elements than this is decoded in slices of DECODE_SLICE elements, giving
@@ -365,10 +382,8 @@ async def decode_request_in_slices(
                 array = array.reshape(shape)
             tensors.append(Tensor._from_wire(metadata["name"], array, datatype))
             await asyncio.sleep(0)
-    except OverLimit as exc:
-        raise RequestError(str(exc)) from None
-    except (KeyError, TypeError, ValueError, OverflowError) as exc:
-        raise RequestError(f"malformed inference input: {type(exc).__name__}: {exc}") from None
+    except (KeyError, TypeError, ValueError, OverflowError, OverLimit) as exc:
+        raise malformed(exc) from None
     # What the slices charged is not charged again: only the smaller tensors are left.
     rest = None
     if limits is not None and budget is not None:

@@ -27,7 +27,7 @@ array), and the door reads it once into the `bytes` its wire sends (pread).
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import itertools
 import logging
 import os
@@ -40,6 +40,7 @@ from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import RequestError
 
 from ..codec import TO_DYNAMO, encode_raw_tensor, raw_array, raw_contents
+from ..offload import run_off_loop
 from . import shm_regions
 from .shm_pool import POOL_BYTES, POOL_ENV, Pooled, RegionPool
 from .shm_regions import (
@@ -197,15 +198,10 @@ class Exchange:
         )
         if large < OFF_LOOP_BYTES or not any(map(self._door.same_host, instance_ids)):
             return
-        writing = asyncio.ensure_future(asyncio.to_thread(self._place_inputs, body))
         try:
-            self._sent = await asyncio.shield(writing)
-        except asyncio.CancelledError:
-            # The request is over: let the thread finish with its regions before `close`
-            # gives the pooled ones back (another request could take one mid-write).
-            await asyncio.wait([writing])
-            writing.exception()  # retrieved: a failed write is the request's no more
-            raise
+            # Cancelled, it still lets the thread finish with its regions before `close` gives
+            # the pooled ones back (another request could take one mid-write).
+            self._sent = await run_off_loop(functools.partial(self._place_inputs, body))
         except OSError as exc:  # /dev/shm full or refused: the bytes form still works
             log.warning("inputs sent inline: %s", exc)
             self._close_inputs()
@@ -308,7 +304,7 @@ class Exchange:
             return item
         size = shm.get("size") if isinstance(shm, dict) else None
         if type(size) is int and size >= OFF_LOOP_BYTES:
-            return await asyncio.to_thread(self.receive, item)
+            return await run_off_loop(functools.partial(self.receive, item))
         return self.receive(item)
 
     def receive(self, item: Any) -> Any:

@@ -196,6 +196,32 @@ def test_requests_on_one_stream_run_concurrently(shared_bridge_server, tmp_path)
     ]
 
 
+def test_a_stream_s_requests_in_flight_are_bounded(shared_bridge_server, tmp_path):
+    """`--grpc-stream-requests 1`: the stream's second request is read only once the first is
+    answered, though the second `pool` instance is free (without the bound both execute at
+    once: the test above). A client that sends without reading holds that many requests."""
+    server = shared_bridge_server(SERVING, *DOOR, "--grpc-stream-requests=1")
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    gate = Gate(tmp_path)
+    answers: list = []
+    client.start_stream(callback=lambda result, error: answers.append((result, error)))
+    try:
+        for i, tag in enumerate(("a", "b")):
+            client.async_stream_infer(
+                "pool", [fp32_input([float(i)])], request_id=tag, parameters=gate.params(tag)
+            )
+        wait_until(lambda: gate.started("a"), "the first request executing")
+        time.sleep(1.0)  # the second instance would take "b" within milliseconds
+        assert not gate.started("b")
+        gate.open()
+        wait_until(lambda: len(answers) == 2, "both answers")
+    finally:
+        gate.open()
+        client.stop_stream()
+        client.close()
+    assert [result.get_response().id for result, error in answers if error is None] == ["a", "b"]
+
+
 def test_a_unary_call_that_ends_early_cancels_its_request(bridge_server, tmp_path):
     """ModelInfer to this process's own worker (the unary path without a stream,
     ModelWorker.answer): a client's deadline, and a call it cancels, reach the model as

@@ -92,6 +92,7 @@ def test_the_grpc_connection_flags_are_tritonserver_s(monkeypatch) -> None:
             "--frontend=triton",
             "--grpc-max-connections=8",
             "--grpc-max-streams=16",
+            "--grpc-stream-requests=4",
             "--grpc-infer-threads=32",
             "--grpc-keepalive-time=1000",
             "--grpc-keepalive-timeout=500",
@@ -105,6 +106,7 @@ def test_the_grpc_connection_flags_are_tritonserver_s(monkeypatch) -> None:
     )
     assert door.max_connections == 8
     assert door.max_streams == 16
+    assert door.stream_requests == 4
     assert door.infer_threads == 32
     assert dict(door.connection_policy.channel_args()) == {
         "grpc.keepalive_time_ms": 1000,
@@ -148,6 +150,8 @@ def test_values_that_cannot_work_are_refused(capsys, argv, text) -> None:
         (("--frontend=triton", "--grpc-max-connections=0"), "--grpc-max-connections: 0 is not"),
         (("--frontend=dynamo", "--grpc-max-streams=8"), "--grpc-max-streams: need"),
         (("--frontend=triton", "--grpc-max-streams=0"), "--grpc-max-streams: 0 is not"),
+        (("--frontend=dynamo", "--grpc-stream-requests=8"), "--grpc-stream-requests: need"),
+        (("--frontend=triton", "--grpc-stream-requests=0"), "--grpc-stream-requests: 0 is not"),
         (("--frontend=dynamo", "--grpc-infer-threads=8"), "--grpc-infer-threads: need"),
         (("--frontend=triton", "--grpc-infer-threads=0"), "--grpc-infer-threads: 0 is not"),
         (("--frontend=dynamo", "--grpc-thread-cpu=0"), "--grpc-thread-cpu: need"),

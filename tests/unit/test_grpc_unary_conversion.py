@@ -26,6 +26,7 @@ from bridge.frontends.triton.grpc.tensors import (
     to_loader_request,
 )
 from bridge.frontends.triton.grpc.wire import read_infer_request
+from bridge.frontends.triton.header_forward import HeaderForwarding
 from bridge.models.endpoint import ThreadAnswer
 from bridge.serialized_bytes import BytesLimits
 from model_repository_loader.inference import InferRequest
@@ -162,6 +163,86 @@ def test_a_reserved_parameter_of_the_wrong_type_is_refused_as_the_worker_refuses
         decode_request(body, "m", BytesLimits())
     assert direct.value.message == worker.value.message
     assert "sequence_id" in direct.value.message
+
+
+@pytest.mark.parametrize(
+    "datatype, shape, raw",
+    [
+        ("FP32", [1] * 70, struct.pack("<f", 1.0)),  # past numpy's 64 dimensions
+        ("FP32", [2**62, 0], b""),  # no elements, a shape no array takes
+        ("BYTES", [1] * 70, _framed(b"a")),
+    ],
+)
+def test_what_only_the_decoder_refuses_is_refused_as_the_worker_refuses_it(
+    datatype: str, shape: list[int], raw: bytes
+) -> None:
+    """The door's checks let these through (the contents fit the element count); decoding
+    them fails. The thread path refuses them with the worker's INVALID_ARG text, not with
+    gRPC's UNKNOWN of an exception the handler let out."""
+    r = pb.ModelInferRequest(model_name="m")
+    r.inputs.add(name="X", datatype=datatype, shape=shape)
+    r.raw_input_contents.append(raw)
+    with pytest.raises(RequestError) as direct:
+        to_loader_request(r, "", CONFIG, BytesLimits(), r.raw_input_contents)
+    body = to_bridge_request(r, "", CONFIG)
+    with pytest.raises(RequestError) as worker:
+        decode_request(body, "m", BytesLimits())
+    assert (direct.value.code, direct.value.message) == (worker.value.code, worker.value.message)
+    assert direct.value.message.startswith("malformed inference input: ")
+
+
+@pytest.mark.parametrize(
+    "datatype, field, sent",
+    [
+        ("INT8", "int_contents", [300, -129, 5]),
+        ("INT16", "int_contents", [70000, -32769, 5]),
+        ("UINT8", "uint_contents", [256 + 7, 2**32 - 1, 5]),
+        ("UINT16", "uint_contents", [65536 + 9, 2**32 - 1, 5]),
+    ],
+)
+def test_typed_contents_past_a_small_type_keep_their_low_bytes(
+    datatype: str, field: str, sent: list[int]
+) -> None:
+    """Triton copies each 32-bit value's low bytes into a narrower input (its
+    src/grpc/infer_handler.cc), so a value out of range wraps; it is never an error."""
+    r = pb.ModelInferRequest(model_name="m")
+    getattr(r.inputs.add(name="X", datatype=datatype, shape=[3]).contents, field).extend(sent)
+    width = {"INT8": 1, "INT16": 2, "UINT8": 1, "UINT16": 2}[datatype]
+    signed = datatype.startswith("INT")
+    # The low bytes of each value as a little-endian 32-bit integer, read back as the datatype.
+    expected = [
+        int.from_bytes((v % 2**32).to_bytes(4, "little")[:width], "little", signed=signed)
+        for v in sent
+    ]
+    inference = to_loader_request(r, "", CONFIG, BytesLimits(), r.raw_input_contents)
+    assert inference is not None
+    assert inference.inputs[0].as_numpy().tolist() == expected
+    bridge_form = decode_request(to_bridge_request(r, "", CONFIG), "m", BytesLimits())
+    assert bridge_form.inputs[0].as_numpy().tolist() == expected
+
+
+def test_a_forwarded_header_is_a_parameter_and_its_refusal_comes_before_the_worker_s() -> None:
+    """`--grpc-header-forward-pattern`: a header wins a clash with the request's parameter; a
+    header of a reserved name is refused where the loop's path refuses it, after the door's
+    checks and before the worker's (here a reserved parameter of the wrong type)."""
+    forwarding = HeaderForwarding("^(x-.*|priority)$")
+    r = _fp32_and_bytes()
+    r.parameters["x-team"].string_param = "from the request"
+    inference = to_loader_request(
+        r, "", CONFIG, BytesLimits(), r.raw_input_contents,
+        lambda: forwarding.parameters([("x-team", "from the header")]),
+    )  # fmt: skip
+    assert inference is not None and inference.parameters["x-team"] == "from the header"
+
+    r.parameters["timeout"].string_param = "soon"  # the worker refuses this
+    with pytest.raises(DoorError) as refused:
+        to_loader_request(
+            r, "", CONFIG, BytesLimits(), r.raw_input_contents,
+            lambda: forwarding.parameters([("priority", "1")]),
+        )  # fmt: skip
+    assert refused.value.message == (
+        "Header 'priority' is reserved for Triton usage and cannot be forwarded."
+    )
 
 
 def test_bytes_over_the_limits_are_refused_before_the_model() -> None:

@@ -304,6 +304,26 @@ def test_a_truncated_object_is_an_error_not_sigbus(memory, made, size):
     assert memory.read("r", 0, 4) == b"back"
 
 
+def test_a_copy_holds_no_lock_and_outlives_an_unregistering(memory, made):
+    """A copy (`read`, `write`, on a thread for a large request) works through its own
+    duplicate of the region's descriptor: the loop's unregistering, and every other request's
+    region lookup, do not wait for it, and its descriptor stays the object's after the region
+    is gone (never closed, nor reused for another file, under the copy)."""
+    key = new_object(made)
+    (SHM / key[1:]).write_bytes(b"x" * 4096 + b"inside the span!" + bytes(4080))
+    memory.register("r", key, 4096, 4096)
+    with memory._open_span("r", 0, 16) as (fd, start):
+        assert memory._descriptors.acquire(blocking=False)  # the lock is free mid-copy
+        memory._descriptors.release()
+        memory.unregister("r")  # closes the region's own descriptor, at once
+        assert not memory.regions
+        other = new_object(made)  # a new object may take the closed descriptor's number
+        memory.register("other", other, 0, 4096)
+        assert os.pread(fd, 16, start) == b"inside the span!"
+        during = len(os.listdir("/proc/self/fd"))
+    assert len(os.listdir("/proc/self/fd")) == during - 1  # the duplicate goes with the copy
+
+
 def test_an_object_unlinked_after_registration_stays_readable(memory, made):
     key = new_object(made)
     memory.register("r", key, 0, 64)

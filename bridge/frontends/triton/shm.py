@@ -56,9 +56,11 @@ Request-plane routes get bytes, never a mapping nor a writer (service.py).
 Regions belong to the door process (as to a tritonserver process): with `--role frontend` the
 client must share a host with the frontend, not with the workers. They are registered and
 unregistered on the door's event loop, and a request holds the regions it names until its
-answer is written (`holding`), so a descriptor is never closed under a running copy, even one
-made off the loop (a large HTTP answer); and a descriptor is used and closed under one lock,
-for the reads of a large HTTP request parsed on a thread before it holds anything.
+answer is written (`holding`). Copies run off the loop (a large request's conversion, a large
+answer's rendering, on either wire), some before their request holds anything, so each copy
+finds its region and duplicates the descriptor in one hold of a lock under which the loop
+closes descriptors, then copies through the duplicate without the lock: an unregistering never
+waits for a copy, and a copy never reaches a descriptor closed and reused for another file.
 Texts and codes are Triton 2.51's [V] unless said otherwise.
 
 CUDA shared memory (a client's device memory, registered by its CUDA IPC handle, device id and
@@ -266,9 +268,9 @@ class SharedMemory:
         # Is an object one of the door's own regions (module doc)? The door's ShmDoor.made.
         self._bridge_made = bridge_made
         self._objects: dict[Identity, SharedObject] = {}
-        # A descriptor is closed under this lock and used under it: an HTTP request parsed off
-        # the loop (a large body) reads its regions on a thread, and a descriptor closed and
-        # reused meanwhile would read another file.
+        # A region's descriptor is closed under this lock, and found and duplicated (or mapped)
+        # under it: requests read and write regions on threads while the loop unregisters
+        # them, and a descriptor closed and reused meanwhile would reach another file.
         self._descriptors = threading.Lock()
 
     def any_registered(self) -> bool:
@@ -475,22 +477,39 @@ class SharedMemory:
             region, address = on_device
             with _copying(name), cuda.on_device(region.device_id):
                 return cuda.copy_to_host(address, size).tobytes()
-        with self._descriptors:
-            return self._read(name, offset, size)
+        with self._open_span(name, offset, size) as (fd, start):
+            data = os.pread(fd, size, start)
+            if len(data) == size:
+                return data
+            # Short: the object ends inside the span, or one call stopped at Linux's 2 GiB cap.
+            buffer = bytearray(data)
+            while len(buffer) < size:
+                more = os.pread(fd, size - len(buffer), start + len(buffer))
+                if not more:
+                    raise _past_end(name)
+                buffer += more
+            return bytes(buffer)
 
-    def _read(self, name: str, offset: int, size: int) -> bytes:
-        region, start = self._span(name, offset, size)
-        data = os.pread(region.object.fd, size, start)
-        if len(data) == size:
-            return data
-        # Short: the object ends inside the span, or one call stopped at Linux's 2 GiB cap.
-        buffer = bytearray(data)
-        while len(buffer) < size:
-            more = os.pread(region.object.fd, size - len(buffer), start + len(buffer))
-            if not more:
-                raise _past_end(name)
-            buffer += more
-        return bytes(buffer)
+    @contextlib.contextmanager
+    def _open_span(self, name: str, offset: int, size: int) -> Iterator[tuple[int, int]]:
+        """The span's object for one copy, as (descriptor, start). The region is found and its
+        descriptor duplicated in one hold of the lock; the copy then runs without it, so an
+        unregistering on the loop (which closes the region's descriptor under the lock) never
+        waits for a copy on a thread, nor does any other request's region, and a duplicate
+        stays valid past that close. Out of descriptors, the copy holds the lock instead."""
+        with self._descriptors:
+            region, start = self._span(name, offset, size)
+            try:
+                fd = os.dup(region.object.fd)
+            except OSError:
+                fd = -1
+            if fd < 0:
+                yield region.object.fd, start
+                return
+        try:
+            yield fd, start
+        finally:
+            os.close(fd)
 
     def lend_input(
         self, name: str, offset: int, size: int, config: mc.ModelConfig | None = None
@@ -574,24 +593,18 @@ class SharedMemory:
             with _copying(name), cuda.on_device(region.device_id):
                 cuda.copy(address, _address_of(host), host.nbytes)
             return
-        with self._descriptors:
-            self._write(name, offset, size, output, data)
-
-    def _write(
-        self, name: str, offset: int, size: int, output: str, data: bytes | bytearray
-    ) -> None:
-        region, start = self._span(name, offset, size)
-        _check_fits(output, size, data)
-        # The object's current size, not the registered one: it may have been truncated. A
-        # truncation between this check and the pwrite cannot crash either: pwrite then grows
-        # the client's object back (sparse, at most to the region's registered end).
-        if start + len(data) > os.fstat(region.object.fd).st_size:
-            raise _past_end(name)
-        view = memoryview(data)
-        while view:
-            written = os.pwrite(region.object.fd, view, start)
-            view = view[written:]
-            start += written
+        with self._open_span(name, offset, size) as (fd, start):
+            _check_fits(output, size, data)
+            # The object's current size, not the registered one: it may have been truncated. A
+            # truncation between this check and the pwrite cannot crash either: pwrite then
+            # grows the client's object back (sparse, at most to the region's registered end).
+            if start + len(data) > os.fstat(fd).st_size:
+                raise _past_end(name)
+            view = memoryview(data)
+            while view:
+                written = os.pwrite(fd, view, start)
+                view = view[written:]
+                start += written
 
     def close(self) -> None:
         for region in list(self.regions.values()):

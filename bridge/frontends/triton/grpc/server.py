@@ -43,7 +43,7 @@ from ..service import TritonService
 from .connections import ConnectionPolicy
 from .methods import INFER_THREADS, MAX_STREAMS, Threads, method_handlers
 from .restrictions import RestrictedProtocols
-from .servicer import TritonServicer
+from .servicer import STREAM_REQUESTS, TritonServicer
 
 log = logging.getLogger("dynamo_bridge")
 
@@ -76,6 +76,8 @@ class DoorOptions:
     max_connections: int | None = None
     # `--grpc-max-streams`: ModelStreamInfer calls open at once (two threads each)
     max_streams: int = MAX_STREAMS
+    # `--grpc-stream-requests`: requests of one stream in flight at once (servicer.py)
+    stream_requests: int = STREAM_REQUESTS
     # `--grpc-infer-threads`: ModelInfer calls answered at once (methods.py)
     infer_threads: int = INFER_THREADS
     # `--grpc-thread-cpu`: the CPU the server's threads run on (tuning.py); None: any
@@ -118,7 +120,7 @@ class GrpcServer:
 
     def __init__(self, service: TritonService, options: DoorOptions) -> None:
         self.options = options
-        self._servicer = TritonServicer(service, options.header_forwarding)
+        self._servicer = TritonServicer(service, options.header_forwarding, options.stream_requests)
         self._server: grpc.Server | None = None
         self._threads: Threads | None = None
         self._stopped = asyncio.Event()

@@ -28,6 +28,7 @@ from model_repository_loader.gpu.cuda import CudaUnavailable
 from model_repository_loader.pb_utils.errors import ErrorCode
 
 from ....codec import OFF_LOOP_BYTES, tensor_bytes
+from ....offload import run_off_loop
 from ....tracing.request import WireTrace
 from ..door_error import DoorError
 from ..header_forward import HeaderForwarding, forward_into
@@ -53,13 +54,26 @@ Answer: TypeAlias = pb.ModelInferResponse | InferResponse | bytes
 StreamAnswer: TypeAlias = pb.ModelStreamInferResponse | InferResponse
 
 
+# `--grpc-stream-requests`: requests of one stream in flight at once (ModelStreamInfer). A
+# stream is one client's pipeline; 256 keeps a model's batches full from one stream while
+# `--grpc-max-streams` streams bound the whole to 256 × 1024 requests.
+STREAM_REQUESTS = 256
+
+
 class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     """Triton's gRPC service over a `TritonService`."""
 
-    def __init__(self, service: TritonService, forwarding: HeaderForwarding | None = None) -> None:
-        """`forwarding`: `--grpc-header-forward-pattern` (header_forward.py), None if not set."""
+    def __init__(
+        self,
+        service: TritonService,
+        forwarding: HeaderForwarding | None = None,
+        stream_requests: int = STREAM_REQUESTS,
+    ) -> None:
+        """`forwarding`: `--grpc-header-forward-pattern` (header_forward.py), None if not set;
+        `stream_requests`: `--grpc-stream-requests` (ModelStreamInfer)."""
         self.service = service
         self.forwarding = forwarding
+        self.stream_requests = stream_requests
 
     # -- health and metadata ------------------------------------------------------------------
 
@@ -281,7 +295,9 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise DoorError.from_item(answer["error"])
         if service.shm.any_registered() and tensor_bytes(answer) > OFF_LOOP_BYTES:
             # its outputs may go into regions: a copy that size is not the loop's to make
-            return await asyncio.to_thread(response_of, request, answer, target, service.shm)
+            return await run_off_loop(
+                functools.partial(response_of, request, answer, target, service.shm)
+            )
         return response_of(request, answer, target, service.shm)
 
     async def ModelStreamInfer(
@@ -294,16 +310,31 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         With the client's header `triton_grpc_error: true` (Triton 2.50+ [S]), the first error
         ends the whole stream instead: its gRPC status and text, and nothing more is read or
-        answered (the stream's other requests are cancelled)."""
+        answered (the stream's other requests are cancelled).
+
+        At most `stream_requests` of its requests are in flight at once: the next one is read
+        when one of them ends, and until then gRPC's flow control holds the client's sends. A
+        client that sends without reading its answers therefore holds that many requests here,
+        not as many as it sends."""
         out = _Outbox(errors_end_stream=_wants_grpc_errors(context))
         running: set[asyncio.Task] = set()
+        seats = asyncio.Semaphore(self.stream_requests)
+
+        def ended(task: asyncio.Task) -> None:
+            running.discard(task)
+            seats.release()
 
         async def read() -> None:
             try:
-                async for request in request_iterator:
+                while True:
+                    await seats.acquire()
+                    try:
+                        request = await anext(request_iterator)
+                    except StopAsyncIteration:
+                        break
                     task = asyncio.ensure_future(self._stream_one(request, out, context))
                     running.add(task)
-                    task.add_done_callback(running.discard)
+                    task.add_done_callback(ended)
                 if running:
                     await asyncio.wait(set(running))
             finally:
@@ -388,8 +419,8 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             elif empty_final or not item.get("empty"):
                 if service.shm.any_registered() and tensor_bytes(item) > OFF_LOOP_BYTES:
                     # its outputs may go into regions: as a unary answer's (ModelInfer)
-                    response = await asyncio.to_thread(
-                        _response, request, item, final, service.shm, batching
+                    response = await run_off_loop(
+                        functools.partial(_response, request, item, final, service.shm, batching)
                     )
                 else:
                     response = _response(request, item, final, service.shm, batching)
@@ -516,7 +547,7 @@ async def _converted(service: TritonService, received: InferRequest, target: Any
         raw_contents=received.raw,
     )
     if service.shm.any_registered() and region_input_bytes(received.message) > OFF_LOOP_BYTES:
-        return await asyncio.to_thread(_convert_here, convert)
+        return await run_off_loop(functools.partial(_convert_here, convert))
     deferred: list[Callable[[], None]] = []
     body = convert(deferred=deferred)
     await run_deferred(deferred)

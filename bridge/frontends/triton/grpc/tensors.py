@@ -28,17 +28,17 @@ from model_repository_loader.inference import InferRequest
 from model_repository_loader.pb_utils import InferenceResponse
 from model_repository_loader.pb_utils.constants import DATATYPE_TO_NUMPY
 from model_repository_loader.pb_utils.errors import ErrorCode
-from model_repository_loader.validation import RequestError, parse_model_version
+from model_repository_loader.validation import parse_model_version
 
 from ....codec import (
     TO_DYNAMO,
     TO_KSERVE,
-    RawContentsError,
     decode_parameters,
     decode_raw_tensor,
     encode_parameters,
     raw_contents,
     raw_view,
+    refused_as_malformed,
 )
 from ....serialized_bytes import Budget, BytesLimits
 from ..classification import classify
@@ -179,7 +179,10 @@ def _typed_contents(
     values = getattr(contents, field_name)
     if field_name == "bytes_contents":
         return b"".join(struct.pack("<I", len(v)) + v for v in values)
-    return np.asarray(values, dtype=DATATYPE_TO_NUMPY[tensor.datatype]).tobytes()
+    # Read as the field holds them, then cut to the datatype as Triton copies them: the low
+    # bytes of each (an INT8 input of int_contents 300 is 44), never an error.
+    held = np.asarray(values, dtype=DATATYPE_TO_NUMPY[named])
+    return held.astype(DATATYPE_TO_NUMPY[tensor.datatype], copy=False).tobytes()
 
 
 def _input_contents(
@@ -308,6 +311,7 @@ def to_loader_request(
     config: mc.ModelConfig,
     limits: BytesLimits,
     raw_contents: Sequence[bytes | memoryview],
+    headers: Callable[[], dict[str, dict[str, str]]] | None = None,
 ) -> InferRequest | None:
     """A ModelInferRequest → the loader's request, for a model this process serves
     (grpc/unary.py): what `to_bridge_request` and the worker's `decode_request` make of it
@@ -315,9 +319,13 @@ def to_loader_request(
     output names a shared memory region: the loop's path reads and writes those
     (`to_bridge_request`).
 
+    `headers()`: the call's headers forwarded as parameters (`--grpc-header-forward-pattern`),
+    asked for where the loop's path adds them: after the door's checks, before the worker's.
+
     Raises DoorError for the door's checks, in `to_bridge_request`'s order and with its texts
-    (large BYTES inputs' framing last, as the deferred checks run), and RequestError (INVALID_ARG)
-    for a reserved request parameter of the wrong type, as the worker would refuse it.
+    (large BYTES inputs' framing last, as the deferred checks run), then for a forwarded header
+    of a reserved name; and RequestError (INVALID_ARG) for what the worker refuses: an input
+    that does not decode, a reserved request parameter of the wrong type.
     """
     model = request.model_name
     request_id = request.id
@@ -344,10 +352,11 @@ def to_loader_request(
             class_count(output)  # refused here, in to_bridge_request's order
         requested.append(output.name)
     run_deferred_here(deferred)
-    try:
+    forwarded = headers() if headers is not None else None
+    if forwarded:  # a header wins a clash (header_forward.py)
+        parameters = {**parameters, **forwarded}
+    with refused_as_malformed():  # past the door's checks: refused as the worker refuses it
         inputs = [decode_raw_tensor(*entry, model, request_id) for entry in checked]
-    except RawContentsError as exc:  # checked above already: the worker's own check, kept
-        raise RequestError(str(exc)) from None
     return InferRequest(
         inputs=inputs,
         requested_outputs=requested,

@@ -32,7 +32,6 @@ from model_repository_loader.pb_utils import TritonError
 from model_repository_loader.pb_utils.errors import ErrorCode
 from model_repository_loader.validation import RequestError
 
-from ....codec import decode_parameters
 from ....errors import request_failed
 from ..door_error import DoorError
 from .error_status import grpc_status, wire_text
@@ -73,13 +72,15 @@ class ModelInferOnThread:
         config = target.entry.config
         try:
             inference = to_loader_request(
-                request, target.version, config, service.bytes_limits, received.raw
+                request,
+                target.version,
+                config,
+                service.bytes_limits,
+                received.raw,
+                functools.partial(self._servicer.forwarded, context),
             )
             if inference is None:  # it names shared memory regions
                 return None
-            forwarded = self._servicer.forwarded(context)
-            if forwarded:  # a header wins a clash; none is a reserved name (header_forward.py)
-                inference.parameters = {**inference.parameters, **decode_parameters(forwarded)}
         except RequestError as exc:  # refused as the worker refuses it: its one log line
             request_failed(request.model_name, request.id, TritonError(exc.message, exc.code))
             raise DoorError(exc.code, exc.message) from None

@@ -16,13 +16,13 @@ itself holds the GIL while it runs; the size cap bounds that.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Callable
 from typing import TypeVar
 
 import numpy as np
 
+from ....offload import run_off_loop
 from ..door_error import invalid
 
 DEFAULT_MAX_INPUT_SIZE = 1 << 26  # Triton's HTTP_DEFAULT_MAX_INPUT_SIZE (64 MB)
@@ -79,5 +79,5 @@ def check_depth(raw: bytes, limit: int = MAX_JSON_NESTING_DEPTH) -> None:
 async def off_loop(size: int, work: Callable[[], T]) -> T:
     """`work()` on a thread when its input is `size` bytes past OFF_LOOP_BYTES, else here."""
     if size > OFF_LOOP_BYTES:
-        return await asyncio.to_thread(work)
+        return await run_off_loop(work)
     return work()
