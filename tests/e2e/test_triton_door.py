@@ -8,6 +8,7 @@ leaf), and a real `tritonclient` over TLS.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ import struct
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -169,12 +171,11 @@ def test_big_message_past_grpc_default_cap(dtypes: BridgeServer):
 # -- one stream, many requests at once -----------------------------------------------------------
 
 
-def test_requests_on_one_stream_run_concurrently(shared_bridge_server, tmp_path):
-    """Two held requests on one stream both start executing (on the two `pool` instances)
-    before either is released; one request at a time would leave the second waiting."""
-    server = shared_bridge_server(SERVING, *DOOR)
+@contextlib.contextmanager
+def two_held_on_one_stream(server: BridgeServer, gate: Gate) -> Iterator[list]:
+    """Requests "a" then "b" to the two-instance `pool` model on one stream, each held at
+    `gate` once it executes; yields the answers as they come. The gate opens on the way out."""
     client = grpcclient.InferenceServerClient(server.grpc_url)
-    gate = Gate(tmp_path)
     answers: list = []
     client.start_stream(callback=lambda result, error: answers.append((result, error)))
     try:
@@ -182,18 +183,27 @@ def test_requests_on_one_stream_run_concurrently(shared_bridge_server, tmp_path)
             client.async_stream_infer(
                 "pool", [fp32_input([float(i)])], request_id=tag, parameters=gate.params(tag)
             )
-        wait_until(lambda: gate.started("a") and gate.started("b"), "both requests executing")
-        assert answers == []
-        gate.open()
-        wait_until(lambda: len(answers) == 2, "both answers")
+        yield answers
     finally:
         gate.open()
         client.stop_stream()
         client.close()
-    assert sorted(result.get_response().id for result, error in answers if error is None) == [
-        "a",
-        "b",
-    ]
+
+
+def answered_ids(answers: list) -> list[str]:
+    return [result.get_response().id for result, error in answers if error is None]
+
+
+def test_requests_on_one_stream_run_concurrently(shared_bridge_server, tmp_path):
+    """Two held requests on one stream both start executing (on the two `pool` instances)
+    before either is released; one request at a time would leave the second waiting."""
+    gate = Gate(tmp_path)
+    with two_held_on_one_stream(shared_bridge_server(SERVING, *DOOR), gate) as answers:
+        wait_until(lambda: gate.started("a") and gate.started("b"), "both requests executing")
+        assert answers == []
+        gate.open()
+        wait_until(lambda: len(answers) == 2, "both answers")
+    assert sorted(answered_ids(answers)) == ["a", "b"]
 
 
 def test_a_stream_s_requests_in_flight_are_bounded(shared_bridge_server, tmp_path):
@@ -201,25 +211,14 @@ def test_a_stream_s_requests_in_flight_are_bounded(shared_bridge_server, tmp_pat
     answered, though the second `pool` instance is free (without the bound both execute at
     once: the test above). A client that sends without reading holds that many requests."""
     server = shared_bridge_server(SERVING, *DOOR, "--grpc-stream-requests=1")
-    client = grpcclient.InferenceServerClient(server.grpc_url)
     gate = Gate(tmp_path)
-    answers: list = []
-    client.start_stream(callback=lambda result, error: answers.append((result, error)))
-    try:
-        for i, tag in enumerate(("a", "b")):
-            client.async_stream_infer(
-                "pool", [fp32_input([float(i)])], request_id=tag, parameters=gate.params(tag)
-            )
+    with two_held_on_one_stream(server, gate) as answers:
         wait_until(lambda: gate.started("a"), "the first request executing")
         time.sleep(1.0)  # the second instance would take "b" within milliseconds
         assert not gate.started("b")
         gate.open()
         wait_until(lambda: len(answers) == 2, "both answers")
-    finally:
-        gate.open()
-        client.stop_stream()
-        client.close()
-    assert [result.get_response().id for result, error in answers if error is None] == ["a", "b"]
+    assert answered_ids(answers) == ["a", "b"]
 
 
 def test_a_unary_call_that_ends_early_cancels_its_request(bridge_server, tmp_path):
