@@ -32,14 +32,20 @@ _POOL = ThreadPoolExecutor(THREADS, thread_name_prefix="offload")
 
 async def run_off_loop(work: Callable[[], T]) -> T:
     """`work()` on the pool's thread, its context (contextvars) carried as `asyncio.to_thread`
-    carries it; a cancellation waits for it to end (module doc)."""
-    running = asyncio.get_running_loop().run_in_executor(
-        _POOL, functools.partial(contextvars.copy_context().run, work)
-    )
+    carries it. Cancelled, work not yet started never runs; work running is waited for to its
+    end, through any further cancellation (module doc)."""
+    submitted = _POOL.submit(functools.partial(contextvars.copy_context().run, work))
+    running = asyncio.wrap_future(submitted)
     try:
         return await asyncio.shield(running)
     except asyncio.CancelledError:
-        await asyncio.wait([running])
+        if submitted.cancel():  # still queued: nothing ran, nothing to wait for
+            raise
+        while not running.done():
+            try:
+                await asyncio.wait([running])
+            except asyncio.CancelledError:  # again: the thread still writes, so wait on
+                continue
         if not running.cancelled():
             running.exception()  # retrieved: the request is over, its failure with it
         raise

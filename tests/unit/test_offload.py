@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from bridge.offload import run_off_loop
+from bridge.offload import THREADS, run_off_loop
 
 REQUEST = contextvars.ContextVar("REQUEST", default="none")
 
@@ -49,6 +49,52 @@ def test_a_cancelled_request_lets_go_only_once_its_work_has_ended() -> None:
         assert ended.is_set()
 
     asyncio.run(main())
+
+
+def test_a_second_cancellation_still_waits_for_the_work() -> None:
+    started, release = threading.Event(), threading.Event()
+    ended = threading.Event()
+
+    def work() -> None:
+        started.set()
+        release.wait(30)
+        ended.set()
+
+    async def main() -> None:
+        request = asyncio.ensure_future(run_off_loop(work))
+        await asyncio.to_thread(started.wait, 30)
+        request.cancel()
+        await asyncio.sleep(0.05)
+        request.cancel()  # e.g. a shutdown's cancel after the request's own
+        await asyncio.sleep(0.1)
+        assert not request.done()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        assert ended.is_set()
+
+    asyncio.run(main())
+
+
+def test_cancelled_work_that_has_not_started_never_runs() -> None:
+    release = threading.Event()
+    ran: list[int] = []
+
+    async def main() -> None:
+        busy = [
+            asyncio.ensure_future(run_off_loop(lambda: release.wait(30))) for _ in range(THREADS)
+        ]
+        queued = asyncio.ensure_future(run_off_loop(lambda: ran.append(1)))
+        await asyncio.sleep(0.1)
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(queued, 5)  # at once: it waits for no thread
+        release.set()
+        await asyncio.gather(*busy)
+        await asyncio.sleep(0.1)
+
+    asyncio.run(main())
+    assert ran == []
 
 
 def test_a_failure_reaches_the_caller() -> None:

@@ -95,6 +95,7 @@ def on_loop_stream(
             while (batch := step.next(context)) is not _END:
                 yield from batch
         finally:  # the reader ends with the call: gRPC ends its request iterator
+            incoming.close()
             if not loop.is_closed():
                 asyncio.run_coroutine_threadsafe(_close(answers), loop)
 
@@ -152,25 +153,42 @@ class _Step:
 
 
 class _Incoming:
-    """A stream's requests, read on a thread of their own and handed to the loop."""
+    """A stream's requests, read on a thread of their own and handed to the loop, each only
+    once the handler asks for it: a handler that stops asking (servicer.py bounds a stream's
+    requests in flight) stops the reading, and gRPC's flow control then holds the client's
+    sends, rather than every request it sends waiting here."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._asked = threading.Semaphore(0)  # requests asked for and not yet read
+        self._closed = False
 
     def read(self, requests: Iterator[Any]) -> None:
-        """On a reader thread: every request of the stream, then the end (or the failure)."""
+        """On a reader thread: each request of the stream as it is asked for, then the end (or
+        the failure); nothing more once the call is over (`close`)."""
         put = self._queue.put_nowait
         try:
-            for request in requests:
+            while self._asked.acquire() and not self._closed:
+                request = next(requests, _END)
                 self._loop.call_soon_threadsafe(put, request)
+                if request is _END:
+                    return
+            self._loop.call_soon_threadsafe(put, _END)  # the call is over: nothing more comes
         except BaseException as exc:  # the call broke: the handler's read ends with it
             self._loop.call_soon_threadsafe(put, exc)
-        else:
-            self._loop.call_soon_threadsafe(put, _END)
+
+    def close(self) -> None:
+        """The call is over (any thread): a reader waiting to be asked for a request ends."""
+        self._closed = True
+        self._asked.release()
 
     async def iterate(self) -> AsyncIterator[Any]:
-        while (request := await self._queue.get()) is not _END:
+        while True:
+            self._asked.release()
+            request = await self._queue.get()
+            if request is _END:
+                return
             if isinstance(request, BaseException):
                 raise request
             yield request

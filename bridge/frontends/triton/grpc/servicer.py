@@ -54,10 +54,12 @@ Answer: TypeAlias = pb.ModelInferResponse | InferResponse | bytes
 StreamAnswer: TypeAlias = pb.ModelStreamInferResponse | InferResponse
 
 
-# `--grpc-stream-requests`: requests of one stream in flight at once (ModelStreamInfer). A
-# stream is one client's pipeline; 256 keeps a model's batches full from one stream while
-# `--grpc-max-streams` streams bound the whole to 256 × 1024 requests.
-STREAM_REQUESTS = 256
+# `--grpc-stream-requests`: requests of one stream in flight at once (ModelStreamInfer).
+# Triton reads a stream's requests without a bound. A client that reads its answers as they
+# come (tritonclient does, on a thread of its own) never notices this one; a client that
+# writes more than this many requests before reading any answer waits for itself, where
+# Triton would hold every request it sends.
+STREAM_REQUESTS = 1024
 
 
 class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
