@@ -401,9 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="triton door: at most N requests of one ModelStreamInfer call in flight at once; "
-        "the stream's next request is read once one of them ends, and the client's sends wait "
-        "meanwhile (gRPC's flow control); a client that writes more than N requests before "
-        "reading any answer waits for itself (default 1024)",
+        "past them (and 32 read ahead) the client's sends wait (gRPC's flow control), and a "
+        "client that writes more than that before reading any answer waits for itself "
+        "(default 1024)",
     )
     p.add_argument(
         "--grpc-infer-threads",

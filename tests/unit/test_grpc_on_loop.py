@@ -1,7 +1,7 @@
-"""bridge/frontends/triton/grpc/on_loop.py's reading of a stream's requests, in memory: a
-request is taken from gRPC only once the handler asks for it, so a handler that stops asking
-(a stream's requests in flight at their bound, servicer.py) stops the reading, and gRPC's flow
-control then holds the client's sends."""
+"""bridge/frontends/triton/grpc/on_loop.py's reading of a stream's requests, in memory: the
+reader takes requests from gRPC at most READ_AHEAD ahead of the handler, so a handler that
+stops asking (a stream's requests in flight at their bound, servicer.py) stops the reading,
+and gRPC's flow control then holds the client's sends."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import asyncio
 import threading
 from collections.abc import Iterator
 
-from bridge.frontends.triton.grpc.on_loop import _Incoming
+from bridge.frontends.triton.grpc.on_loop import READ_AHEAD, _Incoming
 
 
 class Counted:
@@ -29,7 +29,7 @@ class Counted:
         return self.taken
 
 
-def test_requests_are_read_as_the_handler_asks_for_them() -> None:
+def test_requests_are_read_at_most_read_ahead_of_the_handler() -> None:
     requests = Counted(10_000)
 
     async def main() -> None:
@@ -38,9 +38,9 @@ def test_requests_are_read_as_the_handler_asks_for_them() -> None:
         reader.start()
         received = incoming.iterate()
         assert [await anext(received) for _ in range(3)] == [1, 2, 3]
-        await asyncio.sleep(0.2)  # a reader running ahead would take thousands meanwhile
-        assert requests.taken <= 4  # the three asked for, and at most the one being asked
-        incoming.close()  # the call is over: the reader waiting to be asked ends
+        await asyncio.sleep(0.2)  # a reader without a bound would take thousands meanwhile
+        assert requests.taken <= 3 + READ_AHEAD  # the three taken, and no more than room for
+        incoming.close()  # the call is over: the reader waiting for room ends
         await asyncio.to_thread(reader.join, 10)
         assert not reader.is_alive()
 

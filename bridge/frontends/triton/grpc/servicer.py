@@ -314,10 +314,11 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         ends the whole stream instead: its gRPC status and text, and nothing more is read or
         answered (the stream's other requests are cancelled).
 
-        At most `stream_requests` of its requests are in flight at once: the next one is read
-        when one of them ends, and until then gRPC's flow control holds the client's sends. A
-        client that sends without reading its answers therefore holds that many requests here,
-        not as many as it sends."""
+        At most `stream_requests` of its requests are in flight at once: the next one is asked
+        for when one of them ends, and the stream's reader (on_loop.py) takes at most
+        READ_AHEAD more from gRPC, whose flow control then holds the client's sends. A client
+        that sends without reading its answers therefore holds that many requests here, not as
+        many as it sends."""
         out = _Outbox(errors_end_stream=_wants_grpc_errors(context))
         running: set[asyncio.Task] = set()
         seats = asyncio.Semaphore(self.stream_requests)
