@@ -295,12 +295,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise
         if "error" in answer:
             raise DoorError.from_item(answer["error"])
-        if service.shm.any_registered() and tensor_bytes(answer) > OFF_LOOP_BYTES:
-            # its outputs may go into regions: a copy that size is not the loop's to make
-            return await run_off_loop(
-                functools.partial(response_of, request, answer, target, service.shm)
-            )
-        return response_of(request, answer, target, service.shm)
+        return await _placed_response(service.shm, request, answer, None, _batching(target))
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Any], context: Any
@@ -420,13 +415,7 @@ class TritonServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             if "error" in item:
                 await out.fail(DoorError.from_item(item["error"]))
             elif empty_final or not item.get("empty"):
-                if service.shm.any_registered() and tensor_bytes(item) > OFF_LOOP_BYTES:
-                    # its outputs may go into regions: as a unary answer's (ModelInfer)
-                    response = await run_off_loop(
-                        functools.partial(_response, request, item, final, service.shm, batching)
-                    )
-                else:
-                    response = _response(request, item, final, service.shm, batching)
+                response = await _placed_response(service.shm, request, item, final, batching)
                 if isinstance(response, pb.ModelInferResponse):
                     await out.put(pb.ModelStreamInferResponse(infer_response=response))
                 else:  # written as the stream response's infer_response (wire.py)
@@ -506,11 +495,18 @@ def _response(
     return framed(to_infer_response(request, item, final, shm, raw, batching), raw)
 
 
-def response_of(
-    request: pb.ModelInferRequest, item: dict, target: Any, shm: SharedMemory
+async def _placed_response(
+    shm: SharedMemory,
+    request: pb.ModelInferRequest,
+    item: dict,
+    final: bool | None,
+    batching: bool,
 ) -> Answer:
-    """A unary call's answer to `request` from its worker's answer `item`."""
-    return _response(request, item, shm=shm, batching=_batching(target))
+    """`_response`, of a unary call (`final` None) or of a stream. When a region is registered
+    its outputs may go into one, and a copy past OFF_LOOP_BYTES is not the loop's to make."""
+    if shm.any_registered() and tensor_bytes(item) > OFF_LOOP_BYTES:
+        return await run_off_loop(functools.partial(_response, request, item, final, shm, batching))
+    return _response(request, item, final, shm, batching)
 
 
 def _batching(target: Any) -> bool:
